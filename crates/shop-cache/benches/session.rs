@@ -1,0 +1,119 @@
+#![allow(missing_docs)] // criterion_group! generates undocumented items.
+//! Session touch throughput against a private redis-server: the shop's Lua script,
+//! the same five commands as one pipeline, and the book's one command per round
+//! trip, in the same run so their ratio holds on a noisy machine.
+//!
+//! Run: `cargo bench -p shop-cache --bench session`. Each iteration is one touch
+//! (an item view by a logged-in session); criterion reports touches per second.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use redis::aio::ConnectionManager;
+use shop_cache::book;
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::keys::Keys;
+use shop_cache::session::{SessionToken, Sessions};
+use shop_testkit::TestRedis;
+
+/// Concurrent callers, as many web-server tasks sharing one connection.
+const CALLERS: u64 = 50;
+/// Distinct sessions touched (each keeps its 25-item history).
+const SESSIONS: usize = 10_000;
+/// Items in the catalogue.
+const ITEMS: u64 = 100_000;
+
+#[derive(Clone, Copy)]
+enum Way {
+    Lua,
+    Pipeline,
+    BookSequential,
+}
+
+struct Fixture {
+    conn: ConnectionManager,
+    keys: Keys,
+    sessions: Sessions,
+    tokens: Arc<Vec<SessionToken>>,
+    counter: Arc<AtomicU64>,
+}
+
+impl Fixture {
+    async fn touch(&self, way: Way, n: u64) {
+        // A cheap deterministic spread over sessions and items (no RNG dependency).
+        let mix = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let token = &self.tokens[(mix % SESSIONS as u64) as usize];
+        let user = UserId::new(mix % SESSIONS as u64 + 1).unwrap();
+        let item = Some(ItemId::new((mix >> 20) % ITEMS + 1).unwrap());
+        let mut conn = self.conn.clone();
+        let result = match way {
+            Way::Lua => self.sessions.touch(token, Some(user), item).await,
+            Way::Pipeline => {
+                book::update_token_pipelined(&mut conn, &self.keys, token, user, item).await
+            }
+            Way::BookSequential => {
+                book::update_token(&mut conn, &self.keys, token, user, item).await
+            }
+        };
+        result.expect("touch");
+    }
+}
+
+async fn run_concurrently(fixture: &Arc<Fixture>, way: Way, iters: u64) -> Duration {
+    let per_caller = iters.div_ceil(CALLERS);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CALLERS {
+        let f = fixture.clone();
+        tasks.spawn(async move {
+            for _ in 0..per_caller {
+                let n = f.counter.fetch_add(1, Ordering::Relaxed);
+                f.touch(way, n).await;
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    start
+        .elapsed()
+        .mul_f64(iters as f64 / (per_caller * CALLERS) as f64)
+}
+
+fn touch(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = TestRedis::start();
+    let fixture = rt.block_on(async {
+        let conn = shop_cache::connect(&server.url()).await.unwrap();
+        let keys = Keys::default();
+        Arc::new(Fixture {
+            sessions: Sessions::new(conn.clone(), keys.clone()),
+            conn,
+            keys,
+            tokens: Arc::new((0..SESSIONS).map(|_| SessionToken::generate()).collect()),
+            counter: Arc::new(AtomicU64::new(0)),
+        })
+    });
+
+    let mut group = c.benchmark_group("touch_50_callers");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(5));
+    for (name, way) in [
+        ("lua_script", Way::Lua),
+        ("pipeline", Way::Pipeline),
+        ("book_sequential", Way::BookSequential),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt)
+                .iter_custom(|iters| run_concurrently(&fixture, way, iters));
+        });
+    }
+    group.finish();
+    drop(server);
+}
+
+criterion_group!(benches, touch);
+criterion_main!(benches);

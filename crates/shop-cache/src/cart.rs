@@ -1,0 +1,155 @@
+//! Shopping carts: `cart:<token>`, a hash of item id -> quantity, one per session.
+//!
+//! Setting a quantity above zero stores it (overwriting), zero or below removes the
+//! line, as in the book; a quantity above the shop's maximum is refused before
+//! anything is written.
+
+use redis::aio::ConnectionManager;
+
+use crate::CacheError;
+use crate::domain::{InvalidInput, ItemId};
+use crate::keys::Keys;
+use crate::session::SessionToken;
+
+/// The default most of one item a cart may hold.
+pub const DEFAULT_MAX_QUANTITY: u32 = 99;
+
+/// A quantity in a cart line: 1 ..= the shop's maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Quantity(u32);
+
+impl Quantity {
+    /// The number of units.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// What a requested count means for a cart line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineChange {
+    /// Store this quantity, replacing any previous one.
+    Set(Quantity),
+    /// Remove the line.
+    Remove,
+}
+
+impl LineChange {
+    /// Interprets a requested count against `max`: `<= 0` removes, `1..=max` sets,
+    /// above `max` is refused.
+    pub fn from_count(count: i64, max: u32) -> Result<Self, InvalidInput> {
+        if count <= 0 {
+            Ok(LineChange::Remove)
+        } else if count <= i64::from(max) {
+            // In range 1..=max, which fits a u32.
+            Ok(LineChange::Set(Quantity(count as u32)))
+        } else {
+            Err(InvalidInput::QuantityTooLarge { max })
+        }
+    }
+}
+
+/// Cart operations over one Redis. Clone it freely: the connection is shared.
+#[derive(Clone)]
+pub struct Carts {
+    conn: ConnectionManager,
+    keys: Keys,
+    max_quantity: u32,
+}
+
+impl Carts {
+    /// Carts stored under `keys`, with at most `max_quantity` of one item per line.
+    pub fn new(conn: ConnectionManager, keys: Keys, max_quantity: u32) -> Self {
+        Self {
+            conn,
+            keys,
+            max_quantity,
+        }
+    }
+
+    /// The most of one item a line may hold.
+    pub fn max_quantity(&self) -> u32 {
+        self.max_quantity
+    }
+
+    /// Sets the quantity of `item` in the session's cart (`count <= 0` removes it).
+    /// Returns what was done. A count above the maximum writes nothing.
+    pub async fn set(
+        &self,
+        token: &SessionToken,
+        item: ItemId,
+        count: i64,
+    ) -> Result<LineChange, CacheError> {
+        let change = LineChange::from_count(count, self.max_quantity)?;
+        let key = self.keys.cart(token);
+        let mut conn = self.conn.clone();
+        match change {
+            LineChange::Set(q) => {
+                redis::cmd("HSET")
+                    .arg(&key)
+                    .arg(item)
+                    .arg(q.get())
+                    .exec_async(&mut conn)
+                    .await?
+            }
+            LineChange::Remove => {
+                redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(item)
+                    .exec_async(&mut conn)
+                    .await?
+            }
+        }
+        Ok(change)
+    }
+
+    /// The session's cart lines, ordered by item id.
+    pub async fn get(&self, token: &SessionToken) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
+        let raw: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(self.keys.cart(token))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let corrupt = || CacheError::Corrupt { what: "cart" };
+        let mut lines = raw
+            .into_iter()
+            .map(|(item, qty)| {
+                let item: ItemId = item.parse().map_err(|_| corrupt())?;
+                let qty: u32 = qty.parse().map_err(|_| corrupt())?;
+                if qty == 0 {
+                    return Err(corrupt());
+                }
+                Ok((item, Quantity(qty)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        lines.sort_unstable();
+        Ok(lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_map_to_changes() {
+        assert_eq!(LineChange::from_count(0, 99), Ok(LineChange::Remove));
+        assert_eq!(LineChange::from_count(-5, 99), Ok(LineChange::Remove));
+        assert_eq!(LineChange::from_count(i64::MIN, 99), Ok(LineChange::Remove));
+        assert_eq!(
+            LineChange::from_count(1, 99),
+            Ok(LineChange::Set(Quantity(1)))
+        );
+        assert_eq!(
+            LineChange::from_count(99, 99),
+            Ok(LineChange::Set(Quantity(99)))
+        );
+        assert_eq!(
+            LineChange::from_count(100, 99),
+            Err(InvalidInput::QuantityTooLarge { max: 99 })
+        );
+        assert_eq!(
+            LineChange::from_count(i64::MAX, 99),
+            Err(InvalidInput::QuantityTooLarge { max: 99 })
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! The loop every background daemon runs: call its single step, pause as the step
+//! asks, stop promptly when the shutdown token is cancelled.
+//!
+//! A daemon's work lives in its `step()`, which tests call directly; this loop only
+//! adds pacing, error logging and shutdown. A step interrupted by shutdown is safe:
+//! each step is one Redis script or command, which Redis runs entirely or not at all.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::CacheError;
+
+/// How long a daemon waits after a failed step before trying again, so an outage
+/// of Redis costs a log line a second, not a busy loop.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A background job made of repeated single steps.
+pub trait Daemon: Send {
+    /// A short name for logs.
+    const NAME: &'static str;
+
+    /// Does one step of work and says how long to pause before the next
+    /// (`Duration::ZERO` when there may be more to do right away).
+    fn tick(&mut self) -> impl Future<Output = Result<Duration, CacheError>> + Send;
+}
+
+/// Runs `daemon` until `shutdown` is cancelled. Errors are logged and retried after
+/// [`ERROR_BACKOFF`]; they never end the loop.
+pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
+    tracing::info!(daemon = D::NAME, "started");
+    loop {
+        let pause = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            outcome = daemon.tick() => match outcome {
+                Ok(pause) => pause,
+                Err(error) => {
+                    tracing::warn!(daemon = D::NAME, %error, "step failed");
+                    ERROR_BACKOFF
+                }
+            },
+        };
+        if pause.is_zero() {
+            // Let other tasks (and the shutdown signal) in between busy steps.
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    tracing::info!(daemon = D::NAME, "stopped");
+}

@@ -1,0 +1,147 @@
+//! Identifiers that arrive from outside (URLs, forms, cookies) parsed once into types
+//! that cannot hold a bad value, so everything past the boundary can trust them.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a value from outside was refused. The text is safe to show to a user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidInput {
+    /// Not a positive decimal integer within range.
+    #[error("item id must be a positive whole number")]
+    ItemId,
+    /// Not a positive decimal integer within range.
+    #[error("user id must be a positive whole number")]
+    UserId,
+    /// Not a token this shop issued (wrong length or alphabet).
+    #[error("malformed session token")]
+    SessionToken,
+    /// A cart quantity above the configured maximum.
+    #[error("quantity must be at most {max}")]
+    QuantityTooLarge {
+        /// The configured maximum.
+        max: u32,
+    },
+}
+
+/// Parses a strictly positive decimal id: ASCII digits only, no sign, no leading zero,
+/// at most 18 digits (so it always fits an `i64` column in the database).
+fn parse_positive_id(s: &str) -> Option<u64> {
+    let ok = !s.is_empty()
+        && s.len() <= 18
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && !s.starts_with('0');
+    if ok { s.parse().ok() } else { None }
+}
+
+macro_rules! positive_id {
+    ($(#[$doc:meta])* $name:ident, $err:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(u64);
+
+        impl $name {
+            /// The largest id accepted: 18 decimal digits.
+            pub const MAX: u64 = 999_999_999_999_999_999;
+
+            /// Accepts 1..=MAX.
+            pub fn new(value: u64) -> Result<Self, InvalidInput> {
+                if (1..=Self::MAX).contains(&value) {
+                    Ok(Self(value))
+                } else {
+                    Err(InvalidInput::$err)
+                }
+            }
+
+            /// The number, for SQL parameters and arithmetic.
+            pub fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = InvalidInput;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                parse_positive_id(s).map(Self).ok_or(InvalidInput::$err)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl redis::ToRedisArgs for $name {
+            fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+                self.0.write_redis_args(out)
+            }
+        }
+
+        impl redis::ToSingleRedisArg for $name {}
+    };
+}
+
+positive_id!(
+    /// A catalogue item. Also the row id of the row cache and a member of `viewed:`.
+    ItemId,
+    ItemId
+);
+positive_id!(
+    /// A registered user, as stored in `login:`.
+    UserId,
+    UserId
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ids_accept_plain_positive_numbers() {
+        assert_eq!("1".parse::<ItemId>().unwrap().get(), 1);
+        assert_eq!("100000".parse::<ItemId>().unwrap().get(), 100_000);
+        assert_eq!(
+            "999999999999999999".parse::<UserId>().unwrap().get(),
+            ItemId::MAX
+        );
+    }
+
+    #[test]
+    fn ids_reject_everything_else() {
+        for bad in [
+            "",
+            "0",
+            "01",
+            "-1",
+            "+1",
+            " 1",
+            "1 ",
+            "1.0",
+            "abc",
+            "1e3",
+            "1000000000000000000",
+            "１",
+        ] {
+            assert_eq!(bad.parse::<ItemId>(), Err(InvalidInput::ItemId), "{bad:?}");
+        }
+        assert_eq!(ItemId::new(0), Err(InvalidInput::ItemId));
+        assert_eq!(UserId::new(ItemId::MAX + 1), Err(InvalidInput::UserId));
+    }
+
+    proptest! {
+        #[test]
+        fn id_display_round_trips(n in 1..=ItemId::MAX) {
+            let id = ItemId::new(n).unwrap();
+            prop_assert_eq!(id.to_string().parse::<ItemId>().unwrap(), id);
+        }
+
+        #[test]
+        fn id_parse_never_panics_and_only_accepts_canonical(s in "\\PC{0,24}") {
+            if let Ok(id) = s.parse::<ItemId>() {
+                prop_assert_eq!(id.to_string(), s);
+            }
+        }
+    }
+}

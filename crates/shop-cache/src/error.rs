@@ -1,0 +1,33 @@
+//! The error type of the Redis layer.
+//!
+//! Callers (the web tier, the daemons) match on it: [`CacheError::Invalid`] is the
+//! caller's fault and maps to a 4xx, [`CacheError::Redis`] means Redis is unavailable
+//! or misbehaving and maps to a 503 or a retry. Messages never contain a session
+//! token or a key built from one.
+
+use crate::domain::InvalidInput;
+
+/// Everything that can go wrong in the Redis layer.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The input was rejected before anything was sent to Redis.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// Redis could not be reached, timed out, or answered with an error.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis held a value this code cannot have written (a foreign writer or a bug).
+    #[error("unexpected value in {what}")]
+    Corrupt {
+        /// Which structure held it, without the key (keys may contain tokens).
+        what: &'static str,
+    },
+}
+
+impl CacheError {
+    /// True when the error is Redis being unavailable rather than bad input,
+    /// so callers can answer "try again" instead of "you sent something wrong".
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, CacheError::Redis(_))
+    }
+}

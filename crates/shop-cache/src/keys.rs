@@ -1,0 +1,148 @@
+//! Every Redis key the shop uses, built in this one place.
+//!
+//! The default layout is the book's (`login:`, `recent:`, `viewed:<token>`, ...), so
+//! data written by the book's code and tools written for it interoperate. A prefix
+//! (namespace) lets several shops share one Redis. A Redis Cluster layout with hash
+//! tags (a sharded session index) is to be added here, without touching callers:
+//! nothing outside this module formats a key, and Lua scripts receive their keys and
+//! key prefixes from here.
+
+use crate::domain::ItemId;
+use crate::session::SessionToken;
+
+/// The key names of one shop (one prefix). Cheap to clone; build once at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+    login: String,
+    recent: String,
+    item_views: String,
+    schedule: String,
+    delay: String,
+}
+
+impl Default for Keys {
+    /// The book's layout with no prefix.
+    fn default() -> Self {
+        Self::with_prefix("")
+    }
+}
+
+impl Keys {
+    /// The book's layout under `prefix` (for example `"shop1:"`; empty for none).
+    pub fn with_prefix(prefix: &str) -> Self {
+        let p = |name: &str| format!("{prefix}{name}");
+        Self {
+            prefix: prefix.to_owned(),
+            login: p("login:"),
+            recent: p("recent:"),
+            item_views: p("viewed:"),
+            schedule: p("schedule:"),
+            delay: p("delay:"),
+        }
+    }
+
+    /// The namespace every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Hash: session token -> user id, for logged-in sessions only.
+    pub fn login(&self) -> &str {
+        &self.login
+    }
+
+    /// Sorted set: session token -> last-seen unix time, for every session.
+    pub fn recent(&self) -> &str {
+        &self.recent
+    }
+
+    /// Sorted set: item id -> time viewed, the session's most recent views.
+    pub fn viewed_by(&self, token: &SessionToken) -> String {
+        format!("{}{}", self.viewed_by_prefix(), token.expose())
+    }
+
+    /// What [`Keys::viewed_by`] puts before the token, for Lua scripts that
+    /// build the key of a token they read from `recent:`.
+    pub fn viewed_by_prefix(&self) -> &str {
+        // `viewed:<token>` shares its stem with the global `viewed:` zset.
+        &self.item_views
+    }
+
+    /// Hash: item id -> quantity, the session's cart.
+    pub fn cart(&self, token: &SessionToken) -> String {
+        format!("{}{}", self.cart_prefix(), token.expose())
+    }
+
+    /// What [`Keys::cart`] puts before the token, for Lua scripts.
+    pub fn cart_prefix(&self) -> String {
+        format!("{}cart:", self.prefix)
+    }
+
+    /// Sorted set: item id -> minus its view count (most viewed at rank 0).
+    pub fn item_views(&self) -> &str {
+        &self.item_views
+    }
+
+    /// String: a cached page, under the stable hash of its normalised request.
+    pub fn page(&self, request_hash: &str) -> String {
+        format!("{}cache:{request_hash}", self.prefix)
+    }
+
+    /// Sorted set: row id -> unix time of its next refresh.
+    pub fn schedule(&self) -> &str {
+        &self.schedule
+    }
+
+    /// Sorted set: row id -> refresh interval in seconds (<= 0: stop caching).
+    pub fn delay(&self) -> &str {
+        &self.delay
+    }
+
+    /// String: the row as a JSON object.
+    pub fn inventory(&self, row: ItemId) -> String {
+        format!("{}inv:{row}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_is_the_books() {
+        let k = Keys::default();
+        let t: SessionToken = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
+        assert_eq!(k.login(), "login:");
+        assert_eq!(k.recent(), "recent:");
+        assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(k.item_views(), "viewed:");
+        assert_eq!(k.page("abc"), "cache:abc");
+        assert_eq!(k.schedule(), "schedule:");
+        assert_eq!(k.delay(), "delay:");
+        assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
+    }
+
+    #[test]
+    fn prefix_applies_to_every_key() {
+        let k = Keys::with_prefix("s1:");
+        let t: SessionToken = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
+        let all = [
+            k.login().to_owned(),
+            k.recent().to_owned(),
+            k.viewed_by(&t),
+            k.cart(&t),
+            k.item_views().to_owned(),
+            k.page("x"),
+            k.schedule().to_owned(),
+            k.delay().to_owned(),
+            k.inventory(ItemId::new(1).unwrap()),
+        ];
+        for key in all {
+            assert!(key.starts_with("s1:"), "{key}");
+        }
+        assert_eq!(k.cart_prefix(), "s1:cart:");
+        assert_eq!(k.viewed_by_prefix(), "s1:viewed:");
+    }
+}

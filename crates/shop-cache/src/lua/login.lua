@@ -1,0 +1,17 @@
+-- Moves a session to a fresh token for a user who just logged in (fixation defence).
+-- KEYS[1] recent:  KEYS[2] login:  KEYS[3] viewed:<old>  KEYS[4] viewed:<new>
+-- KEYS[5] cart:<old>  KEYS[6] cart:<new>
+-- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[1], now, ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('RENAME', KEYS[3], KEYS[4])
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('RENAME', KEYS[5], KEYS[6])
+end
+return 1

@@ -1,0 +1,22 @@
+-- One page view or request of a session (the book's update_token), atomically.
+-- KEYS[1] recent:   KEYS[2] login:   KEYS[3] viewed:<token>   KEYS[4] viewed:
+-- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
+-- The time is the server's (TIME), so web servers with skewed clocks agree, and a
+-- view is always stamped after the session's previous one, even within a microsecond.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+if ARGV[3] ~= '' then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local at = now
+  if last[2] ~= nil and tonumber(last[2]) >= at then
+    at = tonumber(last[2]) + 0.000001
+  end
+  redis.call('ZADD', KEYS[3], at, ARGV[3])
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[4]) + 1))
+  redis.call('ZINCRBY', KEYS[4], -1, ARGV[3])
+end
+return 1

@@ -1,0 +1,19 @@
+//! The Lua scripts, each loaded once per process and run by hash (`EVALSHA`, with
+//! `redis::Script` falling back to loading it when the server does not know it).
+//!
+//! A script is used where several commands must happen as one: Redis runs a script
+//! with nothing else in between. The sources are in `src/lua/`, one file each.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// A session's request: `recent:`, `login:`, `viewed:<token>`, `viewed:` in one call.
+pub static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/touch.lua")));
+
+/// Login: moves cart and history to a fresh token and retires the old one.
+pub static LOGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/login.lua")));
+
+/// The session cleaner's pick-and-delete.
+pub static CLEAN_SESSIONS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/clean_sessions.lua")));

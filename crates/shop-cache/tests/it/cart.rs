@@ -1,0 +1,95 @@
+use redis::AsyncCommands;
+use shop_cache::CacheError;
+use shop_cache::cart::{Carts, LineChange};
+use shop_cache::domain::{InvalidInput, ItemId};
+use shop_cache::session::SessionToken;
+
+use crate::{all_keys, keys, redis};
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+fn lines(cart: Vec<(ItemId, shop_cache::cart::Quantity)>) -> Vec<(u64, u32)> {
+    cart.into_iter().map(|(i, q)| (i.get(), q.get())).collect()
+}
+
+#[tokio::test]
+async fn set_overwrites_and_zero_or_less_removes() {
+    let (server, conn) = redis().await;
+    let carts = Carts::new(conn, keys(), 99);
+    let t = SessionToken::generate();
+    carts.set(&t, item(1), 3).await.unwrap();
+    carts.set(&t, item(2), 1).await.unwrap();
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 3), (2, 1)]);
+
+    carts.set(&t, item(1), 5).await.unwrap();
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 5), (2, 1)]);
+
+    assert_eq!(carts.set(&t, item(1), 0).await.unwrap(), LineChange::Remove);
+    carts.set(&t, item(2), -3).await.unwrap();
+    assert!(carts.get(&t).await.unwrap().is_empty());
+    // An emptied cart leaves no key behind.
+    assert!(all_keys(&server).await.is_empty());
+
+    // Stored as the book's hash: item id -> quantity.
+    carts.set(&t, item(8), 2).await.unwrap();
+    let raw: Vec<(String, String)> = server
+        .conn()
+        .await
+        .hgetall(format!("cart:{}", t.expose()))
+        .await
+        .unwrap();
+    assert_eq!(raw, vec![("8".to_owned(), "2".to_owned())]);
+}
+
+#[tokio::test]
+async fn too_large_a_quantity_is_refused_and_writes_nothing() {
+    let (server, conn) = redis().await;
+    let carts = Carts::new(conn, keys(), 99);
+    let t = SessionToken::generate();
+    for bad in [100, 1_000_000, i64::MAX] {
+        let err = carts.set(&t, item(1), bad).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CacheError::Invalid(InvalidInput::QuantityTooLarge { max: 99 })
+            ),
+            "{err:?}"
+        );
+    }
+    assert!(all_keys(&server).await.is_empty(), "no key written");
+
+    // A refused change leaves an existing line as it was.
+    carts.set(&t, item(1), 4).await.unwrap();
+    carts.set(&t, item(1), 100).await.unwrap_err();
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 4)]);
+}
+
+#[tokio::test]
+async fn the_maximum_is_configurable() {
+    let (_server, conn) = redis().await;
+    let carts = Carts::new(conn, keys(), 5);
+    let t = SessionToken::generate();
+    carts.set(&t, item(1), 5).await.unwrap();
+    assert!(carts.set(&t, item(1), 6).await.is_err());
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 5)]);
+}
+
+#[tokio::test]
+async fn a_foreign_value_in_a_cart_is_reported_not_panicked_on() {
+    let (server, conn) = redis().await;
+    let carts = Carts::new(conn, keys(), 99);
+    let t = SessionToken::generate();
+    let _: () = server
+        .conn()
+        .await
+        .hset(format!("cart:{}", t.expose()), "1", "lots")
+        .await
+        .unwrap();
+    let err = carts.get(&t).await.unwrap_err();
+    assert!(
+        matches!(err, CacheError::Corrupt { what: "cart" }),
+        "{err:?}"
+    );
+}

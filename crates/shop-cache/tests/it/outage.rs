@@ -1,0 +1,95 @@
+//! Redis going away and coming back: typed errors meanwhile, recovery after.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManagerConfig;
+use shop_cache::CacheError;
+use shop_cache::cart::Carts;
+use shop_cache::domain::ItemId;
+use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session_cleaner::SessionCleaner;
+use shop_testkit::TestRedis;
+use tokio_util::sync::CancellationToken;
+
+use crate::keys;
+
+fn quick() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_millis(500)))
+        .set_connection_timeout(Some(Duration::from_millis(200)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(50))
+}
+
+#[tokio::test]
+async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() {
+    let mut server = TestRedis::start();
+    let conn = shop_cache::connect_with(&server.url(), quick())
+        .await
+        .unwrap();
+    let sessions = Sessions::new(conn.clone(), keys());
+    let carts = Carts::new(conn.clone(), keys(), 99);
+    let cleaner = SessionCleaner::new(conn.clone(), keys(), 0, 10).unwrap();
+    let t = SessionToken::generate();
+    let item = ItemId::new(1).unwrap();
+    sessions.touch(&t, None, Some(item)).await.unwrap();
+
+    // A daemon loop running through the outage must survive it.
+    let shutdown = CancellationToken::new();
+    let daemon = tokio::spawn(shop_cache::daemon::run(
+        SessionCleaner::new(conn.clone(), keys(), 1_000, 10).unwrap(),
+        shutdown.clone(),
+    ));
+
+    server.kill();
+    let errors = [
+        sessions.touch(&t, None, Some(item)).await.unwrap_err(),
+        sessions.check_token(&t).await.unwrap_err(),
+        carts.set(&t, item, 1).await.unwrap_err(),
+        carts.get(&t).await.unwrap_err(),
+        cleaner.step().await.unwrap_err(),
+    ];
+    for e in &errors {
+        assert!(matches!(e, CacheError::Redis(_)), "{e:?}");
+        assert!(e.is_unavailable());
+    }
+    assert!(
+        !daemon.is_finished(),
+        "the daemon loop must outlive an outage"
+    );
+
+    server.restart();
+    // The same handles recover by themselves once Redis is back.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match sessions.touch(&t, None, Some(item)).await {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < deadline, "no reconnect: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    carts.set(&t, item, 2).await.unwrap();
+    assert_eq!(carts.get(&t).await.unwrap().len(), 1);
+    assert_eq!(sessions.count().await.unwrap(), 1, "a new, empty server");
+    shutdown.cancel();
+    daemon.await.unwrap();
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_is_an_error_not_a_panic() {
+    let dir = tempfile_path();
+    let url = format!("unix://{dir}/none.sock");
+    let Err(err) = shop_cache::connect_with(&url, quick()).await else {
+        panic!("connected to a socket that does not exist");
+    };
+    assert!(err.is_unavailable());
+}
+
+fn tempfile_path() -> String {
+    std::env::temp_dir()
+        .join("shop-no-such-dir")
+        .display()
+        .to_string()
+}

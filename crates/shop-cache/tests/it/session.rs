@@ -1,0 +1,218 @@
+use redis::AsyncCommands;
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
+
+use crate::{all_keys, keys, redis};
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+#[tokio::test]
+async fn touch_records_last_seen_and_login() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let guest = SessionToken::generate();
+    let user = SessionToken::generate();
+    sessions.touch(&guest, None, None).await.unwrap();
+    sessions
+        .touch(&user, Some(UserId::new(42).unwrap()), None)
+        .await
+        .unwrap();
+
+    let mut raw = server.conn().await;
+    let seen: Option<f64> = raw.zscore("recent:", guest.expose()).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - seen.unwrap()).abs() < 5.0, "recent: holds unix time");
+    assert_eq!(sessions.check_token(&guest).await.unwrap(), None);
+    assert_eq!(
+        sessions.check_token(&user).await.unwrap(),
+        Some(UserId::new(42).unwrap())
+    );
+    assert_eq!(sessions.count().await.unwrap(), 2);
+    // A request that is not an item view records no view.
+    assert_eq!(all_keys(&server).await, vec!["login:", "recent:"]);
+}
+
+#[tokio::test]
+async fn unknown_token_is_not_logged_in() {
+    let (_server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    assert_eq!(
+        sessions
+            .check_token(&SessionToken::generate())
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn each_view_decrements_the_global_count_by_one() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let a = SessionToken::generate();
+    let b = SessionToken::generate();
+    for _ in 0..3 {
+        sessions.touch(&a, None, Some(item(7))).await.unwrap();
+    }
+    sessions.touch(&b, None, Some(item(7))).await.unwrap();
+    sessions.touch(&b, None, Some(item(8))).await.unwrap();
+
+    let mut raw = server.conn().await;
+    let seven: f64 = raw.zscore("viewed:", "7").await.unwrap();
+    let eight: f64 = raw.zscore("viewed:", "8").await.unwrap();
+    assert_eq!((seven, eight), (-4.0, -1.0));
+    let ranked: Vec<String> = raw.zrange("viewed:", 0, -1).await.unwrap();
+    assert_eq!(ranked, vec!["7", "8"], "most viewed at rank 0");
+}
+
+#[tokio::test]
+async fn the_26th_view_drops_the_oldest() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let t = SessionToken::generate();
+    for n in 1..=26 {
+        sessions.touch(&t, None, Some(item(n))).await.unwrap();
+    }
+    let viewed = sessions.recently_viewed(&t).await.unwrap();
+    assert_eq!(viewed.len(), HISTORY_LEN);
+    let expected: Vec<ItemId> = (2..=26).rev().map(item).collect();
+    assert_eq!(viewed, expected, "most recent first, item 1 dropped");
+    let size: u64 = server
+        .conn()
+        .await
+        .zcard(format!("viewed:{}", t.expose()))
+        .await
+        .unwrap();
+    assert_eq!(size, 25);
+}
+
+#[tokio::test]
+async fn views_in_the_same_second_keep_the_right_25() {
+    let (_server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let t = SessionToken::generate();
+    // 40 views fired back to back land within one second (often within the same
+    // microsecond on the server clock for pipelined calls): the order must hold.
+    let order = [
+        5, 3, 9, 1, 7, 2, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+        26, 27, 28, 29, 30, 3, 5, 31, 32, 33, 34, 35, 36, 37, 9,
+    ];
+    let calls: Vec<_> = order
+        .iter()
+        .map(|&n| sessions.touch(&t, None, Some(item(n))))
+        .collect();
+    // Sent without waiting for each answer: one multiplexed connection keeps order.
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+    // The expected history: the last 25 distinct items by their latest view.
+    let mut expected: Vec<u64> = Vec::new();
+    for &n in order.iter().rev() {
+        if !expected.contains(&n) {
+            expected.push(n);
+        }
+    }
+    expected.truncate(25);
+    let got: Vec<u64> = sessions
+        .recently_viewed(&t)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(ItemId::get)
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn login_rotates_the_token_and_moves_cart_and_history() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn.clone(), keys());
+    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+    let old = SessionToken::generate();
+    sessions.touch(&old, None, Some(item(3))).await.unwrap();
+    sessions.touch(&old, None, Some(item(4))).await.unwrap();
+    carts.set(&old, item(3), 2).await.unwrap();
+
+    let user = UserId::new(9).unwrap();
+    let new = sessions.login(&old, user).await.unwrap();
+    assert_ne!(new, old);
+
+    assert_eq!(sessions.check_token(&new).await.unwrap(), Some(user));
+    assert_eq!(sessions.check_token(&old).await.unwrap(), None);
+    assert_eq!(
+        sessions.recently_viewed(&new).await.unwrap(),
+        vec![item(4), item(3)]
+    );
+    assert_eq!(sessions.recently_viewed(&old).await.unwrap(), vec![]);
+    let lines = carts.get(&new).await.unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!((lines[0].0, lines[0].1.get()), (item(3), 2));
+    assert!(carts.get(&old).await.unwrap().is_empty());
+
+    // The old token is gone from every structure; only the new one remains.
+    let mut raw = server.conn().await;
+    let recent: Vec<String> = raw.zrange("recent:", 0, -1).await.unwrap();
+    assert_eq!(recent, vec![new.expose().to_owned()]);
+    let keys = all_keys(&server).await;
+    assert!(keys.iter().all(|k| !k.contains(old.expose())), "{keys:?}");
+}
+
+#[tokio::test]
+async fn login_from_an_empty_session_works() {
+    let (_server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let old = SessionToken::generate();
+    let new = sessions.login(&old, UserId::new(1).unwrap()).await.unwrap();
+    assert_eq!(
+        sessions.check_token(&new).await.unwrap(),
+        Some(UserId::new(1).unwrap())
+    );
+}
+
+#[tokio::test]
+async fn logout_removes_the_whole_session() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn.clone(), keys());
+    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+    let other = SessionToken::generate();
+    sessions.touch(&other, None, Some(item(1))).await.unwrap();
+    let t = sessions
+        .login(&SessionToken::generate(), UserId::new(5).unwrap())
+        .await
+        .unwrap();
+    sessions.touch(&t, None, Some(item(1))).await.unwrap();
+    carts.set(&t, item(1), 1).await.unwrap();
+
+    sessions.logout(&t).await.unwrap();
+    assert_eq!(sessions.check_token(&t).await.unwrap(), None);
+    let keys = all_keys(&server).await;
+    assert!(keys.iter().all(|k| !k.contains(t.expose())), "{keys:?}");
+    assert_eq!(
+        sessions.count().await.unwrap(),
+        1,
+        "other sessions untouched"
+    );
+    assert_eq!(
+        sessions.recently_viewed(&other).await.unwrap(),
+        vec![item(1)]
+    );
+}
+
+#[tokio::test]
+async fn prefixed_keys_stay_in_their_namespace() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, shop_cache::keys::Keys::with_prefix("s1:"));
+    let t = SessionToken::generate();
+    sessions
+        .touch(&t, Some(UserId::new(1).unwrap()), Some(item(2)))
+        .await
+        .unwrap();
+    let keys = all_keys(&server).await;
+    assert_eq!(keys.len(), 4);
+    assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
+}

@@ -1,0 +1,3 @@
+//! The `shop` binary driven as a user (or a service manager) drives it.
+
+mod work;

@@ -1,0 +1,124 @@
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use shop_testkit::TestRedis;
+
+fn shop() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shop"));
+    cmd.env_remove("REDIS_URL")
+        .env_remove("SHOP_SESSION_CAP")
+        .env_remove("SHOP_CLEANER_BATCH")
+        .env_remove("SHOP_KEY_PREFIX")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn terminate(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "could not signal the shop process");
+}
+
+fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("shop did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn work_cleans_sessions_down_to_the_cap_and_stops_on_sigterm() {
+    let server = TestRedis::start();
+    let mut raw = server.conn().await;
+    for i in 0..50 {
+        let token = format!("tok{i:019}");
+        let _: () = raw.zadd("s:recent:", &token, i).await.unwrap();
+        let _: () = raw.hset(format!("s:cart:{token}"), "1", 1).await.unwrap();
+    }
+
+    let child = shop()
+        .arg("work")
+        .env("REDIS_URL", server.url())
+        .env("SHOP_KEY_PREFIX", "s:")
+        .env("SHOP_SESSION_CAP", "10")
+        .env("SHOP_CLEANER_BATCH", "7")
+        .spawn()
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n: u64 = raw.zcard("s:recent:").await.unwrap();
+        if n == 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {n} sessions");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kept: Vec<String> = raw.zrange("s:recent:", 0, -1).await.unwrap();
+    assert_eq!(
+        kept.first().unwrap(),
+        &format!("tok{:019}", 40),
+        "oldest went"
+    );
+    let carts: Vec<String> = raw.keys("s:cart:*").await.unwrap();
+    assert_eq!(carts.len(), 10);
+
+    terminate(&child);
+    let out = wait_with_deadline(child, Duration::from_secs(5));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert!(stderr.contains("stopped"), "{stderr}");
+}
+
+#[test]
+fn unreachable_redis_is_a_clear_error_not_a_panic() {
+    let out = shop()
+        .arg("work")
+        .env("REDIS_URL", "unix:///nonexistent/shop-test.sock")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach Redis"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_password_in_the_redis_url_is_not_printed() {
+    let out = shop()
+        .arg("work")
+        .env("REDIS_URL", "redis://user:hunter2@127.0.0.1:1/0")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success());
+    assert!(all.contains("redis://***@127.0.0.1:1/0"), "{all}");
+    assert!(!all.contains("hunter2"), "{all}");
+}
+
+#[test]
+fn bad_settings_stop_the_start_with_the_setting_named() {
+    let out = shop()
+        .arg("work")
+        .env("SHOP_CLEANER_BATCH", "100000")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--cleaner-batch"), "{stderr}");
+}

@@ -1,0 +1,48 @@
+# Shared by scripts/run and scripts/test: make sure what the shop needs is installed,
+# installing it through the system package manager when we can, or saying exactly how.
+
+say() { printf 'shop: %s\n' "$*" >&2; }
+
+# apt-get install, as root directly or through passwordless sudo; otherwise print the
+# command for the user to run and fail.
+apt_install() {
+    local packages=("$@")
+    if ! command -v apt-get >/dev/null 2>&1; then
+        say "missing: ${packages[*]}. Install them with your system's package manager."
+        exit 1
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo="sudo"
+        else
+            say "missing: ${packages[*]}. Install them with:"
+            say "    sudo apt-get update && sudo apt-get install -y ${packages[*]}"
+            exit 1
+        fi
+    fi
+    say "installing ${packages[*]} (apt-get)"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${packages[@]}" >/dev/null
+}
+
+ensure_cargo() {
+    if ! command -v cargo >/dev/null 2>&1; then
+        say "cargo (Rust) is not installed. Install it with rustup:"
+        say "    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh"
+        exit 1
+    fi
+}
+
+ensure_redis_server() {
+    local bin="${SHOP_REDIS_SERVER:-redis-server}"
+    if command -v "$bin" >/dev/null 2>&1; then
+        return
+    fi
+    if [ -n "${SHOP_REDIS_SERVER:-}" ]; then
+        say "SHOP_REDIS_SERVER=$SHOP_REDIS_SERVER is not an executable"
+        exit 1
+    fi
+    apt_install redis-server
+    command -v redis-server >/dev/null 2>&1 || { say "redis-server still missing"; exit 1; }
+}
