@@ -84,9 +84,20 @@ impl Keys {
         &self.item_views
     }
 
+    /// String: the last rescale period of `viewed:`, so several workers rescale once.
+    pub fn views_rescaled(&self) -> String {
+        format!("{}rescaled:", self.prefix)
+    }
+
     /// String: a cached page, under the stable hash of its normalised request.
     pub fn page(&self, request_hash: &str) -> String {
         format!("{}cache:{request_hash}", self.prefix)
+    }
+
+    /// String: held (`SET NX PX`) by the one process rendering a missing page, so a
+    /// popular page that expires is rendered once, not once per request.
+    pub fn page_lock(&self, request_hash: &str) -> String {
+        format!("{}lock:cache:{request_hash}", self.prefix)
     }
 
     /// Sorted set: row id -> unix time of its next refresh.
@@ -119,6 +130,8 @@ mod tests {
         assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
         assert_eq!(k.item_views(), "viewed:");
         assert_eq!(k.page("abc"), "cache:abc");
+        assert_eq!(k.views_rescaled(), "rescaled:");
+        assert_eq!(k.page_lock("abc"), "lock:cache:abc");
         assert_eq!(k.schedule(), "schedule:");
         assert_eq!(k.delay(), "delay:");
         assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
@@ -134,7 +147,9 @@ mod tests {
             k.viewed_by(&t),
             k.cart(&t),
             k.item_views().to_owned(),
+            k.views_rescaled(),
             k.page("x"),
+            k.page_lock("x"),
             k.schedule().to_owned(),
             k.delay().to_owned(),
             k.inventory(ItemId::new(1).unwrap()),

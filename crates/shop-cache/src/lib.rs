@@ -17,12 +17,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod analytics;
 pub mod book;
 pub mod cart;
 pub mod daemon;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod page_cache;
 pub mod scripts;
 pub mod session;
 pub mod session_cleaner;

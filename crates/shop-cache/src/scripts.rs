@@ -17,3 +17,10 @@ pub static LOGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("
 /// The session cleaner's pick-and-delete.
 pub static CLEAN_SESSIONS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/clean_sessions.lua")));
+
+/// The view rescale: trim `viewed:` and halve it, once per period.
+pub static RESCALE_VIEWS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/rescale_views.lua")));
+
+/// Releases a `SET NX PX` lock only if the caller still holds it.
+pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/unlock.lua")));

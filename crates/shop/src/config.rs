@@ -3,6 +3,7 @@
 //! so a bad value stops the process at start with a message naming the setting.
 
 use clap::{Args, Parser, Subcommand};
+use shop_cache::analytics;
 use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, MAX_BATCH};
 
 /// The web tier of an online retailer, with its hot state in Redis.
@@ -17,7 +18,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the shop (with the background daemons in-process).
     Serve(ServeArgs),
-    /// Run only the background daemons (session cleaner).
+    /// Run only the background daemons (session cleaner, view rescaler).
     Work(WorkArgs),
 }
 
@@ -62,6 +63,22 @@ pub struct WorkerArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)),
     )]
     pub cleaner_batch: u32,
+    /// Seconds between view rescales (trim `viewed:` and halve every count).
+    #[arg(
+        long,
+        env = "SHOP_RESCALE_INTERVAL",
+        default_value_t = analytics::DEFAULT_INTERVAL.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub rescale_interval: u64,
+    /// How many of the most viewed items a rescale keeps.
+    #[arg(
+        long,
+        env = "SHOP_RESCALE_KEEP",
+        default_value_t = analytics::DEFAULT_KEEP,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub rescale_keep: u64,
 }
 
 /// The URL with any password replaced, for printing and logs.

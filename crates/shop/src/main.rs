@@ -7,6 +7,9 @@ mod shutdown;
 use anyhow::Context;
 use clap::Parser;
 use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+use shop_cache::analytics::Rescaler;
 use shop_cache::keys::Keys;
 use shop_cache::session::Sessions;
 use shop_cache::session_cleaner::SessionCleaner;
@@ -82,9 +85,21 @@ async fn run_daemons(
     workers: WorkerArgs,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    let cleaner = SessionCleaner::new(conn, keys, workers.session_cap, workers.cleaner_batch)?;
+    let cleaner = SessionCleaner::new(
+        conn.clone(),
+        keys.clone(),
+        workers.session_cap,
+        workers.cleaner_batch,
+    )?;
+    let rescaler = Rescaler::new(
+        conn,
+        keys,
+        Duration::from_secs(workers.rescale_interval),
+        workers.rescale_keep,
+    );
     let mut daemons = tokio::task::JoinSet::new();
     daemons.spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
+    daemons.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
 
     shutdown::signal().await;
     tracing::info!("shutting down");

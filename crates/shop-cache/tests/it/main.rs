@@ -1,5 +1,6 @@
 //! Integration tests of the Redis layer, each against its own `redis-server`.
 
+mod analytics;
 mod cart;
 mod cleaner;
 mod outage;

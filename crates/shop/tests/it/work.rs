@@ -10,6 +10,8 @@ fn shop() -> Command {
         .env_remove("SHOP_SESSION_CAP")
         .env_remove("SHOP_CLEANER_BATCH")
         .env_remove("SHOP_KEY_PREFIX")
+        .env_remove("SHOP_RESCALE_INTERVAL")
+        .env_remove("SHOP_RESCALE_KEEP")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -38,7 +40,7 @@ fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
 }
 
 #[tokio::test]
-async fn work_cleans_sessions_down_to_the_cap_and_stops_on_sigterm() {
+async fn work_runs_the_cleaner_and_the_rescaler_and_stops_on_sigterm() {
     let server = TestRedis::start();
     let mut raw = server.conn().await;
     for i in 0..50 {
@@ -46,6 +48,8 @@ async fn work_cleans_sessions_down_to_the_cap_and_stops_on_sigterm() {
         let _: () = raw.zadd("s:recent:", &token, i).await.unwrap();
         let _: () = raw.hset(format!("s:cart:{token}"), "1", 1).await.unwrap();
     }
+    let views: Vec<(f64, u64)> = (1..=30).map(|i| (-(i as f64) * 2.0, i)).collect();
+    let _: () = raw.zadd_multiple("s:viewed:", &views).await.unwrap();
 
     let child = shop()
         .arg("work")
@@ -53,6 +57,7 @@ async fn work_cleans_sessions_down_to_the_cap_and_stops_on_sigterm() {
         .env("SHOP_KEY_PREFIX", "s:")
         .env("SHOP_SESSION_CAP", "10")
         .env("SHOP_CLEANER_BATCH", "7")
+        .env("SHOP_RESCALE_KEEP", "20")
         .spawn()
         .unwrap();
 
@@ -73,6 +78,15 @@ async fn work_cleans_sessions_down_to_the_cap_and_stops_on_sigterm() {
     );
     let carts: Vec<String> = raw.keys("s:cart:*").await.unwrap();
     assert_eq!(carts.len(), 10);
+    // The rescaler ran too: the 20 most viewed kept, counts halved.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while raw.zcard::<_, u64>("s:viewed:").await.unwrap() != 20 {
+        let all: Vec<(String, f64)> = raw.zrange_withscores("s:viewed:", 0, -1).await.unwrap();
+        assert!(Instant::now() < deadline, "no rescale: {all:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let top: Option<f64> = raw.zscore("s:viewed:", 30).await.unwrap();
+    assert_eq!(top, Some(-30.0));
 
     terminate(&child);
     let out = wait_with_deadline(child, Duration::from_secs(5));

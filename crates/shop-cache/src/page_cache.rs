@@ -1,0 +1,496 @@
+//! The page cache's storage and its Redis side of the policy: whole rendered pages at
+//! `cache:<key>` for a few minutes, kept only for the most viewed items.
+//!
+//! - [`PageRequest`] normalises a request (path, sorted query, the headers a page
+//!   varies on) and hashes it with SHA-256 into a [`PageKey`] that is the same in
+//!   every process and release (the book used Python's per-process `hash()`).
+//! - [`StoredPage`] is what is kept: status, the headers needed to replay the
+//!   response, an ETag, and the body gzip-compressed. Gzip because every client that
+//!   accepts any compression accepts gzip, so the stored bytes go out as they are;
+//!   `cargo bench -p shop-cache --bench page_compression` compares it with zstd and
+//!   brotli on an item page.
+//! - [`PageStore`] reads a page together with the item's rank in `viewed:` (one round
+//!   trip), stores pages with a TTL, and holds the short lock that lets one process
+//!   render a missing page while the others wait for it.
+//!
+//! The HTTP side (which requests and responses qualify, serving, single-flight inside
+//! a process) is the tower layer in `shop-web`.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use redis::aio::ConnectionManager;
+use sha2::{Digest, Sha256};
+
+use crate::domain::ItemId;
+use crate::keys::Keys;
+use crate::session::SessionToken;
+use crate::{CacheError, scripts};
+
+/// How long a page is kept, as in the book.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// Only items ranked below this in `viewed:` are cached (ranks 0..=9,999).
+pub const DEFAULT_RANK_LIMIT: u64 = 10_000;
+/// How long the render lock lives if its holder dies before releasing it.
+pub const LOCK_TTL: Duration = Duration::from_secs(5);
+
+/// A request reduced to what makes its page different: the path, the query
+/// parameters in a canonical order, and the values of the headers the page varies on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    path: String,
+    query: Vec<(String, String)>,
+    vary: Vec<(String, Vec<u8>)>,
+}
+
+impl PageRequest {
+    /// The request for `path` with its raw query string (without the `?`). Parameters
+    /// are decoded and sorted, so their order and spelling (`%41` vs `A`) do not matter.
+    pub fn new(path: &str, raw_query: Option<&str>) -> Self {
+        let mut query: Vec<(String, String)> = raw_query
+            .map(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        query.sort();
+        Self {
+            path: path.to_owned(),
+            query,
+            vary: Vec::new(),
+        }
+    }
+
+    /// Adds a header the page varies on (name case-insensitive; absent = empty).
+    pub fn vary_on(mut self, name: &str, value: &[u8]) -> Self {
+        self.vary
+            .push((name.to_ascii_lowercase(), value.trim_ascii().to_vec()));
+        self.vary.sort();
+        self
+    }
+
+    /// True if the query has a parameter called `name` (with any value).
+    pub fn has_param(&self, name: &str) -> bool {
+        self.query.iter().any(|(k, _)| k == name)
+    }
+
+    /// The stable key: SHA-256 over a length-prefixed encoding of the normalised
+    /// request (so no two different requests encode alike), in hex.
+    pub fn key(&self) -> PageKey {
+        let mut h = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        };
+        field(b"shop-page-v1");
+        field(b"GET");
+        field(self.path.as_bytes());
+        field(&(self.query.len() as u64).to_be_bytes());
+        for (k, v) in &self.query {
+            field(k.as_bytes());
+            field(v.as_bytes());
+        }
+        field(&(self.vary.len() as u64).to_be_bytes());
+        for (k, v) in &self.vary {
+            field(k.as_bytes());
+            field(v);
+        }
+        PageKey(hex::encode(h.finalize()))
+    }
+}
+
+/// The hex SHA-256 naming a cached page.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PageKey(String);
+
+impl PageKey {
+    /// The 64 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A cached response: what is needed to replay it, body compressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPage {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    etag: String,
+    gzip: Bytes,
+}
+
+/// The first byte of the stored form; bump it when the layout changes, and old
+/// entries read as misses rather than garbage.
+const FORMAT_VERSION: u8 = 1;
+
+impl StoredPage {
+    /// Compresses `body` and keeps `headers` (lower-case names) for replay. The ETag
+    /// is the response's own if it has one, else derived from the body.
+    pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: &[u8]) -> Self {
+        let etag = headers
+            .iter()
+            .find(|(name, _)| name == "etag")
+            .and_then(|(_, v)| String::from_utf8(v.clone()).ok())
+            .unwrap_or_else(|| format!("\"{}\"", &hex::encode(Sha256::digest(body))[..32]));
+        let headers = headers.into_iter().filter(|(n, _)| n != "etag").collect();
+        let mut enc = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::default());
+        enc.write_all(body).expect("writing to a Vec cannot fail");
+        let gzip = Bytes::from(enc.finish().expect("writing to a Vec cannot fail"));
+        Self {
+            status,
+            headers,
+            etag,
+            gzip,
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The replayed headers (without the ETag, see [`StoredPage::etag`]).
+    pub fn headers(&self) -> &[(String, Vec<u8>)] {
+        &self.headers
+    }
+
+    /// The entity tag, quoted, for `ETag` and `If-None-Match`.
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+
+    /// The body as stored, gzip-compressed: what a client accepting gzip is sent.
+    pub fn gzip_body(&self) -> Bytes {
+        self.gzip.clone()
+    }
+
+    /// The body decompressed, for clients that do not accept gzip.
+    pub fn body(&self) -> Result<Vec<u8>, CacheError> {
+        let mut out = Vec::with_capacity(self.gzip.len() * 4);
+        GzDecoder::new(&self.gzip[..])
+            .read_to_end(&mut out)
+            .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
+        Ok(out)
+    }
+
+    /// The stored form: version, status, ETag, headers, then the gzip body; every
+    /// variable part length-prefixed (u32 big-endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.gzip.len() + 256);
+        out.push(FORMAT_VERSION);
+        out.extend_from_slice(&self.status.to_be_bytes());
+        put(&mut out, self.etag.as_bytes());
+        out.extend_from_slice(&(self.headers.len() as u32).to_be_bytes());
+        for (name, value) in &self.headers {
+            put(&mut out, name.as_bytes());
+            put(&mut out, value);
+        }
+        out.extend_from_slice(&self.gzip);
+        out
+    }
+
+    /// Reads what [`StoredPage::encode`] wrote; anything else is `Corrupt`.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CacheError> {
+        let corrupt = || CacheError::Corrupt { what: "cache:" };
+        let mut r = Reader(bytes);
+        if r.take(1).ok_or_else(corrupt)? != [FORMAT_VERSION] {
+            return Err(corrupt());
+        }
+        let status = u16::from_be_bytes(r.take(2).ok_or_else(corrupt)?.try_into().unwrap());
+        let etag =
+            String::from_utf8(r.field().ok_or_else(corrupt)?.to_vec()).map_err(|_| corrupt())?;
+        let count = r.u32().ok_or_else(corrupt)?;
+        let mut headers = Vec::new();
+        for _ in 0..count {
+            let name = String::from_utf8(r.field().ok_or_else(corrupt)?.to_vec())
+                .map_err(|_| corrupt())?;
+            let value = r.field().ok_or_else(corrupt)?.to_vec();
+            headers.push((name, value));
+        }
+        Ok(Self {
+            status,
+            headers,
+            etag,
+            gzip: Bytes::copy_from_slice(r.0),
+        })
+    }
+}
+
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn field(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+/// The outcome of a lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The item is not among the most viewed: do not cache its page.
+    NotPopular,
+    /// A stored page.
+    Hit(StoredPage),
+    /// Cacheable, but nothing stored (or what was stored is unreadable).
+    Miss,
+}
+
+/// A held render lock; pass it back to [`PageStore::unlock`].
+#[derive(Debug)]
+pub struct RenderLock {
+    key: String,
+    holder: String,
+}
+
+/// Cached pages in Redis.
+#[derive(Clone)]
+pub struct PageStore {
+    conn: ConnectionManager,
+    keys: Keys,
+    ttl: Duration,
+    rank_limit: u64,
+}
+
+impl PageStore {
+    /// Pages under `keys`, kept for `ttl`, for items ranked below `rank_limit`.
+    pub fn new(conn: ConnectionManager, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
+        Self {
+            conn,
+            keys,
+            ttl,
+            rank_limit,
+        }
+    }
+
+    /// How long pages are kept.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Reads the page stored under `key`; with `item`, only if the item ranks below
+    /// the limit. The rank and the page come back in one round trip.
+    pub async fn lookup(&self, key: &PageKey, item: Option<ItemId>) -> Result<Lookup, CacheError> {
+        let mut pipe = redis::pipe();
+        if let Some(item) = item {
+            pipe.cmd("ZRANK").arg(self.keys.item_views()).arg(item);
+        }
+        pipe.cmd("GET").arg(self.keys.page(key.as_str()));
+        let mut conn = self.conn.clone();
+        let (rank, page): (Option<u64>, Option<Vec<u8>>) = if item.is_some() {
+            pipe.query_async(&mut conn).await?
+        } else {
+            let (page,): (Option<Vec<u8>>,) = pipe.query_async(&mut conn).await?;
+            (Some(0), page)
+        };
+        if rank.is_none_or(|r| r >= self.rank_limit) {
+            return Ok(Lookup::NotPopular);
+        }
+        Ok(match page.map(|bytes| StoredPage::decode(&bytes)) {
+            Some(Ok(page)) => Lookup::Hit(page),
+            Some(Err(_)) => {
+                tracing::warn!("unreadable cached page; rendering it again");
+                Lookup::Miss
+            }
+            None => Lookup::Miss,
+        })
+    }
+
+    /// The page stored under `key`, if any, with no popularity check (for waiters
+    /// polling for a page another process is rendering).
+    pub async fn get(&self, key: &PageKey) -> Result<Option<StoredPage>, CacheError> {
+        let bytes: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(self.keys.page(key.as_str()))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(bytes.and_then(|b| StoredPage::decode(&b).ok()))
+    }
+
+    /// Stores `page` under `key` for the TTL.
+    pub async fn store(&self, key: &PageKey, page: &StoredPage) -> Result<(), CacheError> {
+        redis::cmd("SET")
+            .arg(self.keys.page(key.as_str()))
+            .arg(page.encode())
+            .arg("PX")
+            .arg(self.ttl.as_millis() as u64)
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Tries to become the one process rendering `key`. `None`: another holds it.
+    pub async fn try_lock(&self, key: &PageKey) -> Result<Option<RenderLock>, CacheError> {
+        let lock = RenderLock {
+            key: self.keys.page_lock(key.as_str()),
+            // Any unguessable value works; a session token is one.
+            holder: SessionToken::generate().expose().to_owned(),
+        };
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(&lock.key)
+            .arg(&lock.holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_TTL.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok.map(|_| lock))
+    }
+
+    /// Releases a lock this process holds (a lock that already expired is left alone).
+    pub async fn unlock(&self, lock: RenderLock) -> Result<(), CacheError> {
+        scripts::UNLOCK
+            .key(&lock.key)
+            .arg(&lock.holder)
+            .invoke_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_key_of_a_known_request_is_pinned() {
+        // Changing this value invalidates every cached page of every deployment:
+        // only do it on purpose, with the format tag in `key()` bumped.
+        let req = PageRequest::new("/items/42", Some("b=2&a=1")).vary_on("Accept-Language", b"en");
+        assert_eq!(
+            req.key().as_str(),
+            "27f41fda6a630d6fad4ec92d671fad7c10020ab0461360454e1dce35d22b4ab4"
+        );
+    }
+
+    #[test]
+    fn query_order_and_encoding_do_not_change_the_key() {
+        let a = PageRequest::new("/items/1", Some("a=1&b=2&c=x+y"));
+        let b = PageRequest::new("/items/1", Some("c=x%20y&b=2&a=1"));
+        let c = PageRequest::new("/items/1", Some("%61=1&b=2&c=x+y"));
+        assert_eq!(a.key(), b.key());
+        assert_eq!(a.key(), c.key());
+    }
+
+    #[test]
+    fn what_differs_changes_the_key() {
+        let base = PageRequest::new("/items/1", Some("a=1"));
+        for other in [
+            PageRequest::new("/items/2", Some("a=1")),
+            PageRequest::new("/items/1", Some("a=2")),
+            PageRequest::new("/items/1", Some("a=1&a=1")),
+            PageRequest::new("/items/1", None),
+            PageRequest::new("/items/1", Some("a=1")).vary_on("accept-language", b"en"),
+        ] {
+            assert_ne!(base.key(), other.key(), "{other:?}");
+        }
+        // Field boundaries are unambiguous.
+        assert_ne!(
+            PageRequest::new("/x", Some("ab=c")).key(),
+            PageRequest::new("/x", Some("a=bc")).key()
+        );
+    }
+
+    #[test]
+    fn header_names_are_case_insensitive_and_values_trimmed() {
+        let a = PageRequest::new("/", None).vary_on("Accept-Language", b" de ");
+        let b = PageRequest::new("/", None).vary_on("accept-language", b"de");
+        assert_eq!(a.key(), b.key());
+    }
+
+    #[test]
+    fn stored_pages_round_trip() {
+        let body = "<html>".repeat(1000);
+        let page = StoredPage::new(
+            200,
+            vec![("content-type".into(), b"text/html; charset=utf-8".to_vec())],
+            body.as_bytes(),
+        );
+        assert!(page.gzip_body().len() < body.len() / 10);
+        let back = StoredPage::decode(&page.encode()).unwrap();
+        assert_eq!(back, page);
+        assert_eq!(back.body().unwrap(), body.as_bytes());
+        assert!(page.etag().starts_with('"') && page.etag().ends_with('"'));
+    }
+
+    #[test]
+    fn a_response_etag_is_kept() {
+        let page = StoredPage::new(200, vec![("etag".into(), b"\"v7\"".to_vec())], b"x");
+        assert_eq!(page.etag(), "\"v7\"");
+        assert!(page.headers().is_empty());
+    }
+
+    #[test]
+    fn garbage_does_not_decode() {
+        for bad in [
+            &b""[..],
+            b"\x02",
+            b"\x01\x00",
+            b"\x01\x00\xc8\xff\xff\xff\xff",
+        ] {
+            assert!(StoredPage::decode(bad).is_err());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_parameter_order_gives_the_same_key(
+            params in proptest::collection::vec(("[a-z_]{1,4}", "[ -~]{0,6}"), 0..6),
+            seed in any::<u64>(),
+        ) {
+            let encode = |ps: &[(String, String)]| {
+                form_urlencoded::Serializer::new(String::new()).extend_pairs(ps).finish()
+            };
+            let mut shuffled = params.clone();
+            // A deterministic shuffle driven by the seed.
+            let n = shuffled.len();
+            for i in (1..n).rev() {
+                shuffled.swap(i, (seed as usize).wrapping_mul(i + 7) % (i + 1));
+            }
+            prop_assert_eq!(
+                PageRequest::new("/p", Some(&encode(&params))).key(),
+                PageRequest::new("/p", Some(&encode(&shuffled))).key()
+            );
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = StoredPage::decode(&bytes);
+        }
+
+        #[test]
+        fn encode_decode_round_trips(
+            status in 100u16..600,
+            headers in proptest::collection::vec(("[a-z-]{1,12}", proptest::collection::vec(any::<u8>(), 0..20)), 0..4),
+            body in proptest::collection::vec(any::<u8>(), 0..2000),
+        ) {
+            let page = StoredPage::new(status, headers, &body);
+            let back = StoredPage::decode(&page.encode()).unwrap();
+            prop_assert_eq!(back.body().unwrap(), body);
+            prop_assert_eq!(back, page);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the web tier, each against its own `redis-server`.
+
+mod page_cache;
