@@ -21,7 +21,6 @@ pub mod analytics;
 pub mod book;
 pub mod cart;
 pub mod daemon;
-pub mod domain;
 pub mod error;
 pub mod keys;
 pub mod page_cache;
@@ -34,3 +33,5 @@ mod connection;
 
 pub use connection::{connect, connect_with};
 pub use error::CacheError;
+/// The identifiers shared with the SQL layer.
+pub use shop_domain as domain;

@@ -3,7 +3,11 @@
 //! [`TestRedis`] starts a private `redis-server` listening only on a Unix socket in
 //! its own temporary directory, with persistence off, and kills it when dropped. A
 //! test therefore cannot see another test's keys, nor the Redis on port 6379.
+//! [`TestDb`] gives a test its own database: a SQLite file in a temporary directory,
+//! or a PostgreSQL database created for it on the local server and dropped after.
 
+mod database;
 mod redis_server;
 
+pub use database::TestDb;
 pub use redis_server::TestRedis;

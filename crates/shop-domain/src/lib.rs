@@ -1,5 +1,7 @@
 //! Identifiers that arrive from outside (URLs, forms, cookies) parsed once into types
 //! that cannot hold a bad value, so everything past the boundary can trust them.
+//! Shared by the Redis layer (`shop-cache`) and the SQL layer (`shop-db`), which do
+//! not depend on each other.
 
 use std::fmt;
 use std::str::FromStr;
@@ -72,13 +74,33 @@ macro_rules! positive_id {
             }
         }
 
+        #[cfg(feature = "redis")]
         impl redis::ToRedisArgs for $name {
             fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
                 self.0.write_redis_args(out)
             }
         }
 
+        #[cfg(feature = "redis")]
         impl redis::ToSingleRedisArg for $name {}
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_u64(self.0)
+            }
+        }
+
+        impl $name {
+            /// The id as a SQL `BIGINT` parameter (always in range: at most 18 digits).
+            pub fn to_i64(self) -> i64 {
+                self.0 as i64
+            }
+
+            /// Reads an id from a SQL `BIGINT` column.
+            pub fn from_i64(value: i64) -> Result<Self, InvalidInput> {
+                u64::try_from(value).map_err(|_| InvalidInput::$err).and_then(Self::new)
+            }
+        }
     };
 }
 

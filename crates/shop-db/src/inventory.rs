@@ -1,0 +1,114 @@
+//! Stock and sale windows: what the row cache copies into Redis (`inv:<id>`).
+
+use serde::Serialize;
+use shop_domain::ItemId;
+use sqlx::Row;
+
+use crate::{Db, DbError};
+
+/// One item's inventory row as the row cache publishes it: column name -> value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InventoryRow {
+    /// The item.
+    pub item_id: ItemId,
+    /// Its title, so a page can show the row without the database.
+    pub title: String,
+    /// Regular price in cents.
+    pub price_cents: i64,
+    /// Units left.
+    pub stock: i64,
+    /// Price during the sale, if one is set.
+    pub sale_price_cents: Option<i64>,
+    /// Sale start, unix seconds.
+    pub sale_start: Option<i64>,
+    /// Sale end (exclusive), unix seconds.
+    pub sale_end: Option<i64>,
+}
+
+/// A flash sale to start: how many units, at what price, for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sale {
+    /// Units on sale.
+    pub stock: i64,
+    /// Sale price in cents.
+    pub price_cents: i64,
+    /// Start, unix seconds.
+    pub start: i64,
+    /// End (exclusive), unix seconds.
+    pub end: i64,
+}
+
+impl Db {
+    /// The item's inventory row, or `None` if the item does not exist.
+    pub async fn inventory_row(&self, id: ItemId) -> Result<Option<InventoryRow>, DbError> {
+        let row = sqlx::query(
+            "SELECT i.id, i.title, i.price_cents, v.stock, v.sale_price_cents, v.sale_start, v.sale_end \
+             FROM items i JOIN inventory v ON v.item_id = i.id WHERE i.id = $1",
+        )
+        .bind(id.to_i64())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(InventoryRow {
+            item_id: id,
+            title: row.try_get("title")?,
+            price_cents: row.try_get("price_cents")?,
+            stock: row.try_get("stock")?,
+            sale_price_cents: row.try_get("sale_price_cents")?,
+            sale_start: row.try_get("sale_start")?,
+            sale_end: row.try_get("sale_end")?,
+        }))
+    }
+
+    /// The row as the JSON object the row cache stores.
+    pub async fn inventory_json(&self, id: ItemId) -> Result<Option<String>, DbError> {
+        Ok(self
+            .inventory_row(id)
+            .await?
+            .map(|row| serde_json::to_string(&row).expect("an inventory row always serializes")))
+    }
+
+    /// Sets the stock of an item. `false` if there is no such item.
+    pub async fn set_stock(&self, id: ItemId, stock: i64) -> Result<bool, DbError> {
+        let done = sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
+            .bind(stock)
+            .bind(id.to_i64())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Puts an item on sale. `false` if there is no such item.
+    pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<bool, DbError> {
+        let done = sqlx::query(
+            "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
+             WHERE item_id = $5",
+        )
+        .bind(sale.stock)
+        .bind(sale.price_cents)
+        .bind(sale.start)
+        .bind(sale.end)
+        .bind(id.to_i64())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The items currently or soon on sale (sale end in the future), by id.
+    pub async fn sale_items(&self, now: i64) -> Result<Vec<ItemId>, DbError> {
+        let rows =
+            sqlx::query("SELECT item_id FROM inventory WHERE sale_end > $1 ORDER BY item_id")
+                .bind(now)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|r| {
+                ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
+                    what: "inventory.item_id",
+                })
+            })
+            .collect()
+    }
+}

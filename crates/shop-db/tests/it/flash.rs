@@ -1,0 +1,189 @@
+use shop_db::Db;
+use shop_db::flash::BuyOutcome;
+use shop_db::inventory::Sale;
+use shop_domain::{ItemId, UserId};
+
+use crate::databases;
+
+const NOW: i64 = 1_800_000_000;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+/// `n` users named u1..un (with a hash nobody can log in with), ids returned.
+async fn users(db: &Db, n: usize) -> Vec<UserId> {
+    let mut tx = db.pool().begin().await.unwrap();
+    for i in 1..=n {
+        sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES ($1, 'x', 0)")
+            .bind(format!("u{i}"))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM users WHERE name LIKE 'u%' ORDER BY id")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    ids.into_iter()
+        .map(|i| UserId::from_i64(i).unwrap())
+        .collect()
+}
+
+async fn on_sale(db: &Db, stock: i64) {
+    db.seed(10, 1, &|_| {}).await.unwrap();
+    let sale = Sale {
+        stock,
+        price_cents: 999,
+        start: NOW - 10,
+        end: NOW + 3_600,
+    };
+    assert!(db.set_sale(item(1), sale).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_buyers_for_twenty_units_never_oversell() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 20).await;
+        let buyers = users(&db, 500).await;
+        let attempts = buyers.iter().enumerate().map(|(i, &user)| {
+            let db = db.clone();
+            tokio::spawn(async move { db.flash_buy(user, item(1), &format!("k{i}"), 1, NOW).await })
+        });
+        let outcomes: Vec<BuyOutcome> = futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        let bought = outcomes
+            .iter()
+            .filter(|o| matches!(o, BuyOutcome::Bought { .. }))
+            .count();
+        let sold_out = outcomes
+            .iter()
+            .filter(|o| **o == BuyOutcome::SoldOut)
+            .count();
+        assert_eq!((bought, sold_out), (20, 480), "{kind}");
+        let row = db.inventory_row(item(1)).await.unwrap().unwrap();
+        assert_eq!(row.stock, 0, "{kind}");
+        assert_eq!(db.units_ordered(item(1)).await.unwrap(), 20, "{kind}");
+        let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE kind = 'flash'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(orders, 20, "{kind}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_the_same_key_buys_once_and_gets_the_same_answer() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 5).await;
+        let user = users(&db, 1).await[0];
+        // Ten copies of the same request at once (a client retrying impatiently).
+        let attempts = (0..10).map(|_| {
+            let db = db.clone();
+            tokio::spawn(async move { db.flash_buy(user, item(1), "same-key", 3, NOW).await })
+        });
+        let outcomes: Vec<BuyOutcome> = futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        let first = outcomes[0].clone();
+        assert!(
+            matches!(first, BuyOutcome::Bought { .. }),
+            "{kind}: {first:?}"
+        );
+        assert!(outcomes.iter().all(|o| *o == first), "{kind}: {outcomes:?}");
+        // And later.
+        assert_eq!(
+            db.flash_buy(user, item(1), "same-key", 3, NOW)
+                .await
+                .unwrap(),
+            first
+        );
+        assert_eq!(db.units_ordered(item(1)).await.unwrap(), 1, "{kind}");
+        assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 4);
+        // The same key for another item is refused, not answered with this order.
+        assert_eq!(
+            db.flash_buy(user, item(2), "same-key", 3, NOW)
+                .await
+                .unwrap(),
+            BuyOutcome::KeyReused
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_per_user_limit_holds() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 10).await;
+        let ids = users(&db, 2).await;
+        let (one, two) = (ids[0], ids[1]);
+        assert!(matches!(
+            db.flash_buy(one, item(1), "a", 1, NOW).await.unwrap(),
+            BuyOutcome::Bought { .. }
+        ));
+        assert_eq!(
+            db.flash_buy(one, item(1), "b", 1, NOW).await.unwrap(),
+            BuyOutcome::LimitReached,
+            "{kind}"
+        );
+        // The refusal is remembered for its key, and took no stock.
+        assert_eq!(
+            db.flash_buy(one, item(1), "b", 1, NOW).await.unwrap(),
+            BuyOutcome::LimitReached
+        );
+        assert_eq!(
+            db.inventory_row(item(1)).await.unwrap().unwrap().stock,
+            9,
+            "{kind}"
+        );
+        // A limit of 2 lets the second through, not a third.
+        for (key, expect_bought) in [("c", true), ("d", true), ("e", false)] {
+            let got = db.flash_buy(two, item(1), key, 2, NOW).await.unwrap();
+            assert_eq!(
+                matches!(got, BuyOutcome::Bought { .. }),
+                expect_bought,
+                "{kind}: {key} {got:?}"
+            );
+        }
+        assert_eq!(db.units_ordered(item(1)).await.unwrap(), 3);
+    }
+}
+
+#[tokio::test]
+async fn outside_the_window_or_unknown_items_are_refused() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 10).await;
+        let user = users(&db, 1).await[0];
+        let before = db
+            .flash_buy(user, item(1), "early", 1, NOW - 11)
+            .await
+            .unwrap();
+        let at_end = db
+            .flash_buy(user, item(1), "late", 1, NOW + 3_600)
+            .await
+            .unwrap();
+        let never = db.flash_buy(user, item(2), "never", 1, NOW).await.unwrap();
+        let unknown = db.flash_buy(user, item(999), "nope", 1, NOW).await.unwrap();
+        assert_eq!(
+            (before, at_end, never, unknown),
+            (
+                BuyOutcome::NotOnSale,
+                BuyOutcome::NotOnSale,
+                BuyOutcome::NotOnSale,
+                BuyOutcome::UnknownItem
+            ),
+            "{kind}"
+        );
+        assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 10);
+        assert_eq!(db.units_ordered(item(1)).await.unwrap(), 0);
+    }
+}
