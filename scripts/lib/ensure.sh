@@ -46,3 +46,23 @@ ensure_redis_server() {
     apt_install redis-server
     command -v redis-server >/dev/null 2>&1 || { say "redis-server still missing"; exit 1; }
 }
+
+# PostgreSQL tests create their own database on the server at SHOP_TEST_POSTGRES_URL
+# (default postgres://postgres@127.0.0.1:5432/postgres). Start a local cluster that
+# is installed but stopped; otherwise say that those tests will skip (under CI=true
+# they fail instead).
+ensure_postgres() {
+    if [ -n "${SHOP_TEST_POSTGRES_URL:-}" ] || ! command -v pg_isready >/dev/null 2>&1; then
+        command -v pg_isready >/dev/null 2>&1 || say "no PostgreSQL client tools: PostgreSQL tests will skip (fail under CI=true). Debian: apt-get install postgresql"
+        return
+    fi
+    if pg_isready -q -h 127.0.0.1 -p 5432; then
+        return
+    fi
+    if [ "$(id -u)" -eq 0 ] && command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+        say "starting the local PostgreSQL cluster"
+        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+        for _ in $(seq 1 20); do pg_isready -q -h 127.0.0.1 -p 5432 && return; sleep 0.5; done
+    fi
+    say "PostgreSQL is not answering on 127.0.0.1:5432: PostgreSQL tests will skip (fail under CI=true)."
+}

@@ -112,7 +112,12 @@ impl Keys {
 
     /// String: the row as a JSON object.
     pub fn inventory(&self, row: ItemId) -> String {
-        format!("{}inv:{row}", self.prefix)
+        format!("{}{row}", self.inventory_prefix())
+    }
+
+    /// What [`Keys::inventory`] puts before the row id, for Lua scripts.
+    pub fn inventory_prefix(&self) -> String {
+        format!("{}inv:", self.prefix)
     }
 }
 

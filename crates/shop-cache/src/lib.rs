@@ -24,6 +24,7 @@ pub mod daemon;
 pub mod error;
 pub mod keys;
 pub mod page_cache;
+pub mod row_cache;
 pub mod scripts;
 pub mod session;
 pub mod session_cleaner;

@@ -24,3 +24,15 @@ pub static RESCALE_VIEWS: LazyLock<Script> =
 
 /// Releases a `SET NX PX` lock only if the caller still holds it.
 pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/unlock.lua")));
+
+/// The row cache's `schedule_row_cache`, on the server's clock.
+pub static SCHEDULE_ROW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/schedule_row.lua")));
+
+/// A row refresher's claim of the earliest due row.
+pub static CLAIM_ROW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/claim_row.lua")));
+
+/// A row refresher's store, removal or retry after reading the database.
+pub static FINISH_ROW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/finish_row.lua")));

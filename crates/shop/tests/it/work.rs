@@ -1,22 +1,10 @@
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use shop_testkit::TestRedis;
+use shop_testkit::{TestDb, TestRedis};
 
-fn shop() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shop"));
-    cmd.env_remove("REDIS_URL")
-        .env_remove("SHOP_SESSION_CAP")
-        .env_remove("SHOP_CLEANER_BATCH")
-        .env_remove("SHOP_KEY_PREFIX")
-        .env_remove("SHOP_RESCALE_INTERVAL")
-        .env_remove("SHOP_RESCALE_KEEP")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
+use crate::shop;
 
 fn terminate(child: &Child) {
     let ok = Command::new("kill")
@@ -51,9 +39,11 @@ async fn work_runs_the_cleaner_and_the_rescaler_and_stops_on_sigterm() {
     let views: Vec<(f64, u64)> = (1..=30).map(|i| (-(i as f64) * 2.0, i)).collect();
     let _: () = raw.zadd_multiple("s:viewed:", &views).await.unwrap();
 
+    let db = TestDb::sqlite();
     let child = shop()
         .arg("work")
         .env("REDIS_URL", server.url())
+        .env("DATABASE_URL", db.url())
         .env("SHOP_KEY_PREFIX", "s:")
         .env("SHOP_SESSION_CAP", "10")
         .env("SHOP_CLEANER_BATCH", "7")
@@ -121,7 +111,7 @@ fn a_password_in_the_redis_url_is_not_printed() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!out.status.success());
-    assert!(all.contains("redis://***@127.0.0.1:1/0"), "{all}");
+    assert!(all.contains("redis://user:***@127.0.0.1:1/0"), "{all}");
     assert!(!all.contains("hunter2"), "{all}");
 }
 

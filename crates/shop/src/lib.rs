@@ -1,0 +1,257 @@
+//! The `shop` binary's library half: it parses nothing and holds no logic of the
+//! shop itself; it connects the layers (Redis, database, web) as the configuration
+//! says and runs one subcommand. `main.rs` only parses flags and sets up logging.
+
+pub mod config;
+pub mod sale;
+pub mod shutdown;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use redis::aio::ConnectionManager;
+use shop_cache::analytics::Rescaler;
+use shop_cache::domain::ItemId;
+use shop_cache::keys::Keys;
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
+use shop_cache::session::Sessions;
+use shop_cache::session_cleaner::SessionCleaner;
+use shop_db::Db;
+use shop_web::AppState;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use config::{
+    Cli, Command, DatabaseArgs, RedisArgs, RowsArgs, RowsCommand, SaleCommand, SeedArgs, ServeArgs,
+    WorkArgs, WorkerArgs, redact_url,
+};
+
+/// Runs one subcommand to its end (for `serve` and `work`: until SIGINT/SIGTERM).
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Work(args) => work(args).await,
+        Command::Seed(args) => seed(args).await,
+        Command::Rows(args) => rows(args).await,
+        Command::Sale(args) => sale_command(args.command).await,
+    }
+}
+
+/// Connects to Redis as configured, with a message that says what to do if it fails.
+pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(ConnectionManager, Keys)> {
+    let conn = shop_cache::connect(&redis.redis_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
+             or set REDIS_URL",
+                redact_url(&redis.redis_url)
+            )
+        })?;
+    Ok((conn, Keys::with_prefix(&redis.key_prefix)))
+}
+
+/// Connects to (and migrates) the database as configured.
+pub async fn connect_db(database: &DatabaseArgs) -> anyhow::Result<Db> {
+    Db::connect(&database.database_url).await.with_context(|| {
+        format!(
+            "cannot open the database at {}",
+            redact_url(&database.database_url)
+        )
+    })
+}
+
+/// The row cache's source: inventory rows from the database, as JSON.
+pub fn row_source(db: Db) -> impl RowSource + 'static {
+    move |row: ItemId| {
+        let db = db.clone();
+        async move {
+            db.inventory_json(row)
+                .await
+                .map_err(|e| Box::new(e) as SourceError)
+        }
+    }
+}
+
+/// Starts every daemon on `set`, each stopping when `shutdown` is cancelled.
+pub fn spawn_daemons(
+    set: &mut JoinSet<()>,
+    conn: &ConnectionManager,
+    keys: &Keys,
+    db: &Db,
+    workers: &WorkerArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let cleaner = SessionCleaner::new(
+        conn.clone(),
+        keys.clone(),
+        workers.session_cap,
+        workers.cleaner_batch,
+    )?;
+    let rescaler = Rescaler::new(
+        conn.clone(),
+        keys.clone(),
+        Duration::from_secs(workers.rescale_interval),
+        workers.rescale_keep,
+    );
+    let refresher = Refresher::new(conn.clone(), keys.clone(), row_source(db.clone()));
+    set.spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
+    set.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
+    set.spawn(shop_cache::daemon::run(refresher, shutdown.clone()));
+    Ok(())
+}
+
+async fn join_all(mut daemons: JoinSet<()>) -> anyhow::Result<()> {
+    while let Some(result) = daemons.join_next().await {
+        result.context("a daemon panicked")?;
+    }
+    Ok(())
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (conn, keys) = connect_redis(&args.redis).await?;
+    let db = connect_db(&args.database).await?;
+    if db.item_count().await? == 0 {
+        seed_with_progress(
+            &db,
+            shop_db::seed::DEFAULT_ITEMS,
+            shop_db::seed::DEFAULT_SEED,
+        )
+        .await?;
+    }
+    let state = AppState {
+        db: db.clone(),
+        sessions: Sessions::new(conn.clone(), keys.clone()),
+        rows: RowCache::new(conn.clone(), keys.clone()),
+        pages: PageStore::new(conn.clone(), keys.clone(), DEFAULT_TTL, DEFAULT_RANK_LIMIT),
+        flash_limit: args.flash_limit,
+    };
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    let addr = listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let mut daemons = JoinSet::new();
+    if !args.no_workers {
+        spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+    }
+    println!("shop is serving at http://{addr}/flash");
+    let stop = shutdown.clone();
+    axum::serve(listener, shop_web::router(state))
+        .with_graceful_shutdown(async move {
+            shutdown::signal().await;
+            tracing::info!("shutting down");
+            stop.cancel();
+        })
+        .await
+        .context("the web server failed")?;
+    shutdown.cancel();
+    join_all(daemons).await
+}
+
+async fn work(args: WorkArgs) -> anyhow::Result<()> {
+    let (conn, keys) = connect_redis(&args.redis).await?;
+    let db = connect_db(&args.database).await?;
+    tracing::info!(redis = %redact_url(&args.redis.redis_url), "worker connected");
+    let shutdown = CancellationToken::new();
+    let mut daemons = JoinSet::new();
+    spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+    shutdown::signal().await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    join_all(daemons).await
+}
+
+async fn seed(args: SeedArgs) -> anyhow::Result<()> {
+    let db = connect_db(&args.database).await?;
+    seed_with_progress(&db, args.items, args.seed).await
+}
+
+async fn seed_with_progress(db: &Db, items: u64, seed: u64) -> anyhow::Result<()> {
+    let bar = indicatif::ProgressBar::new(items).with_style(
+        indicatif::ProgressStyle::with_template("seeding {bar:40} {pos}/{len} items ({eta} left)")
+            .expect("a valid progress template"),
+    );
+    let started = Instant::now();
+    let report = db
+        .seed(items, seed, &|done| bar.set_position(done))
+        .await
+        .context("seeding the catalogue")?;
+    bar.finish_and_clear();
+    println!(
+        "seeded {} new items and {} demo users in {:.1?} (catalogue: {} items)",
+        report.items,
+        report.users,
+        started.elapsed(),
+        db.item_count().await?
+    );
+    if report.users > 0 {
+        let users: Vec<String> = shop_db::seed::DEMO_USERS
+            .iter()
+            .map(|(name, password)| format!("{name} / {password}"))
+            .collect();
+        println!("demo logins: {}", users.join(", "));
+    }
+    Ok(())
+}
+
+async fn rows(args: RowsArgs) -> anyhow::Result<()> {
+    let (conn, keys) = connect_redis(&args.redis).await?;
+    let rows = RowCache::new(conn, keys);
+    match args.command {
+        RowsCommand::Schedule { id, delay } => {
+            rows.schedule(id, delay).await?;
+            println!("row {id} scheduled every {delay} s");
+        }
+        RowsCommand::Unschedule { id } => {
+            rows.unschedule(id).await?;
+            println!("row {id} unscheduled");
+        }
+        RowsCommand::List => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            println!("{:>12} {:>10} {:>12}", "row", "delay_s", "due_in_s");
+            for r in rows.list().await? {
+                let delay = r.delay.map_or("-".to_owned(), |d| d.to_string());
+                println!("{:>12} {:>10} {:>12.1}", r.row, delay, r.next_at - now);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
+    match command {
+        SaleCommand::Start {
+            id,
+            stock,
+            price_cents,
+            minutes,
+            refresh,
+            redis,
+            database,
+        } => {
+            let (conn, keys) = connect_redis(&redis).await?;
+            let db = connect_db(&database).await?;
+            let start = shop_db::unix_now();
+            let sale = shop_db::inventory::Sale {
+                stock,
+                price_cents,
+                start,
+                end: start + minutes * 60,
+            };
+            let rows = RowCache::new(conn, keys);
+            if !sale::start(&db, &rows, id, sale, refresh).await? {
+                anyhow::bail!("there is no item {id}");
+            }
+            println!(
+                "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
+            );
+            Ok(())
+        }
+    }
+}
