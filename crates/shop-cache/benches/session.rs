@@ -49,7 +49,11 @@ impl Fixture {
         let item = Some(ItemId::new((mix >> 20) % ITEMS + 1).unwrap());
         let mut conn = self.conn.clone();
         let result = match way {
-            Way::Lua => self.sessions.touch(token, Some(user), item).await,
+            Way::Lua => self
+                .sessions
+                .touch(token, Some(user), item)
+                .await
+                .map(|_| ()),
             Way::Pipeline => {
                 book::update_token_pipelined(&mut conn, &self.keys, token, user, item).await
             }

@@ -103,6 +103,15 @@ impl Carts {
         Ok(change)
     }
 
+    /// Empties the session's cart (after checkout).
+    pub async fn clear(&self, token: &SessionToken) -> Result<(), CacheError> {
+        redis::cmd("DEL")
+            .arg(self.keys.cart(token))
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// The session's cart lines, ordered by item id.
     pub async fn get(&self, token: &SessionToken) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
         let raw: Vec<(String, String)> = redis::cmd("HGETALL")

@@ -108,6 +108,23 @@ impl RowCache {
             .await?)
     }
 
+    /// How overdue the most overdue row is, in seconds (0 when none is overdue,
+    /// `None` when nothing is scheduled), on the server's clock: a refresher that is
+    /// down or too slow shows as a growing lag.
+    pub async fn lag(&self) -> Result<Option<f64>, CacheError> {
+        let ((secs, micros), first): ((u64, u64), Vec<(String, f64)>) = redis::pipe()
+            .cmd("TIME")
+            .cmd("ZRANGE")
+            .arg(self.keys.schedule())
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let now = secs as f64 + micros as f64 / 1e6;
+        Ok(first.first().map(|(_, due)| (now - due).max(0.0)))
+    }
+
     /// Every scheduled row, soonest due first.
     pub async fn list(&self) -> Result<Vec<ScheduledRow>, CacheError> {
         let mut conn = self.conn.clone();

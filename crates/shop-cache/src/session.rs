@@ -69,6 +69,15 @@ impl fmt::Debug for SessionToken {
     }
 }
 
+/// What [`Sessions::touch_existing`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touched {
+    /// A live session, logged in as this user (or a guest).
+    Known(Option<UserId>),
+    /// No such session (never issued, or cleaned): nothing was recorded.
+    Unknown,
+}
+
 /// The session operations over one Redis. Clone it freely: the connection is shared.
 #[derive(Clone)]
 pub struct Sessions {
@@ -84,15 +93,41 @@ impl Sessions {
 
     /// Records one request of a session in one round trip: last seen now, the user
     /// when logged in, and for an item page the view (kept in the session's 25 most
-    /// recent, and counted in the global `viewed:` ranking).
+    /// recent, and counted in the global `viewed:` ranking). Returns the user the
+    /// token is logged in as, so no second call to [`Sessions::check_token`] is needed.
+    /// An unknown token starts a session (the book's behaviour).
     pub async fn touch(
         &self,
         token: &SessionToken,
         user: Option<UserId>,
         item: Option<ItemId>,
-    ) -> Result<(), CacheError> {
+    ) -> Result<Option<UserId>, CacheError> {
+        match self.run_touch(token, user, item, false).await? {
+            Touched::Known(user) => Ok(user),
+            Touched::Unknown => unreachable!("the script only refuses tokens that must exist"),
+        }
+    }
+
+    /// [`Sessions::touch`] for a token presented by a client: an unknown token is
+    /// refused ([`Touched::Unknown`], nothing written), so a client cannot choose its
+    /// own token; the caller issues a fresh one instead.
+    pub async fn touch_existing(
+        &self,
+        token: &SessionToken,
+        item: Option<ItemId>,
+    ) -> Result<Touched, CacheError> {
+        self.run_touch(token, None, item, true).await
+    }
+
+    async fn run_touch(
+        &self,
+        token: &SessionToken,
+        user: Option<UserId>,
+        item: Option<ItemId>,
+        must_exist: bool,
+    ) -> Result<Touched, CacheError> {
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-        scripts::TOUCH
+        let (known, user): (i64, Option<String>) = scripts::TOUCH
             .key(self.keys.recent())
             .key(self.keys.login())
             .key(self.keys.viewed_by(token))
@@ -101,9 +136,19 @@ impl Sessions {
             .arg(opt(user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))
             .arg(HISTORY_LEN)
-            .invoke_async::<()>(&mut self.conn.clone())
+            .arg(if must_exist { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        if known == 0 {
+            return Ok(Touched::Unknown);
+        }
+        let user = user
+            .map(|raw| {
+                raw.parse()
+                    .map_err(|_| CacheError::Corrupt { what: "login:" })
+            })
+            .transpose()?;
+        Ok(Touched::Known(user))
     }
 
     /// The user a token is logged in as, or `None` for a guest or unknown token.

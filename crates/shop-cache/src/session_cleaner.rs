@@ -6,6 +6,8 @@
 //! same call (the book read, then deleted in separate steps, and lost sessions
 //! refreshed in between). Any number of cleaners may run at once.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -47,6 +49,7 @@ pub struct SessionCleaner {
     keys: Keys,
     cap: u64,
     batch: u32,
+    removed: Arc<AtomicU64>,
 }
 
 impl SessionCleaner {
@@ -65,7 +68,13 @@ impl SessionCleaner {
             keys,
             cap,
             batch,
+            removed: Arc::default(),
         })
+    }
+
+    /// How many sessions this cleaner (and its clones) removed, for metrics.
+    pub fn removed_counter(&self) -> Arc<AtomicU64> {
+        self.removed.clone()
     }
 
     /// Removes up to `batch` of the oldest sessions if there are more than `cap`.
@@ -79,6 +88,7 @@ impl SessionCleaner {
             .arg(self.keys.cart_prefix())
             .invoke_async(&mut self.conn.clone())
             .await?;
+        self.removed.fetch_add(removed, Ordering::Relaxed);
         Ok(if removed == 0 {
             CleanerStep::Idle
         } else {

@@ -49,7 +49,8 @@ pub enum BuyOutcome {
 }
 
 impl BuyOutcome {
-    fn code(&self) -> &'static str {
+    /// A short name of the outcome, as stored and as counted in metrics.
+    pub fn code(&self) -> &'static str {
         match self {
             BuyOutcome::Bought { .. } => "bought",
             BuyOutcome::SoldOut => "sold_out",

@@ -47,6 +47,32 @@ impl Db {
         row.as_ref().map(Item::from_row).transpose()
     }
 
+    /// The items with these ids that exist, in the order asked for.
+    pub async fn items(&self, ids: &[ItemId]) -> Result<Vec<Item>, DbError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT id, title, description, price_cents, category FROM items WHERE id IN ({})",
+            placeholders.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for id in ids {
+            q = q.bind(id.to_i64());
+        }
+        let found: Vec<Item> = q
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(Item::from_row)
+            .collect::<Result<_, _>>()?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| found.iter().find(|it| it.id == *id).cloned())
+            .collect())
+    }
+
     /// How many items the catalogue holds.
     pub async fn item_count(&self) -> Result<u64, DbError> {
         let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM items")

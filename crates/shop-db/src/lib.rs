@@ -12,6 +12,7 @@ mod error;
 pub mod flash;
 pub mod inventory;
 pub mod items;
+pub mod orders;
 pub mod seed;
 pub mod users;
 

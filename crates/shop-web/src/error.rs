@@ -1,12 +1,18 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
 //! and a short message here. Internal details are logged once, never sent.
 
+use askama::Template;
 use axum::Json;
+use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
 use serde::Serialize;
 use shop_cache::CacheError;
 use shop_db::DbError;
+
+use crate::cart::wants_json;
+use crate::views::ErrorPage;
 
 /// An error answer. The message is for the user and must not contain internals.
 #[derive(Debug)]
@@ -50,7 +56,8 @@ impl WebError {
         )
     }
 
-    fn internal() -> Self {
+    /// 500: a bug or an unexpected state; details are in the log, not the answer.
+    pub fn internal() -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -70,13 +77,41 @@ struct Body<'a> {
     message: &'a str,
 }
 
+/// Left on an error response so [`as_html_for_pages`] can render it as a page.
+#[derive(Debug, Clone)]
+struct ErrorMessage(String);
+
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let body = Json(Body {
             error: self.code,
             message: &self.message,
         });
-        (self.status, body).into_response()
+        let mut resp = (self.status, body).into_response();
+        resp.extensions_mut().insert(ErrorMessage(self.message));
+        resp
+    }
+}
+
+/// Middleware: errors are JSON for `/api` and for clients asking for JSON, and a
+/// short HTML page for everyone else (people using the pages).
+pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
+    let page_request = !req.uri().path().starts_with("/api/") && !wants_json(req.headers());
+    let resp = next.run(req).await;
+    if !page_request {
+        return resp;
+    }
+    let Some(ErrorMessage(message)) = resp.extensions().get::<ErrorMessage>().cloned() else {
+        return resp;
+    };
+    let status = resp.status();
+    let page = ErrorPage {
+        status: status.as_u16(),
+        message: &message,
+    };
+    match page.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(_) => resp,
     }
 }
 

@@ -7,7 +7,9 @@
 //! - `GET /api/inventory/{id}`: the row cache's `inv:<id>` JSON, straight from
 //!   Redis, never the database; 404 for an unknown or unscheduled row.
 //! - `POST /api/flash/{id}/buy` with an `Idempotency-Key` header: one unit for the
-//!   logged-in user; the decision is the database's (see `shop_db::flash`).
+//!   logged-in user; the decision is the database's (see `shop_db::flash`). The
+//!   required custom header also keeps other sites from posting it: a cross-site
+//!   request with it needs a CORS preflight, which this shop never grants.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -21,7 +23,7 @@ use shop_db::unix_now;
 use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
-use crate::session::require_user;
+use crate::session::Session;
 
 /// The header carrying the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -35,6 +37,9 @@ pub fn router(state: AppState) -> Router {
             ..PageCacheConfig::default()
         },
     );
+    state
+        .metrics
+        .register_page_cache("flash", shell_cache.stats());
     Router::new()
         .route("/flash", get(shell).layer(shell_cache))
         .route("/api/inventory/{id}", get(inventory))
@@ -61,6 +66,7 @@ async fn inventory(
 async fn buy(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    session: Session,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let item = parse_item(&id)?;
@@ -74,10 +80,10 @@ async fn buy(
             ))
         })?
         .to_owned();
-    let user = require_user(&headers, &state.sessions).await?;
+    let user = session.require_user()?;
     let outcome = state
         .db
-        .flash_buy(user, item, &key, state.flash_limit, unix_now())
+        .flash_buy(user, item, &key, state.config.flash_limit, unix_now())
         .await?;
     let status = match outcome {
         BuyOutcome::Bought { .. } => StatusCode::OK,
@@ -87,7 +93,7 @@ async fn buy(
         BuyOutcome::UnknownItem => StatusCode::NOT_FOUND,
         BuyOutcome::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
     };
-    tracing::info!(outcome = ?outcome, "flash purchase");
+    state.metrics.flash_outcome(outcome.code());
     Ok((status, Json(outcome)).into_response())
 }
 

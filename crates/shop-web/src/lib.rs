@@ -1,21 +1,56 @@
 //! The shop's HTTP tier: axum routes and the tower layers around them.
 //!
 //! Each route module exports a `router()`; [`router`] merges them over one
-//! [`AppState`]. Errors from the layers below become HTTP answers in one place,
-//! [`error::WebError`]. Today it serves the flash sale (`/flash`, its JSON endpoints)
-//! and `/healthz`; the full shop (pages, carts, login) arrives with the web issue.
+//! [`AppState`] and wraps them in the shop's layers, outermost first:
+//! errors as HTML pages for people ([`error::as_html_for_pages`]), cross-site
+//! protection ([`csrf`]), sessions ([`session`]), then per route the metrics and,
+//! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
+//! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
+pub mod api;
+pub mod assets;
+pub mod auth;
+pub mod cart;
+pub mod csrf;
 pub mod error;
 pub mod flash;
 pub mod health;
+pub mod metrics;
 pub mod page_cache;
+pub mod pages;
 pub mod session;
+pub mod views;
+
+use std::sync::Arc;
 
 use axum::Router;
+use axum::middleware::{from_fn, from_fn_with_state};
+use shop_cache::analytics::Analytics;
+use shop_cache::cart::Carts;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
 use shop_db::Db;
+
+use crate::error::WebError;
+
+/// Settings of the web tier.
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    /// Most units of one sale item a user may buy.
+    pub flash_limit: i64,
+    /// Mark the session cookie `Secure` (the shop is served over HTTPS).
+    pub secure_cookies: bool,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            flash_limit: shop_db::flash::DEFAULT_PER_USER_LIMIT,
+            secure_cookies: false,
+        }
+    }
+}
 
 /// What every handler may use. Cheap to clone: every field is a shared handle.
 #[derive(Clone)]
@@ -24,17 +59,37 @@ pub struct AppState {
     pub db: Db,
     /// Login sessions in Redis.
     pub sessions: Sessions,
+    /// Carts in Redis.
+    pub carts: Carts,
+    /// The view ranking.
+    pub analytics: Analytics,
     /// Cached database rows (`inv:<id>`).
     pub rows: RowCache,
     /// Where whole pages are cached.
     pub pages: PageStore,
-    /// Most units of one sale item a user may buy.
-    pub flash_limit: i64,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Settings.
+    pub config: WebConfig,
 }
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .merge(pages::router(state.clone()))
+        .merge(cart::router(state.clone()))
+        .merge(auth::router(state.clone()))
+        .merge(api::router(state.clone()))
         .merge(flash::router(state.clone()))
-        .merge(health::router(state))
+        .merge(health::router(state.clone()))
+        .route(
+            "/metrics",
+            axum::routing::get(metrics::metrics).with_state(state.clone()),
+        )
+        .merge(assets::router())
+        .route_layer(from_fn_with_state(state.clone(), metrics::record))
+        .fallback(|| async { WebError::not_found("there is no such page") })
+        .layer(from_fn_with_state(state, session::track))
+        .layer(from_fn(csrf::protect))
+        .layer(from_fn(error::as_html_for_pages))
 }

@@ -1,16 +1,69 @@
-//! Who is asking: the session token cookie, parsed and checked against `login:`.
-//! (The full session layer, issuing cookies and touching sessions, arrives with the
-//! web shop; this is the read side the JSON endpoints need.)
+//! The session layer: every visitor has a session token cookie, and every request
+//! touches its session in one Redis round trip.
+//!
+//! - A request without a well-formed cookie, or with a token that is not a live
+//!   session (never issued, or cleaned), gets a fresh token; a client can never
+//!   choose its own token.
+//! - The cookie is `HttpOnly; SameSite=Lax; Path=/`, plus `Secure` when configured.
+//! - Item page views (`GET /items/{id}`; not `HEAD`) are recorded after the handler and only
+//!   when it answered 200, so made-up ids do not enter the `viewed:` ranking; the item
+//!   page itself needs no user (its HTML is shared). Every other request is touched
+//!   before its handler, which finds the result as a [`Session`] extension.
+//! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
+//!   this layer writes every session `Set-Cookie`, outside any cached response.
+//! - `/metrics`, `/healthz` and `/static/` are not sessions' requests: untouched.
+//! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
+//!   not need a user still work.
 
-use axum::http::HeaderMap;
-use axum::http::header::COOKIE;
-use shop_cache::domain::UserId;
-use shop_cache::session::{SessionToken, Sessions};
+use std::sync::atomic::Ordering;
 
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::session::{SessionToken, Touched};
+
+use crate::AppState;
 use crate::error::WebError;
 
 /// The cookie holding the session token.
 pub const COOKIE_NAME: &str = "shop_session";
+
+/// A cookie value longer than this is not even looked at.
+const MAX_COOKIE_HEADER: usize = 4096;
+
+/// Who is asking, as the session layer found out.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The request's session token (possibly issued by this request).
+    pub token: SessionToken,
+    /// The logged-in user, if any.
+    pub user: Option<UserId>,
+}
+
+impl Session {
+    /// The logged-in user, or 401.
+    pub fn require_user(&self) -> Result<UserId, WebError> {
+        self.user.ok_or_else(WebError::unauthorized)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Session {
+    type Rejection = WebError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Session>().cloned().ok_or_else(|| {
+            WebError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no session")
+        })
+    }
+}
+
+/// Set by a handler on its response to move the visitor to another token.
+#[derive(Debug, Clone)]
+pub struct NewToken(pub SessionToken);
 
 /// The session token from the `Cookie` header, if there is a well-formed one.
 /// Anything else (missing, malformed, oversized) is treated as no cookie.
@@ -18,6 +71,7 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
     headers
         .get_all(COOKIE)
         .iter()
+        .filter(|v| v.len() <= MAX_COOKIE_HEADER)
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
@@ -25,19 +79,91 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
         .and_then(|(_, value)| value.parse().ok())
 }
 
-/// The logged-in user, or 401.
-pub async fn require_user(headers: &HeaderMap, sessions: &Sessions) -> Result<UserId, WebError> {
-    let token = token(headers).ok_or_else(WebError::unauthorized)?;
-    sessions
-        .check_token(&token)
-        .await?
-        .ok_or_else(WebError::unauthorized)
+/// The item of an item page request, if this is one.
+fn item_page(req: &Request) -> Option<ItemId> {
+    if req.method() != Method::GET {
+        return None;
+    }
+    req.uri().path().strip_prefix("/items/")?.parse().ok()
+}
+
+/// Paths that are not a visitor's: probes, scrapers and static files get no session
+/// (a monitoring system polling `/metrics` must not create a session per scrape).
+fn untracked(path: &str) -> bool {
+    matches!(path, "/metrics" | "/healthz") || path.starts_with("/static/")
+}
+
+/// The session layer's middleware; see the module documentation.
+pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    if untracked(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let presented = token(req.headers());
+    let item = item_page(&req);
+    let mut issued = None;
+    if item.is_none() {
+        let (session, new) = identify(&state, presented.clone(), None).await;
+        issued = new.then(|| session.token.clone());
+        req.extensions_mut().insert(session);
+    } else {
+        // The item page needs nobody's identity: touch after it, with the view.
+        let token = presented.clone().unwrap_or_else(SessionToken::generate);
+        req.extensions_mut().insert(Session { token, user: None });
+    }
+    let mut resp = next.run(req).await;
+    if let Some(item) = item {
+        let viewed = (resp.status() == StatusCode::OK).then_some(item);
+        let (session, new) = identify(&state, presented, viewed).await;
+        issued = new.then_some(session.token);
+    }
+    if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
+        issued = Some(token);
+    }
+    if let Some(token) = issued
+        && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, state.config.secure_cookies))
+    {
+        resp.headers_mut().append(SET_COOKIE, cookie);
+    }
+    resp
+}
+
+/// Touches the presented session, or starts a new one; `true` when it is new.
+async fn identify(
+    state: &AppState,
+    presented: Option<SessionToken>,
+    item: Option<ItemId>,
+) -> (Session, bool) {
+    if let Some(token) = presented {
+        match state.sessions.touch_existing(&token, item).await {
+            Ok(Touched::Known(user)) => return (Session { token, user }, false),
+            Ok(Touched::Unknown) => {}
+            Err(error) => {
+                state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "session store unavailable; serving as a guest");
+                return (Session { token, user: None }, false);
+            }
+        }
+    }
+    let token = SessionToken::generate();
+    if let Err(error) = state.sessions.touch(&token, None, item).await {
+        state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "session store unavailable; serving as a guest");
+    }
+    (Session { token, user: None }, true)
+}
+
+/// The `Set-Cookie` value for a session token.
+pub fn cookie(token: &SessionToken, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Lax{secure}",
+        token.expose()
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     fn with_cookie(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -65,5 +191,18 @@ mod tests {
             assert_eq!(token(&with_cookie(v)), None, "{v}");
         }
         assert_eq!(token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn the_cookie_has_its_flags() {
+        let t = SessionToken::generate();
+        let plain = cookie(&t, false);
+        assert!(
+            plain.contains("HttpOnly")
+                && plain.contains("SameSite=Lax")
+                && plain.contains("Path=/")
+        );
+        assert!(!plain.contains("Secure"));
+        assert!(cookie(&t, true).ends_with("; Secure"));
     }
 }

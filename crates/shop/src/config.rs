@@ -5,9 +5,11 @@
 
 use std::net::SocketAddr;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use shop_cache::analytics;
+use shop_cache::cart::DEFAULT_MAX_QUANTITY;
 use shop_cache::domain::ItemId;
+use shop_cache::page_cache;
 use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, MAX_BATCH};
 use shop_db::flash::DEFAULT_PER_USER_LIMIT;
 use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
@@ -16,6 +18,9 @@ use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 #[derive(Debug, Parser)]
 #[command(name = "shop", version, about)]
 pub struct Cli {
+    /// A settings file of KEY=value lines (the environment variable names below).
+    #[arg(long, global = true, env = "SHOP_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -49,6 +54,24 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOP_FLASH_LIMIT", default_value_t = DEFAULT_PER_USER_LIMIT,
           value_parser = clap::value_parser!(i64).range(1..))]
     pub flash_limit: i64,
+    /// Most of one item a cart line may hold.
+    #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_quantity: u32,
+    /// Seconds a cached page is kept.
+    #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub page_ttl: u64,
+    /// Only items ranked below this in views have their pages cached.
+    #[arg(long, env = "SHOP_RANK_LIMIT", default_value_t = page_cache::DEFAULT_RANK_LIMIT)]
+    pub rank_limit: u64,
+    /// Mark the session cookie Secure (when the shop is served over HTTPS).
+    #[arg(long, env = "SHOP_SECURE_COOKIES")]
+    pub secure_cookies: bool,
+    /// Start a private redis-server (under ./data/redis) even if one answers on the
+    /// default address. Without REDIS_URL, one is started anyway when none answers.
+    #[arg(long, env = "SHOP_MANAGED_REDIS")]
+    pub managed_redis: bool,
     /// Redis settings.
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -159,9 +182,10 @@ pub enum SaleCommand {
 /// Where the hot state lives.
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
-    /// Redis to use: redis://host:port/db or unix:///path/to/socket.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    pub redis_url: String,
+    /// Redis to use: redis://host:port/db or unix:///path/to/socket
+    /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
     /// Namespace put before every key, so several shops can share one Redis.
     #[arg(long, env = "SHOP_KEY_PREFIX", default_value = "")]
     pub key_prefix: String,
@@ -207,6 +231,105 @@ pub struct WorkerArgs {
     pub rescale_keep: u64,
 }
 
+/// Where Redis is when no URL is configured.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+impl RedisArgs {
+    /// The configured URL, or the default address.
+    pub fn url(&self) -> &str {
+        self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+}
+
+/// Parses the command line, with the settings file named by `--config FILE` (or
+/// `SHOP_CONFIG`) as defaults: flags beat the environment, which beats the file,
+/// which beats the compiled-in defaults. The file has `KEY=value` lines (blank lines
+/// and `#` comments allowed) naming the same environment variables the flags list.
+pub fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
+    let mut cmd = Cli::command();
+    let file = config_file_path(&args);
+    if let Some(path) = file {
+        let values = read_config_file(&path)
+            .map_err(|message| cmd.error(clap::error::ErrorKind::InvalidValue, message))?;
+        let known = env_names(&cmd);
+        if let Some((key, _)) = values.iter().find(|(k, _)| !known.contains(k)) {
+            return Err(cmd.error(
+                clap::error::ErrorKind::InvalidValue,
+                format!("{path}: unknown setting {key}"),
+            ));
+        }
+        cmd = with_defaults(cmd, &values);
+    }
+    let matches = cmd.try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+fn config_file_path(args: &[String]) -> Option<String> {
+    let flag = args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--config" {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix("--config=").map(str::to_owned)
+        }
+    });
+    flag.or_else(|| std::env::var("SHOP_CONFIG").ok())
+}
+
+fn read_config_file(path: &str) -> Result<Vec<(String, String)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+    let mut values = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{path}:{}: expected KEY=value", n + 1))?;
+        values.push((
+            key.trim().to_owned(),
+            value.trim().trim_matches('"').to_owned(),
+        ));
+    }
+    Ok(values)
+}
+
+/// Every environment variable any argument reads.
+fn env_names(cmd: &clap::Command) -> Vec<String> {
+    let mut names: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_env()?.to_str().map(str::to_owned))
+        .collect();
+    for sub in cmd.get_subcommands() {
+        names.extend(env_names(sub));
+    }
+    names
+}
+
+/// Makes each file value the default of the arguments that read that variable.
+fn with_defaults(mut cmd: clap::Command, values: &[(String, String)]) -> clap::Command {
+    let ids: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env()?.to_str()?;
+            let (_, value) = values.iter().find(|(k, _)| k == env)?;
+            Some((a.get_id().to_string(), value.clone()))
+        })
+        .collect();
+    for (id, value) in ids {
+        cmd = cmd.mut_arg(id, |a| a.default_value(value));
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, |s| with_defaults(s, values));
+    }
+    cmd
+}
+
 /// The URL with any password replaced, for printing and logs.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -226,7 +349,6 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn verify_cli() {
@@ -263,6 +385,57 @@ mod tests {
             let err = Cli::try_parse_from(&args).unwrap_err().to_string();
             assert!(err.contains(setting), "{args:?}: {err}");
         }
+    }
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_config_file_sets_defaults_that_flags_override() {
+        let dir = std::env::temp_dir().join(format!("shop-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shop.env");
+        std::fs::write(
+            &file,
+            "# a comment\nSHOP_SESSION_CAP=1234\n\nSHOP_CLEANER_BATCH = 7\nDATABASE_URL=\"sqlite:x.db\"\n",
+        )
+        .unwrap();
+        let path = file.display().to_string();
+        let cli = parse(args(&[
+            "shop",
+            "work",
+            "--config",
+            &path,
+            "--cleaner-batch",
+            "9",
+        ]))
+        .unwrap();
+        let Command::Work(work) = cli.command else {
+            panic!("not work")
+        };
+        assert_eq!(work.workers.session_cap, 1234, "from the file");
+        assert_eq!(work.workers.cleaner_batch, 9, "the flag wins");
+        assert_eq!(work.database.database_url, "sqlite:x.db");
+
+        std::fs::write(&file, "SHOP_CLEANER_BATCH=0\n").unwrap();
+        let err = parse(args(&["shop", "work", "--config", &path]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--cleaner-batch"),
+            "file values are validated too: {err}"
+        );
+        std::fs::write(&file, "SHOP_NO_SUCH=1\n").unwrap();
+        let err = parse(args(&["shop", "work", "--config", &path]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown setting SHOP_NO_SUCH"), "{err}");
+        std::fs::write(&file, "not a setting\n").unwrap();
+        assert!(parse(args(&["shop", "work", "--config", &path])).is_err());
+        let err = parse(args(&["shop", "work", "--config", "/nonexistent/shop.env"])).unwrap_err();
+        assert!(err.to_string().contains("cannot read config file"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

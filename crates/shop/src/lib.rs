@@ -3,28 +3,35 @@
 //! says and runs one subcommand. `main.rs` only parses flags and sets up logging.
 
 pub mod config;
+pub mod managed_redis;
 pub mod sale;
 pub mod shutdown;
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use redis::aio::ConnectionManager;
-use shop_cache::analytics::Rescaler;
+use shop_cache::analytics::{Analytics, Rescaler};
+use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
 use shop_cache::session::Sessions;
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_db::Db;
-use shop_web::AppState;
+use shop_web::metrics::Metrics;
+use shop_web::{AppState, WebConfig};
+
+use managed_redis::ManagedRedis;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use config::{
-    Cli, Command, DatabaseArgs, RedisArgs, RowsArgs, RowsCommand, SaleCommand, SeedArgs, ServeArgs,
-    WorkArgs, WorkerArgs, redact_url,
+    Cli, Command, DEFAULT_REDIS_URL, DatabaseArgs, RedisArgs, RowsArgs, RowsCommand, SaleCommand,
+    SeedArgs, ServeArgs, WorkArgs, WorkerArgs, redact_url,
 };
 
 /// Runs one subcommand to its end (for `serve` and `work`: until SIGINT/SIGTERM).
@@ -40,16 +47,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Connects to Redis as configured, with a message that says what to do if it fails.
 pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(ConnectionManager, Keys)> {
-    let conn = shop_cache::connect(&redis.redis_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
+    connect_redis_at(redis.url(), redis).await
+}
+
+async fn connect_redis_at(
+    url: &str,
+    redis: &RedisArgs,
+) -> anyhow::Result<(ConnectionManager, Keys)> {
+    let conn = shop_cache::connect(url).await.with_context(|| {
+        format!(
+            "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
              or set REDIS_URL",
-                redact_url(&redis.redis_url)
-            )
-        })?;
+            redact_url(url)
+        )
+    })?;
     Ok((conn, Keys::with_prefix(&redis.key_prefix)))
+}
+
+/// Where the managed Redis keeps its files.
+pub const MANAGED_REDIS_DIR: &str = "data/redis";
+
+/// The Redis `serve` uses: the configured one; else the default address if it
+/// answers; else (or with `--managed-redis`) a private one it starts.
+async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<ManagedRedis>)> {
+    if let Some(url) = &args.redis.redis_url {
+        return Ok((url.clone(), None));
+    }
+    if !args.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
+        return Ok((DEFAULT_REDIS_URL.to_owned(), None));
+    }
+    let managed = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR)).await?;
+    println!("started a private redis-server at {}", managed.url());
+    Ok((managed.url(), Some(managed)))
 }
 
 /// Connects to (and migrates) the database as configured.
@@ -75,6 +104,7 @@ pub fn row_source(db: Db) -> impl RowSource + 'static {
 }
 
 /// Starts every daemon on `set`, each stopping when `shutdown` is cancelled.
+/// Returns the session cleaner's removal counter, for metrics.
 pub fn spawn_daemons(
     set: &mut JoinSet<()>,
     conn: &ConnectionManager,
@@ -82,7 +112,7 @@ pub fn spawn_daemons(
     db: &Db,
     workers: &WorkerArgs,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Arc<AtomicU64>> {
     let cleaner = SessionCleaner::new(
         conn.clone(),
         keys.clone(),
@@ -96,10 +126,11 @@ pub fn spawn_daemons(
         workers.rescale_keep,
     );
     let refresher = Refresher::new(conn.clone(), keys.clone(), row_source(db.clone()));
+    let removed = cleaner.removed_counter();
     set.spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(refresher, shutdown.clone()));
-    Ok(())
+    Ok(removed)
 }
 
 async fn join_all(mut daemons: JoinSet<()>) -> anyhow::Result<()> {
@@ -110,7 +141,16 @@ async fn join_all(mut daemons: JoinSet<()>) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let (conn, keys) = connect_redis(&args.redis).await?;
+    let (redis_url, managed) = serve_redis(&args).await?;
+    let served = serve_with(&args, &redis_url).await;
+    if let Some(managed) = managed {
+        managed.stop().await;
+    }
+    served
+}
+
+async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
+    let (conn, keys) = connect_redis_at(redis_url, &args.redis).await?;
     let db = connect_db(&args.database).await?;
     if db.item_count().await? == 0 {
         seed_with_progress(
@@ -120,12 +160,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
     }
+    let metrics = Arc::new(Metrics::default());
     let state = AppState {
         db: db.clone(),
         sessions: Sessions::new(conn.clone(), keys.clone()),
+        carts: Carts::new(conn.clone(), keys.clone(), args.max_quantity),
+        analytics: Analytics::new(conn.clone(), keys.clone()),
         rows: RowCache::new(conn.clone(), keys.clone()),
-        pages: PageStore::new(conn.clone(), keys.clone(), DEFAULT_TTL, DEFAULT_RANK_LIMIT),
-        flash_limit: args.flash_limit,
+        pages: PageStore::new(
+            conn.clone(),
+            keys.clone(),
+            Duration::from_secs(args.page_ttl),
+            args.rank_limit,
+        ),
+        metrics: metrics.clone(),
+        config: WebConfig {
+            flash_limit: args.flash_limit,
+            secure_cookies: args.secure_cookies,
+        },
     };
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
@@ -135,9 +187,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     if !args.no_workers {
-        spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+        let removed = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+        metrics.register_cleaner(removed);
     }
-    println!("shop is serving at http://{addr}/flash");
+    println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     axum::serve(listener, shop_web::router(state))
         .with_graceful_shutdown(async move {
@@ -154,7 +207,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn work(args: WorkArgs) -> anyhow::Result<()> {
     let (conn, keys) = connect_redis(&args.redis).await?;
     let db = connect_db(&args.database).await?;
-    tracing::info!(redis = %redact_url(&args.redis.redis_url), "worker connected");
+    tracing::info!(redis = %redact_url(args.redis.url()), "worker connected");
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;

@@ -1,12 +1,12 @@
 //! `shop`: the one binary. Parses flags, sets up logging, runs the subcommand; the
 //! wiring is in the library half (`lib.rs`), the logic in the other crates.
 
-use clap::Parser;
-use shop::config::Cli;
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match shop::config::parse(std::env::args().collect()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SHOP_LOG")

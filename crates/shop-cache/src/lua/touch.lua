@@ -1,8 +1,15 @@
 -- One page view or request of a session (the book's update_token), atomically.
 -- KEYS[1] recent:   KEYS[2] login:   KEYS[3] viewed:<token>   KEYS[4] viewed:
 -- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
+-- ARGV[5] '1' when the token must already be a session (it came from a client's
+--         cookie: an unknown one is refused, not adopted, so nobody can choose a token)
+-- Returns {1, user id or false} or, for a refused unknown token, {0, false}: the
+-- caller learns who is asking in the same round trip.
 -- The time is the server's (TIME), so web servers with skewed clocks agree, and a
 -- view is always stamped after the session's previous one, even within a microsecond.
+if ARGV[5] == '1' and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return {0, false}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZADD', KEYS[1], now, ARGV[1])
@@ -19,4 +26,4 @@ if ARGV[3] ~= '' then
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[4]) + 1))
   redis.call('ZINCRBY', KEYS[4], -1, ARGV[3])
 end
-return 1
+return {1, redis.call('HGET', KEYS[2], ARGV[1])}

@@ -63,7 +63,7 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match sessions.touch(&t, None, Some(item)).await {
-            Ok(()) => break,
+            Ok(_) => break,
             Err(e) => {
                 assert!(tokio::time::Instant::now() < deadline, "no reconnect: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;

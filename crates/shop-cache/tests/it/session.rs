@@ -14,11 +14,11 @@ async fn touch_records_last_seen_and_login() {
     let sessions = Sessions::new(conn, keys());
     let guest = SessionToken::generate();
     let user = SessionToken::generate();
-    sessions.touch(&guest, None, None).await.unwrap();
-    sessions
-        .touch(&user, Some(UserId::new(42).unwrap()), None)
-        .await
-        .unwrap();
+    assert_eq!(sessions.touch(&guest, None, None).await.unwrap(), None);
+    let id = Some(UserId::new(42).unwrap());
+    assert_eq!(sessions.touch(&user, id, None).await.unwrap(), id);
+    // A later touch without a user still reports who the token belongs to.
+    assert_eq!(sessions.touch(&user, None, None).await.unwrap(), id);
 
     let mut raw = server.conn().await;
     let seen: Option<f64> = raw.zscore("recent:", guest.expose()).await.unwrap();
@@ -215,4 +215,34 @@ async fn prefixed_keys_stay_in_their_namespace() {
     let keys = all_keys(&server).await;
     assert_eq!(keys.len(), 4);
     assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
+}
+
+#[tokio::test]
+async fn a_client_cannot_choose_its_token() {
+    use shop_cache::session::Touched;
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let chosen = SessionToken::generate();
+    assert_eq!(
+        sessions
+            .touch_existing(&chosen, Some(item(1)))
+            .await
+            .unwrap(),
+        Touched::Unknown
+    );
+    assert!(all_keys(&server).await.is_empty(), "nothing recorded");
+
+    let issued = SessionToken::generate();
+    sessions.touch(&issued, None, None).await.unwrap();
+    assert_eq!(
+        sessions
+            .touch_existing(&issued, Some(item(1)))
+            .await
+            .unwrap(),
+        Touched::Known(None)
+    );
+    assert_eq!(
+        sessions.recently_viewed(&issued).await.unwrap(),
+        vec![item(1)]
+    );
 }

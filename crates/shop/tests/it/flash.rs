@@ -1,10 +1,14 @@
 //! The flash sale over HTTP, through the router (no socket).
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
+use shop_cache::analytics::Analytics;
+use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
@@ -13,7 +17,7 @@ use shop_cache::session::{SessionToken, Sessions};
 use shop_db::Db;
 use shop_db::inventory::Sale;
 use shop_testkit::{TestDb, TestRedis};
-use shop_web::AppState;
+use shop_web::{AppState, WebConfig};
 use tower::ServiceExt;
 
 struct Shop {
@@ -36,9 +40,12 @@ impl Shop {
         let state = AppState {
             db: db.clone(),
             sessions: Sessions::new(conn.clone(), keys.clone()),
+            carts: Carts::new(conn.clone(), keys.clone(), 99),
+            analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             pages: PageStore::new(conn.clone(), keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
-            flash_limit: 1,
+            metrics: Arc::default(),
+            config: WebConfig::default(),
         };
         let app = shop_web::router(state.clone());
         Self {

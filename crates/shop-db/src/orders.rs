@@ -1,0 +1,183 @@
+//! Checkout: a cart becomes an order, atomically and at most once per idempotency key.
+//!
+//! One transaction: the order row first (its `(user, idempotency key)` uniqueness
+//! makes a repeated checkout return the first order), then per line a conditional
+//! `UPDATE inventory SET stock = stock - q WHERE stock >= q`, so stock never goes
+//! negative and a line that cannot be filled aborts the whole order.
+
+use serde::Serialize;
+use shop_domain::{ItemId, UserId};
+use sqlx::Row;
+
+use crate::{Db, DbError};
+
+/// The answer to a checkout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CheckoutOutcome {
+    /// The order is placed (now, or by an earlier request with the same key).
+    Placed {
+        /// The order.
+        order_id: i64,
+        /// What it costs, in cents.
+        total_cents: i64,
+    },
+    /// Not enough stock of this item; nothing was ordered.
+    OutOfStock {
+        /// The item.
+        item_id: ItemId,
+    },
+    /// No such item; nothing was ordered.
+    UnknownItem {
+        /// The item.
+        item_id: ItemId,
+    },
+    /// The cart was empty.
+    Empty,
+}
+
+/// One past order, for the account page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderSummary {
+    /// The order.
+    pub id: i64,
+    /// `cart` or `flash`.
+    pub kind: String,
+    /// Total in cents.
+    pub total_cents: i64,
+    /// Units in all.
+    pub units: i64,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+impl Db {
+    /// Places an order for `lines` (item, quantity > 0) at the items' regular prices.
+    pub async fn checkout(
+        &self,
+        user: UserId,
+        lines: &[(ItemId, u32)],
+        key: &str,
+        now: i64,
+    ) -> Result<CheckoutOutcome, DbError> {
+        if lines.is_empty() {
+            return Ok(CheckoutOutcome::Empty);
+        }
+        let mut tx = self.pool.begin().await?;
+        let order = sqlx::query(
+            "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
+             VALUES ($1, $2, 'cart', 0, $3) ON CONFLICT (user_id, idempotency_key) DO NOTHING \
+             RETURNING id",
+        )
+        .bind(user.to_i64())
+        .bind(key)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(order) = order else {
+            tx.rollback().await?;
+            let row = sqlx::query(
+                "SELECT id, total_cents FROM orders WHERE user_id = $1 AND idempotency_key = $2",
+            )
+            .bind(user.to_i64())
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+            return Ok(CheckoutOutcome::Placed {
+                order_id: row.try_get("id")?,
+                total_cents: row.try_get("total_cents")?,
+            });
+        };
+        let order_id: i64 = order.try_get("id")?;
+        let mut total = 0i64;
+        for &(item, quantity) in lines {
+            let price = sqlx::query("SELECT price_cents FROM items WHERE id = $1")
+                .bind(item.to_i64())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(price) = price else {
+                tx.rollback().await?;
+                return Ok(CheckoutOutcome::UnknownItem { item_id: item });
+            };
+            let price: i64 = price.try_get("price_cents")?;
+            let took = sqlx::query(
+                "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3",
+            )
+            .bind(i64::from(quantity))
+            .bind(item.to_i64())
+            .bind(i64::from(quantity))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if took != 1 {
+                tx.rollback().await?;
+                return Ok(CheckoutOutcome::OutOfStock { item_id: item });
+            }
+            sqlx::query(
+                "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(order_id)
+            .bind(item.to_i64())
+            .bind(i64::from(quantity))
+            .bind(price)
+            .execute(&mut *tx)
+            .await?;
+            total += price * i64::from(quantity);
+        }
+        sqlx::query("UPDATE orders SET total_cents = $1 WHERE id = $2")
+            .bind(total)
+            .bind(order_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(CheckoutOutcome::Placed {
+            order_id,
+            total_cents: total,
+        })
+    }
+
+    /// The user's orders, newest first (at most `limit`).
+    pub async fn orders_of(&self, user: UserId, limit: i64) -> Result<Vec<OrderSummary>, DbError> {
+        let rows = sqlx::query(
+            "SELECT o.id, o.kind, o.total_cents, o.created_at, \
+             CAST(COALESCE(SUM(l.quantity), 0) AS BIGINT) AS units \
+             FROM orders o LEFT JOIN order_lines l ON l.order_id = o.id \
+             WHERE o.user_id = $1 GROUP BY o.id, o.kind, o.total_cents, o.created_at \
+             ORDER BY o.id DESC LIMIT $2",
+        )
+        .bind(user.to_i64())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(OrderSummary {
+                    id: r.try_get("id")?,
+                    kind: r.try_get("kind")?,
+                    total_cents: r.try_get("total_cents")?,
+                    units: r.try_get("units")?,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The lines of an order: (item, quantity, price in cents).
+    pub async fn order_lines(&self, order_id: i64) -> Result<Vec<(ItemId, i64, i64)>, DbError> {
+        let rows = sqlx::query(
+            "SELECT item_id, quantity, price_cents FROM order_lines WHERE order_id = $1 ORDER BY item_id",
+        )
+        .bind(order_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let item =
+                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
+                        what: "order_lines.item_id",
+                    })?;
+                Ok((item, r.try_get("quantity")?, r.try_get("price_cents")?))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,45 @@
+// The per-user parts of every page (who is logged in, the cart size, recently
+// viewed items) come from /api/me, so the HTML of item pages is the same for
+// everyone and can be cached whole.
+(async function () {
+  let me;
+  try {
+    const r = await fetch('/api/me', { headers: { Accept: 'application/json' } });
+    if (!r.ok) return;
+    me = await r.json();
+  } catch (e) {
+    return;
+  }
+  document.getElementById('cart-count').textContent = me.cart.count;
+  const who = document.getElementById('who');
+  if (me.user) {
+    who.textContent = '';
+    const account = document.createElement('a');
+    account.href = '/account';
+    account.textContent = me.user.name;
+    const form = document.createElement('form');
+    form.method = 'post';
+    form.action = '/logout';
+    form.className = 'inline';
+    const button = document.createElement('button');
+    button.type = 'submit';
+    button.textContent = 'Log out';
+    form.appendChild(button);
+    who.append(account, ' ', form);
+  }
+  const recent = document.getElementById('recent');
+  const here = document.querySelector('article.item');
+  const others = me.recently_viewed.filter(i => !here || String(i.id) !== here.dataset.item);
+  if (recent && others.length) {
+    const ul = recent.querySelector('ul');
+    for (const item of others.slice(0, 5)) {
+      const li = document.createElement('li');
+      const a = document.createElement('a');
+      a.href = '/items/' + item.id;
+      a.textContent = item.title;
+      li.appendChild(a);
+      ul.appendChild(li);
+    }
+    recent.hidden = false;
+  }
+})();

@@ -1,0 +1,156 @@
+//! The cart page, the cart form and checkout.
+//!
+//! A form POST answers with a redirect (303); the same POST with
+//! `Accept: application/json` answers JSON. Bad input (a count that is not a whole
+//! number, negative, above the maximum; an unknown item) is a 4xx and changes nothing.
+
+use std::collections::HashMap;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use serde_json::json;
+use shop_cache::domain::ItemId;
+use shop_cache::session::SessionToken;
+use shop_db::orders::CheckoutOutcome;
+
+use crate::AppState;
+use crate::error::WebError;
+use crate::session::Session;
+use crate::views::{self, CartLineView, CartPage, ItemView};
+
+/// The longest idempotency key a checkout form may carry.
+const MAX_KEY_LEN: usize = 100;
+
+/// The cart routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/cart", get(show).post(update))
+        .route("/checkout", post(checkout))
+        .with_state(state)
+}
+
+/// Does the client want JSON rather than a redirect or a page?
+pub fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
+}
+
+async fn show(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
+    let cart = state.carts.get(&session.token).await?;
+    let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
+    let items = state.db.items(&ids).await?;
+    let mut total = 0;
+    let lines = cart
+        .iter()
+        .filter_map(|(id, qty)| {
+            let item = items.iter().find(|it| it.id == *id)?;
+            total += item.price_cents * i64::from(qty.get());
+            Some(CartLineView {
+                item: ItemView::from(item),
+                quantity: qty.get(),
+            })
+        })
+        .collect();
+    let page = CartPage {
+        lines,
+        total: views::money(total),
+        // Unguessable and fresh per render: one checkout per cart page shown.
+        checkout_key: SessionToken::generate().expose().to_owned(),
+        max_quantity: state.carts.max_quantity(),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+}
+
+async fn update(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, WebError> {
+    let item: ItemId = form
+        .get("item")
+        .ok_or_else(|| WebError::bad_request("which item? (the form needs an item)"))?
+        .parse()
+        .map_err(|_| WebError::bad_request("item must be a positive whole number"))?;
+    let count: i64 = form
+        .get("count")
+        .ok_or_else(|| WebError::bad_request("how many? (the form needs a count)"))?
+        .trim()
+        .parse()
+        .map_err(|_| WebError::bad_request("count must be a whole number"))?;
+    if count < 0 {
+        return Err(WebError::bad_request(
+            "count cannot be negative (0 removes the item)",
+        ));
+    }
+    if state.db.item(item).await?.is_none() {
+        return Err(WebError::not_found("there is no such item"));
+    }
+    state.carts.set(&session.token, item, count).await?;
+    if wants_json(&headers) {
+        let lines = state.carts.get(&session.token).await?;
+        let lines: Vec<_> = lines
+            .iter()
+            .map(|(id, q)| json!({ "item": id.get(), "quantity": q.get() }))
+            .collect();
+        return Ok(Json(json!({ "cart": lines })).into_response());
+    }
+    Ok(Redirect::to("/cart").into_response())
+}
+
+async fn checkout(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, WebError> {
+    let key = form
+        .get("key")
+        .filter(|k| {
+            !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .ok_or_else(|| {
+            WebError::bad_request("the checkout form is missing its key; reload the cart")
+        })?;
+    let Some(user) = session.user else {
+        if wants_json(&headers) {
+            return Err(WebError::unauthorized());
+        }
+        return Ok(Redirect::to("/login?next=/cart").into_response());
+    };
+    let cart = state.carts.get(&session.token).await?;
+    let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
+    let outcome = state
+        .db
+        .checkout(user, &lines, key, shop_db::unix_now())
+        .await?;
+    match outcome {
+        CheckoutOutcome::Placed { .. } => {
+            // The order is durable; emptying the cart may fail (Redis down) without
+            // losing anything: a retry with the same key returns the same order.
+            if let Err(error) = state.carts.clear(&session.token).await {
+                tracing::warn!(%error, "order placed but the cart could not be emptied");
+            }
+            if wants_json(&headers) {
+                return Ok(Json(outcome).into_response());
+            }
+            Ok(Redirect::to("/account").into_response())
+        }
+        CheckoutOutcome::Empty => Err(WebError::bad_request("your cart is empty")),
+        CheckoutOutcome::OutOfStock { item_id } => Err(WebError::new(
+            StatusCode::CONFLICT,
+            "out_of_stock",
+            format!("not enough stock of item {item_id}; lower its quantity and try again"),
+        )),
+        CheckoutOutcome::UnknownItem { item_id } => Err(WebError::new(
+            StatusCode::CONFLICT,
+            "unknown_item",
+            format!("item {item_id} is no longer sold; remove it and try again"),
+        )),
+    }
+}

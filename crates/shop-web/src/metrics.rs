@@ -1,0 +1,181 @@
+//! `GET /metrics` in the Prometheus text format, and the counters behind it.
+//!
+//! Request counts and latency histograms by route and status; page-cache hits,
+//! misses, bypasses and errors; flash-sale outcomes; session-store failures met by
+//! the session layer. Two gauges are read when scraped: the number of sessions
+//! (`recent:`) and the row cache's lag (how overdue its most overdue row is). The
+//! session cleaner's removals are counted where the cleaner runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::page_cache::PageCacheStats;
+
+/// Upper bounds of the latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+#[derive(Default)]
+struct RouteStats {
+    count: u64,
+    sum: f64,
+    buckets: [u64; BUCKETS.len()],
+}
+
+/// Every counter the shop exposes. One per process, shared through [`AppState`].
+#[derive(Default)]
+pub struct Metrics {
+    routes: Mutex<BTreeMap<(String, u16), RouteStats>>,
+    page_caches: Mutex<Vec<(&'static str, Arc<PageCacheStats>)>>,
+    flash: Mutex<BTreeMap<&'static str, u64>>,
+    /// Requests the session layer served as guests because Redis failed.
+    pub session_errors: AtomicU64,
+    cleaner_removed: Mutex<Option<Arc<AtomicU64>>>,
+}
+
+impl Metrics {
+    /// Reports a page-cache layer's counters under `page` (`item`, `flash`).
+    pub fn register_page_cache(&self, page: &'static str, stats: Arc<PageCacheStats>) {
+        lock(&self.page_caches).push((page, stats));
+    }
+
+    /// Reports the in-process session cleaner's removal count.
+    pub fn register_cleaner(&self, removed: Arc<AtomicU64>) {
+        *lock(&self.cleaner_removed) = Some(removed);
+    }
+
+    /// Counts one flash-sale outcome.
+    pub fn flash_outcome(&self, outcome: &'static str) {
+        *lock(&self.flash).entry(outcome).or_default() += 1;
+    }
+
+    fn observe(&self, route: String, status: u16, seconds: f64) {
+        let mut routes = lock(&self.routes);
+        let stats = routes.entry((route, status)).or_default();
+        stats.count += 1;
+        stats.sum += seconds;
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                stats.buckets[i] += 1;
+            }
+        }
+    }
+
+    /// The text exposition of everything counted, plus the gauges given.
+    pub fn render(&self, sessions: Option<u64>, row_lag_seconds: Option<f64>) -> String {
+        let mut out = String::new();
+        out.push_str("# TYPE shop_http_requests_total counter\n");
+        out.push_str("# TYPE shop_http_request_duration_seconds histogram\n");
+        for ((route, status), s) in lock(&self.routes).iter() {
+            let labels = format!("route=\"{route}\",status=\"{status}\"");
+            let _ = writeln!(out, "shop_http_requests_total{{{labels}}} {}", s.count);
+            for (le, n) in BUCKETS.iter().zip(s.buckets) {
+                let _ = writeln!(
+                    out,
+                    "shop_http_request_duration_seconds_bucket{{{labels},le=\"{le}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "shop_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                s.count
+            );
+            let _ = writeln!(
+                out,
+                "shop_http_request_duration_seconds_sum{{{labels}}} {}",
+                s.sum
+            );
+            let _ = writeln!(
+                out,
+                "shop_http_request_duration_seconds_count{{{labels}}} {}",
+                s.count
+            );
+        }
+        out.push_str("# TYPE shop_page_cache_total counter\n");
+        for (page, stats) in lock(&self.page_caches).iter() {
+            for (result, counter) in [
+                ("hit", &stats.hits),
+                ("miss", &stats.misses),
+                ("bypass", &stats.bypasses),
+                ("error", &stats.errors),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "shop_page_cache_total{{page=\"{page}\",result=\"{result}\"}} {}",
+                    counter.load(Ordering::Relaxed)
+                );
+            }
+        }
+        out.push_str("# TYPE shop_flash_outcomes_total counter\n");
+        for (outcome, n) in lock(&self.flash).iter() {
+            let _ = writeln!(
+                out,
+                "shop_flash_outcomes_total{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        out.push_str("# TYPE shop_session_errors_total counter\n");
+        let _ = writeln!(
+            out,
+            "shop_session_errors_total {}",
+            self.session_errors.load(Ordering::Relaxed)
+        );
+        if let Some(removed) = lock(&self.cleaner_removed).as_ref() {
+            out.push_str("# TYPE shop_cleaner_removed_total counter\n");
+            let _ = writeln!(
+                out,
+                "shop_cleaner_removed_total {}",
+                removed.load(Ordering::Relaxed)
+            );
+        }
+        if let Some(n) = sessions {
+            out.push_str("# TYPE shop_sessions gauge\n");
+            let _ = writeln!(out, "shop_sessions {n}");
+        }
+        if let Some(lag) = row_lag_seconds {
+            out.push_str("# TYPE shop_row_refresh_lag_seconds gauge\n");
+            let _ = writeln!(out, "shop_row_refresh_lag_seconds {lag}");
+        }
+        out
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Middleware (as a route layer) timing every routed request.
+pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    state.metrics.observe(
+        route,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let sessions = state.sessions.count().await.ok();
+    let lag = state.rows.lag().await.ok().flatten();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(sessions, lag),
+    )
+        .into_response()
+}

@@ -1,0 +1,133 @@
+//! The HTML pages that are not about the cart: home, item, login form, account.
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use shop_cache::domain::ItemId;
+
+use crate::AppState;
+use crate::error::WebError;
+use crate::page_cache::{PageCacheConfig, PageCacheLayer};
+use crate::session::Session;
+use crate::views::{self, AccountPage, HomePage, ItemPage, ItemView, LoginPage, OrderView};
+
+/// How many items the home page lists.
+const HOME_ITEMS: u64 = 24;
+
+/// The page routes; item pages behind the page cache.
+pub fn router(state: AppState) -> Router {
+    let item_cache = PageCacheLayer::new(state.pages.clone(), PageCacheConfig::default());
+    state
+        .metrics
+        .register_page_cache("item", item_cache.stats());
+    Router::new()
+        .route("/", get(home))
+        .route("/items/{id}", get(item).layer(item_cache))
+        .route("/login", get(login_form))
+        .route("/account", get(account))
+        .with_state(state)
+}
+
+async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
+    // The ranking lives in Redis; if it is unavailable, show the first items instead.
+    let ids: Vec<ItemId> = match state.analytics.top(HOME_ITEMS).await {
+        Ok(top) if !top.is_empty() => top.into_iter().map(|(id, _)| id).collect(),
+        Ok(_) => Vec::new(),
+        Err(error) => {
+            tracing::warn!(%error, "no view ranking; listing the first items");
+            (1..=HOME_ITEMS)
+                .filter_map(|n| ItemId::new(n).ok())
+                .collect()
+        }
+    };
+    let items = state.db.items(&ids).await?;
+    let page = HomePage {
+        items: items.iter().map(ItemView::from).collect(),
+    };
+    Ok(views::render(&page)?.into_response())
+}
+
+async fn item(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, WebError> {
+    let id: ItemId = id
+        .parse()
+        .map_err(|_| WebError::not_found("there is no such item"))?;
+    let item = state
+        .db
+        .item(id)
+        .await?
+        .ok_or_else(|| WebError::not_found("there is no such item"))?;
+    let page = ItemPage {
+        item: ItemView::from(&item),
+        category: item.category.clone(),
+        description: item.description.clone(),
+        max_quantity: state.carts.max_quantity(),
+    };
+    Ok(views::render(&page)?.into_response())
+}
+
+/// The `next` parameter of the login flow.
+#[derive(Debug, Deserialize)]
+pub struct Next {
+    next: Option<String>,
+}
+
+/// A local path to go to after logging in, never another site.
+pub fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        _ => "/".to_owned(),
+    }
+}
+
+async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
+    let page = LoginPage {
+        next: safe_next(q.next.as_deref()),
+        message: None,
+    };
+    Ok(views::render(&page)?.into_response())
+}
+
+async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
+    let Some(user) = session.user else {
+        return Ok(Redirect::to("/login?next=/account").into_response());
+    };
+    let name = state.db.user_name(user).await?.unwrap_or_default();
+    let orders = state.db.orders_of(user, 50).await?;
+    let page = AccountPage {
+        name,
+        orders: orders
+            .into_iter()
+            .map(|o| OrderView {
+                id: o.id,
+                kind: o.kind,
+                units: o.units,
+                total: views::money(o.total_cents),
+            })
+            .collect(),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/cart")), "/cart");
+        assert_eq!(safe_next(Some("/account?x=1")), "/account?x=1");
+        for bad in [
+            "//evil.example",
+            "https://evil.example",
+            "evil",
+            "/\\evil",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad}");
+        }
+        assert_eq!(safe_next(None), "/");
+    }
+}

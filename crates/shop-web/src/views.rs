@@ -1,0 +1,151 @@
+//! The templates and the small display types they take. Values are formatted
+//! here (money, ids) so templates stay plain; askama escapes everything they print.
+
+use askama::Template;
+use serde::Serialize;
+use shop_db::items::Item;
+
+use crate::error::WebError;
+
+/// Cents as dollars, e.g. `$12.34`.
+pub fn money(cents: i64) -> String {
+    format!("${}.{:02}", cents / 100, cents % 100)
+}
+
+/// An item as pages show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemView {
+    /// The id.
+    pub id: u64,
+    /// The title.
+    pub title: String,
+    /// The price, formatted.
+    pub price: String,
+}
+
+impl From<&Item> for ItemView {
+    fn from(item: &Item) -> Self {
+        Self {
+            id: item.id.get(),
+            title: item.title.clone(),
+            price: money(item.price_cents),
+        }
+    }
+}
+
+/// `GET /`.
+#[derive(Template)]
+#[template(path = "home.html")]
+pub struct HomePage {
+    /// The most viewed items.
+    pub items: Vec<ItemView>,
+}
+
+/// `GET /items/{id}`: the same for every visitor.
+#[derive(Template)]
+#[template(path = "item.html")]
+pub struct ItemPage {
+    /// The item.
+    pub item: ItemView,
+    /// Its department.
+    pub category: String,
+    /// Its description.
+    pub description: String,
+    /// The most of it a cart line may hold.
+    pub max_quantity: u32,
+}
+
+/// One cart line as the cart page shows it.
+pub struct CartLineView {
+    /// The item.
+    pub item: ItemView,
+    /// How many.
+    pub quantity: u32,
+}
+
+/// `GET /cart`.
+#[derive(Template)]
+#[template(path = "cart.html")]
+pub struct CartPage {
+    /// The lines.
+    pub lines: Vec<CartLineView>,
+    /// The total, formatted.
+    pub total: String,
+    /// A fresh idempotency key for the checkout form.
+    pub checkout_key: String,
+    /// The most of one item a line may hold.
+    pub max_quantity: u32,
+}
+
+/// `GET /login`, and `POST /login` when it fails.
+#[derive(Template)]
+#[template(path = "login.html")]
+pub struct LoginPage {
+    /// Where to go after logging in (a local path).
+    pub next: String,
+    /// Why the last attempt failed.
+    pub message: Option<String>,
+}
+
+/// One order on the account page.
+pub struct OrderView {
+    /// Its id.
+    pub id: i64,
+    /// `cart` or `flash`.
+    pub kind: String,
+    /// Units in all.
+    pub units: i64,
+    /// The total, formatted.
+    pub total: String,
+}
+
+/// `GET /account`.
+#[derive(Template)]
+#[template(path = "account.html")]
+pub struct AccountPage {
+    /// The user's name.
+    pub name: String,
+    /// Their orders, newest first.
+    pub orders: Vec<OrderView>,
+}
+
+/// Any error, as a page.
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    /// The HTTP status, as a number.
+    pub status: u16,
+    /// What went wrong, for a person.
+    pub message: &'a str,
+}
+
+/// Renders a template, or fails as a 500 (a template bug, logged).
+pub fn render(page: &impl Template) -> Result<axum::response::Html<String>, WebError> {
+    page.render().map(axum::response::Html).map_err(|error| {
+        tracing::error!(%error, "template failed");
+        WebError::internal()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_formats_cents() {
+        assert_eq!(money(0), "$0.00");
+        assert_eq!(money(5), "$0.05");
+        assert_eq!(money(1234), "$12.34");
+        assert_eq!(money(100_000), "$1000.00");
+    }
+
+    #[test]
+    fn pages_escape_what_they_print() {
+        let page = ErrorPage {
+            status: 400,
+            message: "<script>alert(1)</script>",
+        };
+        let html = page.render().unwrap();
+        assert!(!html.contains("<script>alert"), "{html}");
+    }
+}

@@ -1,0 +1,649 @@
+//! The whole router, without a socket: every route, cookies, forms, login, checkout,
+//! errors, and Redis going away. Each test has its own redis-server and SQLite file.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use axum::response::Response;
+use http_body_util::BodyExt;
+use redis::AsyncCommands;
+use shop_cache::analytics::Analytics;
+use shop_cache::cart::Carts;
+use shop_cache::keys::Keys;
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_cache::row_cache::RowCache;
+use shop_cache::session::{SessionToken, Sessions};
+use shop_db::Db;
+use shop_testkit::{TestDb, TestRedis};
+use shop_web::{AppState, WebConfig};
+use tower::ServiceExt;
+
+struct App {
+    redis: TestRedis,
+    _db_dir: TestDb,
+    db: Db,
+    app: Router,
+}
+
+async fn app_with(config: WebConfig) -> App {
+    let redis = TestRedis::start();
+    let quick = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_millis(300)))
+        .set_connection_timeout(Some(std::time::Duration::from_millis(200)))
+        .set_number_of_retries(1);
+    let conn = shop_cache::connect_with(&redis.url(), quick).await.unwrap();
+    let test_db = TestDb::sqlite();
+    let db = Db::connect(test_db.url()).await.unwrap();
+    db.seed(30, 1, &|_| {}).await.unwrap();
+    let keys = Keys::default();
+    let state = AppState {
+        db: db.clone(),
+        sessions: Sessions::new(conn.clone(), keys.clone()),
+        carts: Carts::new(conn.clone(), keys.clone(), 99),
+        analytics: Analytics::new(conn.clone(), keys.clone()),
+        rows: RowCache::new(conn.clone(), keys.clone()),
+        pages: PageStore::new(conn, keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
+        metrics: Arc::default(),
+        config,
+    };
+    App {
+        redis,
+        _db_dir: test_db,
+        db,
+        app: shop_web::router(state),
+    }
+}
+
+async fn app() -> App {
+    app_with(WebConfig::default()).await
+}
+
+impl App {
+    async fn send(&self, req: Request<Body>) -> Response {
+        self.app.clone().oneshot(req).await.unwrap()
+    }
+
+    async fn get(&self, uri: &str, cookie: Option<&str>) -> Response {
+        let mut req = Request::get(uri);
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.send(req.body(Body::empty()).unwrap()).await
+    }
+
+    async fn post(&self, uri: &str, cookie: Option<&str>, form: &str, json: bool) -> Response {
+        let mut req =
+            Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        if json {
+            req = req.header(header::ACCEPT, "application/json");
+        }
+        self.send(req.body(Body::from(form.to_owned())).unwrap())
+            .await
+    }
+
+    /// A new visitor's cookie, as the shop issues it.
+    async fn visitor(&self) -> String {
+        let resp = self.get("/", None).await;
+        cookie_of(&resp).expect("a new visitor gets a cookie")
+    }
+
+    /// A cookie logged in as a new user `name`.
+    async fn logged_in(&self, name: &str) -> String {
+        self.db
+            .create_user(name, "secret-pw")
+            .await
+            .unwrap()
+            .unwrap();
+        let guest = self.visitor().await;
+        let resp = self
+            .post(
+                "/login",
+                Some(&guest),
+                &format!("name={name}&password=secret-pw"),
+                false,
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        cookie_of(&resp).expect("login issues a new cookie")
+    }
+
+    async fn me(&self, cookie: &str) -> serde_json::Value {
+        json(self.get("/api/me", Some(cookie)).await).await
+    }
+}
+
+/// The `name=value` of the session cookie a response sets.
+fn cookie_of(resp: &Response) -> Option<String> {
+    resp.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("shop_session="))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+}
+
+async fn text(resp: Response) -> String {
+    String::from_utf8(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap()
+}
+
+async fn json(resp: Response) -> serde_json::Value {
+    let body = text(resp).await;
+    serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"))
+}
+
+fn content_type(resp: &Response) -> &str {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+#[tokio::test]
+async fn every_route_answers() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    for (uri, status, kind) in [
+        ("/", 200, "text/html"),
+        ("/items/1", 200, "text/html"),
+        ("/items/999", 404, "text/html"),
+        ("/items/abc", 404, "text/html"),
+        ("/cart", 200, "text/html"),
+        ("/login", 200, "text/html"),
+        ("/account", 303, ""),
+        ("/flash", 200, "text/html"),
+        ("/api/me", 200, "application/json"),
+        ("/api/inventory/1", 404, "application/json"),
+        ("/healthz", 200, "application/json"),
+        ("/metrics", 200, "text/plain"),
+        ("/static/shop.js", 200, "text/javascript"),
+        ("/static/shop.css", 200, "text/css"),
+        ("/no-such-page", 404, "text/html"),
+    ] {
+        let resp = app.get(uri, Some(&cookie)).await;
+        assert_eq!(resp.status().as_u16(), status, "{uri}");
+        assert!(
+            content_type(&resp).starts_with(kind),
+            "{uri}: {}",
+            content_type(&resp)
+        );
+    }
+    let resp = app.get("/account", Some(&cookie)).await;
+    assert_eq!(resp.headers()[header::LOCATION], "/login?next=/account");
+}
+
+#[tokio::test]
+async fn a_new_visitor_gets_a_safe_cookie_once() {
+    let app = app().await;
+    let first = app.get("/", None).await;
+    let set = first.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(set.starts_with("shop_session="), "{set}");
+    for flag in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(!set.contains("Secure"));
+    let cookie = cookie_of(&first).unwrap();
+    let again = app.get("/cart", Some(&cookie)).await;
+    assert!(
+        cookie_of(&again).is_none(),
+        "a known session keeps its cookie"
+    );
+
+    let secure = app_with(WebConfig {
+        secure_cookies: true,
+        ..WebConfig::default()
+    })
+    .await;
+    let resp = secure.get("/", None).await;
+    assert!(
+        resp.headers()[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("; Secure")
+    );
+}
+
+#[tokio::test]
+async fn malformed_and_unknown_cookies_are_treated_as_none() {
+    let app = app().await;
+    let unknown = format!("shop_session={}", SessionToken::generate().expose());
+    for bad in [
+        "shop_session=not-a-token".to_owned(),
+        format!("shop_session={}", "A".repeat(5000)),
+        unknown.clone(),
+    ] {
+        let resp = app.get("/cart", Some(&bad)).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let issued = cookie_of(&resp).expect("a fresh cookie");
+        assert_ne!(issued, bad);
+    }
+    // The unknown token was not adopted as a session.
+    let tokens: Vec<String> = app
+        .redis
+        .conn()
+        .await
+        .zrange("recent:", 0, -1)
+        .await
+        .unwrap();
+    assert!(!tokens.iter().any(|t| unknown.ends_with(t.as_str())));
+}
+
+#[tokio::test]
+async fn item_views_are_recorded_for_real_items_only() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    assert_eq!(
+        app.get("/items/3", Some(&cookie)).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get("/items/4", Some(&cookie)).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get("/items/999", Some(&cookie)).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let me = app.me(&cookie).await;
+    let viewed: Vec<u64> = me["recently_viewed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(viewed, vec![4, 3]);
+    let mut raw = app.redis.conn().await;
+    let score: Option<f64> = raw.zscore("viewed:", 3).await.unwrap();
+    assert_eq!(score, Some(-1.0));
+    let ghost: Option<f64> = raw.zscore("viewed:", 999).await.unwrap();
+    assert_eq!(ghost, None, "an unknown item is not ranked");
+}
+
+#[tokio::test]
+async fn the_cart_form_adds_updates_and_removes() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/cart");
+    app.post("/cart", Some(&cookie), "item=5&count=1", false)
+        .await;
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 3);
+
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=4", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = json(resp).await;
+    assert_eq!(
+        body["cart"][0],
+        serde_json::json!({"item": 3, "quantity": 4})
+    );
+
+    app.post("/cart", Some(&cookie), "item=3&count=0", false)
+        .await;
+    let me = app.me(&cookie).await;
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 5, "quantity": 1}])
+    );
+    let page = text(app.get("/cart", Some(&cookie)).await).await;
+    assert!(
+        page.contains("/items/5") && !page.contains("/items/3\""),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    app.post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    let before = app.me(&cookie).await["cart"].clone();
+    for (form, status, says) in [
+        ("item=3&count=abc", 400, "whole number"),
+        ("item=3&count=-1", 400, "negative"),
+        ("item=3&count=100", 400, "at most 99"),
+        ("item=3&count=99999999999999999999999", 400, "whole number"),
+        ("item=999&count=1", 404, "no such item"),
+        ("item=abc&count=1", 400, "item"),
+        ("item=0&count=1", 400, "item"),
+        ("count=1", 400, "item"),
+        ("item=3", 400, "count"),
+    ] {
+        let resp = app.post("/cart", Some(&cookie), form, false).await;
+        assert_eq!(resp.status().as_u16(), status, "{form}");
+        assert!(
+            content_type(&resp).starts_with("text/html"),
+            "{form}: a page for a person"
+        );
+        let page = text(resp).await;
+        assert!(page.contains(says), "{form}: {page}");
+        let resp = app.post("/cart", Some(&cookie), form, true).await;
+        assert_eq!(resp.status().as_u16(), status, "{form}");
+        assert!(json(resp).await["message"].as_str().unwrap().contains(says));
+    }
+    assert_eq!(
+        app.me(&cookie).await["cart"],
+        before,
+        "the cart is unchanged"
+    );
+}
+
+#[tokio::test]
+async fn cross_site_posts_are_refused() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    let post = |headers: &[(&str, &str)]| {
+        let mut req = Request::post("/cart")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::COOKIE, cookie.as_str())
+            .header(header::HOST, "shop.example");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(Body::from("item=3&count=1")).unwrap()
+    };
+    assert_eq!(
+        app.send(post(&[("sec-fetch-site", "cross-site")]))
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.send(post(&[("sec-fetch-site", "same-site")]))
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.send(post(&[("origin", "http://evil.example")]))
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.me(&cookie).await["cart"]["count"],
+        0,
+        "nothing was added"
+    );
+    assert_eq!(
+        app.send(post(&[("sec-fetch-site", "same-origin")]))
+            .await
+            .status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        app.send(post(&[("origin", "http://shop.example")]))
+            .await
+            .status(),
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 1, "set, not added");
+}
+
+#[tokio::test]
+async fn login_rotates_the_token_and_keeps_the_cart() {
+    let app = app().await;
+    app.db
+        .create_user("walt", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=7&count=2", false)
+        .await;
+
+    let wrong = app
+        .post("/login", Some(&guest), "name=walt&password=nope", false)
+        .await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(text(wrong).await.contains("Wrong name or password"));
+    let unknown = app
+        .post("/login", Some(&guest), "name=nobody&password=nope", true)
+        .await;
+    assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.post("/login", Some(&guest), "name=&password=", false)
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let resp = app
+        .post(
+            "/login",
+            Some(&guest),
+            "name=walt&password=right-pw&next=/cart",
+            false,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/cart");
+    let user = cookie_of(&resp).unwrap();
+    assert_ne!(user, guest);
+    let me = app.me(&user).await;
+    assert_eq!(me["user"]["name"], "walt");
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 7, "quantity": 2}])
+    );
+    // The old token is dead: it is not logged in, and holds no cart.
+    let old = app.get("/api/me", Some(&guest)).await;
+    assert!(
+        cookie_of(&old).is_some(),
+        "the old token is unknown now: a fresh one is issued"
+    );
+    let old = json(old).await;
+    assert_eq!(old["user"], serde_json::Value::Null);
+    assert_eq!(old["cart"]["count"], 0);
+    // An outside `next` is ignored.
+    app.db.create_user("vera", "pw").await.unwrap().unwrap();
+    let resp = app
+        .post(
+            "/login",
+            Some(&guest),
+            "name=vera&password=pw&next=//evil.example",
+            false,
+        )
+        .await;
+    assert_eq!(resp.headers()[header::LOCATION], "/");
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let app = app().await;
+    let user = app.logged_in("lena").await;
+    let resp = app.post("/logout", Some(&user), "", false).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let guest = cookie_of(&resp).expect("a new guest cookie");
+    assert_eq!(app.me(&guest).await["user"], serde_json::Value::Null);
+    assert_eq!(
+        app.get("/account", Some(&user)).await.status(),
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn checkout_turns_the_cart_into_one_order() {
+    let app = app().await;
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=2&count=1", false)
+        .await;
+    let resp = app.post("/checkout", Some(&guest), "key=k1", false).await;
+    assert_eq!(
+        resp.headers()[header::LOCATION],
+        "/login?next=/cart",
+        "guests log in first"
+    );
+
+    let user = app.logged_in("olga").await;
+    assert_eq!(
+        app.post("/checkout", Some(&user), "key=k1", false)
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST,
+        "empty cart"
+    );
+    app.post("/cart", Some(&user), "item=2&count=3", false)
+        .await;
+    app.post("/cart", Some(&user), "item=4&count=1", false)
+        .await;
+    let page = text(app.get("/cart", Some(&user)).await).await;
+    let key = page
+        .split("name=\"key\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        app.post("/checkout", Some(&user), "", false).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let resp = app
+        .post("/checkout", Some(&user), &format!("key={key}"), true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let placed = json(resp).await;
+    assert_eq!(placed["outcome"], "placed");
+    assert_eq!(
+        app.me(&user).await["cart"]["count"],
+        0,
+        "the cart is emptied"
+    );
+    // A repeated submit of the same form places nothing new.
+    app.post("/cart", Some(&user), "item=2&count=1", false)
+        .await;
+    let again = json(
+        app.post("/checkout", Some(&user), &format!("key={key}"), true)
+            .await,
+    )
+    .await;
+    assert_eq!(again["order_id"], placed["order_id"]);
+
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE kind = 'cart'")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(orders, 1);
+    let lines = app
+        .db
+        .order_lines(placed["order_id"].as_i64().unwrap())
+        .await
+        .unwrap();
+    let lines: Vec<(u64, i64)> = lines.iter().map(|(i, q, _)| (i.get(), *q)).collect();
+    assert_eq!(lines, vec![(2, 3), (4, 1)]);
+    let account = text(app.get("/account", Some(&user)).await).await;
+    assert!(
+        account.contains("Hello, olga") && account.contains(&format!("#{}", placed["order_id"]))
+    );
+}
+
+#[tokio::test]
+async fn checkout_refuses_more_than_the_stock() {
+    let app = app().await;
+    let user = app.logged_in("pia").await;
+    app.db
+        .set_stock(shop_cache::domain::ItemId::new(6).unwrap(), 1)
+        .await
+        .unwrap();
+    app.post("/cart", Some(&user), "item=6&count=2", false)
+        .await;
+    let resp = app.post("/checkout", Some(&user), "key=x1", true).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(json(resp).await["error"], "out_of_stock");
+    assert_eq!(
+        app.me(&user).await["cart"]["count"],
+        2,
+        "the cart stays for the user to fix"
+    );
+}
+
+#[tokio::test]
+async fn item_html_is_the_same_for_everyone() {
+    let app = app().await;
+    let user = app.logged_in("quinn").await;
+    let guest = app.visitor().await;
+    let a = text(app.get("/items/8", Some(&user)).await).await;
+    let b = text(app.get("/items/8", Some(&guest)).await).await;
+    assert_eq!(a, b);
+    assert!(!a.contains("quinn"), "no personal data in the shared page");
+    assert!(
+        a.contains("/static/shop.js"),
+        "the per-user parts come from the script"
+    );
+}
+
+#[tokio::test]
+async fn with_redis_down_pages_render_and_writes_say_503() {
+    let mut app = app().await;
+    let cookie = app.visitor().await;
+    app.redis.kill();
+    let item = app.get("/items/2", Some(&cookie)).await;
+    assert_eq!(
+        item.status(),
+        StatusCode::OK,
+        "item pages come from the database"
+    );
+    assert!(text(item).await.contains("<h1>"));
+    assert_eq!(app.get("/", Some(&cookie)).await.status(), StatusCode::OK);
+    let add = app
+        .post("/cart", Some(&cookie), "item=2&count=1", true)
+        .await;
+    assert_eq!(add.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = json(add).await;
+    assert_eq!(body["error"], "unavailable");
+    assert!(
+        !body["message"].as_str().unwrap().contains("redis"),
+        "no internals: {body}"
+    );
+    assert_eq!(
+        app.get("/healthz", None).await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_routes_cache_and_sessions() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    for _ in 0..3 {
+        app.get("/items/1", Some(&cookie)).await;
+    }
+    let body = text(app.get("/metrics", None).await).await;
+    assert!(
+        body.contains("shop_http_requests_total{route=\"/items/{id}\",status=\"200\"} 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains("shop_page_cache_total{page=\"item\",result=\"hit\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("shop_sessions 1"), "{body}");
+    assert!(body.contains("shop_http_request_duration_seconds_bucket{route=\"/items/{id}\",status=\"200\",le=\"+Inf\"} 3"));
+    assert!(
+        !body.contains(cookie.trim_start_matches("shop_session=")),
+        "no tokens in metrics"
+    );
+}
