@@ -66,3 +66,11 @@ ensure_postgres() {
     fi
     say "PostgreSQL is not answering on 127.0.0.1:5432: PostgreSQL tests will skip (fail under CI=true)."
 }
+
+# The browser test drives Debian's Chromium through chromedriver.
+ensure_browser() {
+    if command -v chromedriver >/dev/null 2>&1 && [ -x /usr/bin/chromium ]; then
+        return
+    fi
+    apt_install chromium chromium-driver
+}

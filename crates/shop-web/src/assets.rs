@@ -10,6 +10,7 @@ pub fn router() -> Router {
     Router::new()
         .route("/static/shop.css", get(css))
         .route("/static/shop.js", get(js))
+        .route("/static/flash.js", get(flash_js))
 }
 
 const CACHE: &str = "public, max-age=3600";
@@ -31,5 +32,15 @@ async fn js() -> impl IntoResponse {
             (header::CACHE_CONTROL, CACHE),
         ],
         include_str!("../assets/shop.js"),
+    )
+}
+
+async fn flash_js() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, CACHE),
+        ],
+        include_str!("../assets/flash.js"),
     )
 }

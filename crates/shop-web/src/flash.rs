@@ -13,7 +13,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shop_cache::domain::ItemId;
@@ -24,6 +24,7 @@ use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use crate::session::Session;
+use crate::views::{self, FlashPage};
 
 /// The header carrying the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -97,66 +98,10 @@ async fn buy(
     Ok((status, Json(outcome)).into_response())
 }
 
-async fn shell(State(state): State<AppState>) -> Result<Html<String>, WebError> {
+async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
     let items = state.db.sale_items(unix_now()).await?;
-    let mut rows = String::new();
-    for id in &items {
-        rows.push_str(&format!(
-            "<li class=\"sale-item\" data-item=\"{id}\"><span class=\"title\">Item {id}</span> \
-             <span class=\"price\"></span> <span class=\"stock\">loading…</span> \
-             <span class=\"window\"></span> <button class=\"buy\" disabled>Buy</button> \
-             <span class=\"result\"></span></li>\n"
-        ));
-    }
-    if items.is_empty() {
-        rows.push_str("<li>No sale right now.</li>\n");
-    }
-    Ok(Html(format!("{SHELL_HEAD}{rows}{SHELL_TAIL}")))
+    let page = FlashPage {
+        items: items.iter().map(|id| id.get()).collect(),
+    };
+    Ok(views::render(&page)?.into_response())
 }
-
-const SHELL_HEAD: &str = r#"<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Flash sale · Fake Web Retailer</title>
-<style>body{font-family:system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem}
-li{margin:.5rem 0}.stock{font-weight:bold}</style></head>
-<body><h1>Flash sale</h1>
-<ul id="sale">
-"#;
-
-const SHELL_TAIL: &str = r#"</ul>
-<script>
-// Everything per-item and live comes from the row cache, so this page is the same
-// for everyone and can be cached whole.
-const money = c => '$' + (c / 100).toFixed(2);
-const when = s => new Date(s * 1000).toLocaleTimeString();
-async function refresh(li) {
-  const r = await fetch('/api/inventory/' + li.dataset.item);
-  if (!r.ok) { li.querySelector('.stock').textContent = 'unavailable'; return; }
-  const row = await r.json();
-  const now = Date.now() / 1000;
-  const open = row.sale_start <= now && now < row.sale_end;
-  li.querySelector('.title').textContent = row.title;
-  li.querySelector('.price').textContent = row.sale_price_cents != null
-    ? money(row.sale_price_cents) + ' (was ' + money(row.price_cents) + ')' : money(row.price_cents);
-  li.querySelector('.stock').textContent = row.stock > 0 ? row.stock + ' left' : 'sold out';
-  li.querySelector('.window').textContent = row.sale_start
-    ? (open ? 'ends ' + when(row.sale_end) : 'starts ' + when(row.sale_start)) : '';
-  li.querySelector('.buy').disabled = !(open && row.stock > 0);
-}
-async function buy(li) {
-  const key = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
-  const r = await fetch('/api/flash/' + li.dataset.item + '/buy', {
-    method: 'POST', headers: {'Idempotency-Key': key}});
-  const body = await r.json();
-  li.querySelector('.result').textContent = body.outcome || body.message;
-  refresh(li);
-}
-for (const li of document.querySelectorAll('.sale-item')) {
-  li.querySelector('.buy').addEventListener('click', () => buy(li));
-  refresh(li);
-  setInterval(() => refresh(li), 2000);
-}
-</script>
-</body></html>
-"#;

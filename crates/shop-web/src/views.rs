@@ -109,6 +109,14 @@ pub struct AccountPage {
     pub orders: Vec<OrderView>,
 }
 
+/// `GET /flash`: the sale shell, the same for everyone.
+#[derive(Template)]
+#[template(path = "flash.html")]
+pub struct FlashPage {
+    /// The items on sale (their details come from the row cache, by script).
+    pub items: Vec<u64>,
+}
+
 /// Any error, as a page.
 #[derive(Template)]
 #[template(path = "error.html")]

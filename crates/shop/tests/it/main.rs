@@ -1,7 +1,9 @@
 //! The `shop` crate's tests: the wiring of the layers (row cache over the real
 //! database, the flash sale over HTTP) and the binary driven as a user drives it.
 
+mod browser;
 mod cli;
+mod e2e;
 mod flash;
 mod row_cache;
 mod work;

@@ -1,0 +1,195 @@
+//! The shop as a person sees it: headless Chromium (Debian's `chromium`, driven
+//! through `chromedriver`) loads an item page, adds it to the cart and sees the
+//! cart count that the page's script fetched from `/api/me`; then loads the
+//! flash-sale page and sees the stock its script filled in from the row cache.
+//! Screenshots land in `target/browser/` for a human look.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{ClientBuilder, Locator};
+use shop_testkit::{TestDb, TestRedis};
+
+use crate::e2e::{seed, serve, stop};
+use crate::shop;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// chromedriver on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts chromedriver, or says loudly why the browser test cannot run (a failure
+/// under CI=true, where `scripts/test` has installed it).
+fn driver() -> Option<Driver> {
+    let missing = ["chromedriver", CHROMIUM].into_iter().find(|bin| {
+        Command::new("which")
+            .arg(bin)
+            .output()
+            .map_or(true, |o| !o.status.success())
+    });
+    if let Some(bin) = missing {
+        let message = format!(
+            "{bin} is not installed: the browser test cannot run \
+             (scripts/test installs `chromium chromium-driver`)"
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and {message}");
+        }
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("\n*** SKIPPING: {message}\n").as_bytes(),
+        );
+        return None;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    })
+}
+
+async fn text_of(client: &fantoccini::Client, css: &str) -> String {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits (up to 10 s) until the element's text satisfies `ok`.
+async fn wait_text(client: &fantoccini::Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(elem) = client.find(Locator::Css(css)).await
+            && let Ok(text) = elem.text().await
+            && ok(&text)
+        {
+            return text;
+        }
+        if Instant::now() > deadline {
+            let last = client.find(Locator::Css(css)).await.ok();
+            let text = match last {
+                Some(e) => e.text().await.unwrap_or_default(),
+                None => "<no element>".to_owned(),
+            };
+            panic!("{css} never matched; last text: {text:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn screenshot(client: &fantoccini::Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/browser");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(png) = client.screenshot().await {
+        let _ = std::fs::write(dir.join(name), png);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let redis = TestRedis::start();
+    let db = TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = redis.url();
+    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
+    seed(cwd.path(), &envs, "20");
+    let mut sale = shop();
+    sale.args(["sale", "start", "1", "--stock", "7", "--price-cents", "499"]);
+    for (k, v) in envs {
+        sale.env(k, v);
+    }
+    assert!(sale.output().unwrap().status.success());
+    let (server, addr) = serve(cwd.path(), &envs, &[]);
+
+    let profile = tempfile::tempdir().unwrap();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1200,900",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromedriver session");
+
+    let base = format!("http://{addr}");
+    client.goto(&format!("{base}/items/3")).await.unwrap();
+    let title = text_of(&client, "h1").await;
+    assert!(!title.is_empty());
+    wait_text(&client, "#cart-count", |t| t == "0").await;
+    client
+        .find(Locator::Css("#add-to-cart button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The form posts and lands on the cart page; the header count comes from /api/me.
+    wait_text(&client, "#cart-count", |t| t == "1").await;
+    assert!(
+        client
+            .current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/cart")
+    );
+    let cart = text_of(&client, "table.cart").await;
+    assert!(cart.contains(&title), "{cart}");
+    screenshot(&client, "cart.png").await;
+
+    client.goto(&format!("{base}/flash")).await.unwrap();
+    let stock = wait_text(&client, ".sale-item[data-item=\"1\"] .stock", |t| {
+        t.contains("left")
+    })
+    .await;
+    assert_eq!(stock, "7 left");
+    let price = text_of(&client, ".sale-item[data-item=\"1\"] .price").await;
+    assert!(price.starts_with("$4.99"), "{price}");
+    screenshot(&client, "flash.png").await;
+
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}

@@ -1,0 +1,264 @@
+//! `shop serve` as a real process on a free port: a shopper's whole walk, and the
+//! private redis-server it manages when no Redis is configured.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+use shop_db::Db;
+use shop_testkit::{TestDb, TestRedis};
+
+use crate::shop;
+
+/// A response of the minimal client below.
+pub struct Reply {
+    pub status: u16,
+    head: String,
+    pub body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+
+    fn session_cookie(&self) -> Option<String> {
+        self.head
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))
+            .map(|(_, v)| v.trim())
+            .find(|v| v.starts_with("shop_session="))
+            .map(|v| v.split(';').next().unwrap().to_owned())
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection, read to the end.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(c) = cookie {
+        req.push_str(&format!("Cookie: {c}\r\n"));
+    }
+    let body = form.unwrap_or("");
+    if form.is_some() {
+        req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    Reply {
+        status: head[9..12].parse().unwrap(),
+        head: head.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// Starts `shop serve` on a free port; returns it and its address.
+pub fn serve(cwd: &Path, envs: &[(&str, &str)], extra: &[&str]) -> (Child, String) {
+    let mut cmd = shop();
+    cmd.current_dir(cwd)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(extra);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("shop serve exited before printing its address")
+            .unwrap();
+        if let Some(rest) = line.split("serving at http://").nth(1) {
+            break rest.trim_end_matches('/').to_owned();
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+pub fn stop(child: Child) -> ExitStatus {
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let mut child = child;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shop serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn seed(cwd: &Path, envs: &[(&str, &str)], items: &str) {
+    let mut cmd = shop();
+    cmd.current_dir(cwd).args(["seed", "--items", items]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shopper_views_adds_logs_in_and_checks_out() {
+    let redis = TestRedis::start();
+    let db_dir = TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = redis.url();
+    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db_dir.url())];
+    seed(cwd.path(), &envs, "30");
+    let (child, addr) = serve(cwd.path(), &envs, &[]);
+
+    let item = request(&addr, "GET", "/items/5", None, None);
+    assert_eq!(item.status, 200, "{}", item.body);
+    let guest = item.session_cookie().expect("a visitor gets a cookie");
+
+    let add = request(&addr, "POST", "/cart", Some(&guest), Some("item=5&count=2"));
+    assert_eq!(
+        (add.status, add.header("location").as_deref()),
+        (303, Some("/cart"))
+    );
+
+    let login = request(
+        &addr,
+        "POST",
+        "/login",
+        Some(&guest),
+        Some("name=alice&password=alice-password&next=/cart"),
+    );
+    assert_eq!(login.status, 303, "{}", login.body);
+    let user = login.session_cookie().expect("login issues a new token");
+    assert_ne!(user, guest);
+
+    let me = request(&addr, "GET", "/api/me", Some(&user), None);
+    let me: serde_json::Value = serde_json::from_str(&me.body).unwrap();
+    assert_eq!(me["user"]["name"], "alice");
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 5, "quantity": 2}]),
+        "cart kept under the new token"
+    );
+
+    let cart = request(&addr, "GET", "/cart", Some(&user), None);
+    let key = cart
+        .body
+        .split("name=\"key\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a checkout form")
+        .to_owned();
+    let checkout = request(
+        &addr,
+        "POST",
+        "/checkout",
+        Some(&user),
+        Some(&format!("key={key}")),
+    );
+    assert_eq!(
+        (checkout.status, checkout.header("location").as_deref()),
+        (303, Some("/account"))
+    );
+    let account = request(&addr, "GET", "/account", Some(&user), None);
+    assert!(account.body.contains("Hello, alice"), "{}", account.body);
+
+    assert!(stop(child).success());
+    let db = Db::connect(db_dir.url()).await.unwrap();
+    let alice = db
+        .check_password("alice", "alice-password")
+        .await
+        .unwrap()
+        .unwrap();
+    let orders = db.orders_of(alice, 10).await.unwrap();
+    assert_eq!(orders.len(), 1, "one order in the database");
+    assert_eq!(orders[0].units, 2);
+    let lines = db.order_lines(orders[0].id).await.unwrap();
+    assert_eq!(
+        lines
+            .iter()
+            .map(|(i, q, _)| (i.get(), *q))
+            .collect::<Vec<_>>(),
+        vec![(5, 2)]
+    );
+}
+
+#[test]
+fn serve_manages_its_own_redis_and_leaves_no_orphan() {
+    let cwd = tempfile::tempdir().unwrap();
+    seed(cwd.path(), &[], "20");
+    let (child, addr) = serve(cwd.path(), &[], &["--managed-redis"]);
+    let health = request(&addr, "GET", "/healthz", None, None);
+    assert_eq!(health.status, 200, "{}", health.body);
+    assert!(health.body.contains("\"redis\":true"));
+
+    let pid_file = cwd.path().join("data/redis/redis.pid");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the private redis-server runs"
+    );
+
+    assert!(stop(child).success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{pid}/status")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .contains("State:\tZ")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server {pid} outlived the shop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn without_redis_server_installed_serve_says_how_to_get_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let out = shop()
+        .current_dir(cwd.path())
+        .env("PATH", empty.path())
+        .args(["serve", "--managed-redis", "--bind", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("apt-get install redis-server"), "{stderr}");
+    assert!(stderr.contains("REDIS_URL"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
