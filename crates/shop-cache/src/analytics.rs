@@ -11,6 +11,7 @@ use redis::aio::ConnectionManager;
 
 use crate::daemon::Daemon;
 use crate::domain::ItemId;
+use crate::insights::Insights;
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
@@ -75,7 +76,8 @@ pub enum RescaleStep {
 }
 
 /// The rescale daemon: every `interval`, keep the `keep` most viewed items and halve
-/// every count, so new favourites can rise. Safe to run in any number of processes.
+/// every count, so new favourites can rise; the also-bought counts of the shopper
+/// insights are halved with them. Safe to run in any number of processes.
 #[derive(Clone)]
 pub struct Rescaler {
     conn: ConnectionManager,
@@ -105,10 +107,14 @@ impl Rescaler {
             .arg(self.keep)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(match u64::try_from(kept) {
-            Ok(kept) => RescaleStep::Rescaled(kept),
-            Err(_) => RescaleStep::AlreadyDone,
-        })
+        let Ok(kept) = u64::try_from(kept) else {
+            return Ok(RescaleStep::AlreadyDone);
+        };
+        // The worker that rescaled the views decays the also-bought counts with them.
+        Insights::new(self.conn.clone(), self.keys.clone())
+            .decay()
+            .await?;
+        Ok(RescaleStep::Rescaled(kept))
     }
 }
 

@@ -84,6 +84,31 @@ impl Keys {
         &self.item_views
     }
 
+    /// HyperLogLog: the distinct sessions that viewed the item.
+    pub fn viewers(&self, item: ItemId) -> String {
+        format!("{}viewers:{item}", self.prefix)
+    }
+
+    /// HyperLogLog: the distinct sessions that bought the item.
+    pub fn buyers(&self, item: ItemId) -> String {
+        format!("{}buyers:{item}", self.prefix)
+    }
+
+    /// Sorted set: other item id -> how often it was bought with the item.
+    pub fn also_bought(&self, item: ItemId) -> String {
+        format!("{}{item}", self.also_bought_prefix())
+    }
+
+    /// What [`Keys::also_bought`] puts before the item id, for Lua scripts.
+    pub fn also_bought_prefix(&self) -> String {
+        format!("{}also:", self.prefix)
+    }
+
+    /// Set: the items that have an also-bought list, so the decay can find them.
+    pub fn also_bought_index(&self) -> String {
+        format!("{}also-index:", self.prefix)
+    }
+
     /// String: the last rescale period of `viewed:`, so several workers rescale once.
     pub fn views_rescaled(&self) -> String {
         format!("{}rescaled:", self.prefix)
@@ -137,6 +162,11 @@ mod tests {
         assert_eq!(k.page("abc"), "cache:abc");
         assert_eq!(k.views_rescaled(), "rescaled:");
         assert_eq!(k.page_lock("abc"), "lock:cache:abc");
+        let i = ItemId::new(3).unwrap();
+        assert_eq!(k.viewers(i), "viewers:3");
+        assert_eq!(k.buyers(i), "buyers:3");
+        assert_eq!(k.also_bought(i), "also:3");
+        assert_eq!(k.also_bought_index(), "also-index:");
         assert_eq!(k.schedule(), "schedule:");
         assert_eq!(k.delay(), "delay:");
         assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
@@ -155,6 +185,10 @@ mod tests {
             k.views_rescaled(),
             k.page("x"),
             k.page_lock("x"),
+            k.viewers(ItemId::new(1).unwrap()),
+            k.buyers(ItemId::new(1).unwrap()),
+            k.also_bought(ItemId::new(1).unwrap()),
+            k.also_bought_index(),
             k.schedule().to_owned(),
             k.delay().to_owned(),
             k.inventory(ItemId::new(1).unwrap()),

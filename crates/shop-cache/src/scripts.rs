@@ -36,3 +36,7 @@ pub static CLAIM_ROW: LazyLock<Script> =
 /// A row refresher's store, removal or retry after reading the database.
 pub static FINISH_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/finish_row.lua")));
+
+/// Records an order for the shopper insights (buyers, also-bought pairs).
+pub static RECORD_ORDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/record_order.lua")));

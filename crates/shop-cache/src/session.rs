@@ -1,6 +1,7 @@
 //! Login sessions keyed by a random token cookie: who is logged in, when each session
 //! was last seen, and what it viewed (the book's `login:`, `recent:`, `viewed:<token>`),
-//! plus the global view counts `viewed:` that decide what the page cache keeps.
+//! plus the global view counts `viewed:` that decide what the page cache keeps, and
+//! each item's distinct viewers (`viewers:<item>`, for [`crate::insights`]).
 //!
 //! [`Sessions::touch`] is called on every request and costs one round trip: it is a
 //! Lua script rather than a pipeline. Measured with `cargo bench -p shop-cache --bench
@@ -132,6 +133,11 @@ impl Sessions {
             .key(self.keys.login())
             .key(self.keys.viewed_by(token))
             .key(self.keys.item_views())
+            .key(match item {
+                Some(item) => self.keys.viewers(item),
+                // Declared but untouched without an item view.
+                None => self.keys.item_views().to_owned(),
+            })
             .arg(token.expose())
             .arg(opt(user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))

@@ -43,3 +43,37 @@
     recent.hidden = false;
   }
 })();
+
+// Item pages: what other shoppers did, from /api/items/{id}/insights.
+(async function () {
+  const box = document.getElementById('insights');
+  if (!box) return;
+  let data;
+  try {
+    const r = await fetch('/api/items/' + box.dataset.item + '/insights');
+    if (!r.ok) return;
+    data = await r.json();
+  } catch (e) {
+    return;
+  }
+  const p = document.createElement('p');
+  p.className = 'viewed-bought';
+  p.textContent = data.viewed_then_bought_percent + '% of shoppers who viewed this item bought it.';
+  box.appendChild(p);
+  if (data.also_bought.length) {
+    const h = document.createElement('h2');
+    h.textContent = 'Shoppers who bought this also bought';
+    const ul = document.createElement('ul');
+    ul.className = 'also-bought';
+    for (const item of data.also_bought) {
+      const li = document.createElement('li');
+      const a = document.createElement('a');
+      a.href = '/items/' + item.id;
+      a.textContent = item.title;
+      li.appendChild(a);
+      ul.appendChild(li);
+    }
+    box.append(h, ul);
+  }
+  box.hidden = false;
+})();

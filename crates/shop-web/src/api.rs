@@ -1,7 +1,12 @@
-//! `GET /api/me`: the per-user parts of every page (who is logged in, the cart,
-//! recently viewed items), so page HTML can be shared and cached.
+//! The JSON API for pages' scripts:
+//! - `GET /api/me`: the per-user parts of every page (who is logged in, the cart,
+//!   recently viewed items), so page HTML can be shared and cached;
+//! - `GET /api/items/{id}/insights`: viewed-then-bought and also-bought
+//!   (see `shop_cache::insights`).
 
-use axum::extract::State;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -12,10 +17,14 @@ use crate::AppState;
 use crate::error::WebError;
 use crate::session::Session;
 use crate::views::ItemView;
+use shop_cache::domain::ItemId;
 
 /// The API routes.
 pub fn router(state: AppState) -> Router {
-    Router::new().route("/api/me", get(me)).with_state(state)
+    Router::new()
+        .route("/api/me", get(me))
+        .route("/api/items/{id}/insights", get(insights))
+        .with_state(state)
 }
 
 async fn me(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
@@ -47,4 +56,44 @@ async fn me(State(state): State<AppState>, session: Session) -> Result<Response,
         "recently_viewed": recent,
     });
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+}
+
+async fn insights(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, WebError> {
+    let id: ItemId = id
+        .parse()
+        .map_err(|_| WebError::bad_request("item id must be a positive whole number"))?;
+    if state.db.item(id).await?.is_none() {
+        return Err(WebError::not_found("there is no such item"));
+    }
+    let found = state.insights.get(id).await?;
+    let ids: Vec<ItemId> = found.also_bought.iter().map(|(id, _)| *id).collect();
+    let items = state.db.items(&ids).await?;
+    let also: Vec<_> = found
+        .also_bought
+        .iter()
+        .filter_map(|(id, score)| {
+            let item = items.iter().find(|it| it.id == *id)?;
+            Some(json!({ "id": id.get(), "title": item.title, "score": score }))
+        })
+        .collect();
+    let body = json!({
+        "item": id.get(),
+        "viewers": found.viewers,
+        "buyers": found.buyers,
+        "viewed_then_bought_percent": (found.viewed_then_bought_percent() * 10.0).round() / 10.0,
+        "also_bought": also,
+    });
+    Ok(Json(body).into_response())
+}
+
+/// Records a placed order for the insights. Never fails the order: a failure is
+/// logged and counted.
+pub async fn record_order(state: &AppState, session: &Session, items: &[ItemId]) {
+    if let Err(error) = state.insights.record_order(&session.token, items).await {
+        state.metrics.insight_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "could not record the order's insights");
+    }
 }

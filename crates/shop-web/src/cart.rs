@@ -131,6 +131,8 @@ async fn checkout(
         .await?;
     match outcome {
         CheckoutOutcome::Placed { .. } => {
+            let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
+            crate::api::record_order(&state, &session, &items).await;
             // The order is durable; emptying the cart may fail (Redis down) without
             // losing anything: a retry with the same key returns the same order.
             if let Err(error) = state.carts.clear(&session.token).await {

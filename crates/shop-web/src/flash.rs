@@ -95,6 +95,9 @@ async fn buy(
         BuyOutcome::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
     };
     state.metrics.flash_outcome(outcome.code());
+    if matches!(outcome, BuyOutcome::Bought { .. }) {
+        crate::api::record_order(&state, &session, &[item]).await;
+    }
     Ok((status, Json(outcome)).into_response())
 }
 

@@ -27,6 +27,7 @@ use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
+use shop_cache::insights::Insights;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
@@ -65,6 +66,8 @@ pub struct AppState {
     pub analytics: Analytics,
     /// Cached database rows (`inv:<id>`).
     pub rows: RowCache,
+    /// Viewed-then-bought and also-bought.
+    pub insights: Insights,
     /// Where whole pages are cached.
     pub pages: PageStore,
     /// Counters for `/metrics`.

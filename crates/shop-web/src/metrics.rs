@@ -40,6 +40,8 @@ pub struct Metrics {
     flash: Mutex<BTreeMap<&'static str, u64>>,
     /// Requests the session layer served as guests because Redis failed.
     pub session_errors: AtomicU64,
+    /// Orders whose insights could not be recorded (the orders stand).
+    pub insight_errors: AtomicU64,
     cleaner_removed: Mutex<Option<Arc<AtomicU64>>>,
 }
 
@@ -123,6 +125,12 @@ impl Metrics {
                 "shop_flash_outcomes_total{{outcome=\"{outcome}\"}} {n}"
             );
         }
+        out.push_str("# TYPE shop_insight_errors_total counter\n");
+        let _ = writeln!(
+            out,
+            "shop_insight_errors_total {}",
+            self.insight_errors.load(Ordering::Relaxed)
+        );
         out.push_str("# TYPE shop_session_errors_total counter\n");
         let _ = writeln!(
             out,

@@ -16,6 +16,7 @@ use redis::aio::ConnectionManager;
 use shop_cache::analytics::{Analytics, Rescaler};
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
+use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
@@ -167,6 +168,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         carts: Carts::new(conn.clone(), keys.clone(), args.max_quantity),
         analytics: Analytics::new(conn.clone(), keys.clone()),
         rows: RowCache::new(conn.clone(), keys.clone()),
+        insights: Insights::new(conn.clone(), keys.clone()),
         pages: PageStore::new(
             conn.clone(),
             keys.clone(),

@@ -103,7 +103,13 @@ async fn a_step_removes_at_most_a_batch() {
     assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(10));
     assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(5));
     assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Idle);
-    assert_eq!(all_keys(&server).await, vec!["viewed:"]);
+    // What is left is item-level data (view counts, distinct viewers), not sessions'.
+    let left = all_keys(&server).await;
+    assert!(
+        left.iter()
+            .all(|k| k == "viewed:" || k.starts_with("viewers:")),
+        "{left:?}"
+    );
 }
 
 #[tokio::test]

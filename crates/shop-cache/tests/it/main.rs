@@ -3,6 +3,7 @@
 mod analytics;
 mod cart;
 mod cleaner;
+mod insights;
 mod outage;
 mod session;
 

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use redis::AsyncCommands;
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
+use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::row_cache::RowCache;
@@ -44,6 +45,7 @@ async fn app_with(config: WebConfig) -> App {
         carts: Carts::new(conn.clone(), keys.clone(), 99),
         analytics: Analytics::new(conn.clone(), keys.clone()),
         rows: RowCache::new(conn.clone(), keys.clone()),
+        insights: Insights::new(conn.clone(), keys.clone()),
         pages: PageStore::new(conn, keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
         metrics: Arc::default(),
         config,
@@ -646,4 +648,73 @@ async fn metrics_count_routes_cache_and_sessions() {
         !body.contains(cookie.trim_start_matches("shop_session=")),
         "no tokens in metrics"
     );
+}
+
+#[tokio::test]
+async fn insights_come_from_views_and_orders() {
+    let app = app().await;
+    assert_eq!(
+        app.get("/api/items/abc/insights", None).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        app.get("/api/items/999/insights", None).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let empty = json(app.get("/api/items/9/insights", None).await).await;
+    assert_eq!(
+        empty,
+        serde_json::json!({"item": 9, "viewers": 0, "buyers": 0,
+            "viewed_then_bought_percent": 0.0, "also_bought": []})
+    );
+
+    // Four shoppers view item 2; one of them buys it with item 4.
+    let buyer = app.logged_in("rita").await;
+    app.get("/items/2", Some(&buyer)).await;
+    for _ in 0..3 {
+        let other = app.visitor().await;
+        app.get("/items/2", Some(&other)).await;
+    }
+    app.post("/cart", Some(&buyer), "item=2&count=1", false)
+        .await;
+    app.post("/cart", Some(&buyer), "item=4&count=1", false)
+        .await;
+    let placed = app.post("/checkout", Some(&buyer), "key=ins-1", true).await;
+    assert_eq!(placed.status(), StatusCode::OK);
+
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(
+        (got["viewers"].as_u64(), got["buyers"].as_u64()),
+        (Some(4), Some(1)),
+        "{got}"
+    );
+    assert_eq!(got["viewed_then_bought_percent"], 25.0);
+    assert_eq!(got["also_bought"][0]["id"], 4);
+    assert!(
+        got["also_bought"][0]["title"]
+            .as_str()
+            .unwrap()
+            .ends_with(" 4")
+    );
+}
+
+#[tokio::test]
+async fn a_failure_to_record_insights_does_not_fail_the_order() {
+    let app = app().await;
+    let user = app.logged_in("sam").await;
+    app.post("/cart", Some(&user), "item=3&count=1", false)
+        .await;
+    // Something else holds the key the order's insights go to.
+    let _: () = app
+        .redis
+        .conn()
+        .await
+        .set("buyers:3", "not a hyperloglog")
+        .await
+        .unwrap();
+    let resp = app.post("/checkout", Some(&user), "key=k-ins", true).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(json(resp).await["outcome"], "placed");
+    let metrics = text(app.get("/metrics", None).await).await;
+    assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
 }

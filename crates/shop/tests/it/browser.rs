@@ -1,7 +1,8 @@
 //! The shop as a person sees it: headless Chromium (Debian's `chromium`, driven
 //! through `chromedriver`) loads an item page, adds it to the cart and sees the
 //! cart count that the page's script fetched from `/api/me`; then loads the
-//! flash-sale page and sees the stock its script filled in from the row cache.
+//! flash-sale page and sees the stock its script filled in from the row cache. The
+//! item page also shows the shopper insights its script fetched.
 //! Screenshots land in `target/browser/` for a human look.
 
 use std::net::TcpListener;
@@ -9,6 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{ClientBuilder, Locator};
+use shop_cache::domain::ItemId;
+use shop_cache::insights::Insights;
+use shop_cache::keys::Keys;
+use shop_cache::session::{SessionToken, Sessions};
 use shop_testkit::{TestDb, TestRedis};
 
 use crate::e2e::{seed, serve, stop};
@@ -131,6 +136,22 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         sale.env(k, v);
     }
     assert!(sale.output().unwrap().status.success());
+    // Earlier shoppers: nine viewed item 3; three bought it, with item 4 twice and
+    // with item 5 once. With this browser's own view: 3 of 10 viewers bought it.
+    let conn = shop_cache::connect(&url).await.unwrap();
+    let sessions = Sessions::new(conn.clone(), Keys::default());
+    let insights = Insights::new(conn, Keys::default());
+    let shoppers: Vec<SessionToken> = (0..9).map(|_| SessionToken::generate()).collect();
+    for shopper in &shoppers {
+        sessions
+            .touch(shopper, None, Some(ItemId::new(3).unwrap()))
+            .await
+            .unwrap();
+    }
+    for (shopper, other) in shoppers.iter().zip([4, 4, 5]) {
+        let order = [ItemId::new(3).unwrap(), ItemId::new(other).unwrap()];
+        insights.record_order(shopper, &order).await.unwrap();
+    }
     let (server, addr) = serve(cwd.path(), &envs, &[]);
 
     let profile = tempfile::tempdir().unwrap();
@@ -158,6 +179,13 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let title = text_of(&client, "h1").await;
     assert!(!title.is_empty());
     wait_text(&client, "#cart-count", |t| t == "0").await;
+    // The insights, filled in by the page's script.
+    let pct = wait_text(&client, "#insights .viewed-bought", |t| t.contains('%')).await;
+    assert_eq!(pct, "30% of shoppers who viewed this item bought it.");
+    let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
+    let first = also.lines().next().unwrap_or_default().to_owned();
+    assert!(first.ends_with(" 4"), "item 4 first: {also}");
+    screenshot(&client, "item.png").await;
     client
         .find(Locator::Css("#add-to-cart button"))
         .await

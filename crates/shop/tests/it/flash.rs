@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
+use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::row_cache::{RefreshStep, Refresher, RowCache};
@@ -43,6 +44,7 @@ impl Shop {
             carts: Carts::new(conn.clone(), keys.clone(), 99),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
+            insights: Insights::new(conn.clone(), keys.clone()),
             pages: PageStore::new(conn.clone(), keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
             metrics: Arc::default(),
             config: WebConfig::default(),

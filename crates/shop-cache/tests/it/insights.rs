@@ -1,0 +1,134 @@
+use redis::AsyncCommands;
+use shop_cache::analytics::Rescaler;
+use shop_cache::domain::ItemId;
+use shop_cache::insights::{ALSO_BOUGHT_CAP, Insights};
+use shop_cache::session::{SessionToken, Sessions};
+
+use crate::{keys, redis};
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+#[tokio::test]
+async fn a_quarter_of_the_viewers_bought_it() {
+    let (_server, conn) = redis().await;
+    let sessions = Sessions::new(conn.clone(), keys());
+    let insights = Insights::new(conn, keys());
+    let shoppers: Vec<SessionToken> = (0..100).map(|_| SessionToken::generate()).collect();
+    for (i, s) in shoppers.iter().enumerate() {
+        // Some view it twice: a shopper counts once.
+        for _ in 0..(1 + i % 2) {
+            sessions.touch(s, None, Some(item(7))).await.unwrap();
+        }
+    }
+    for s in &shoppers[..25] {
+        insights.record_order(s, &[item(7)]).await.unwrap();
+    }
+    let got = insights.get(item(7)).await.unwrap();
+    // HyperLogLog: 0.81% standard error per count, about 1.15% on the ratio, so
+    // 25% is within 3 sigma at 25 +- 0.9 points; allow 2 points for small-count bias.
+    let pct = got.viewed_then_bought_percent();
+    assert!((pct - 25.0).abs() <= 2.0, "{pct}% from {got:?}");
+    assert!(
+        got.viewers.abs_diff(100) <= 2 && got.buyers.abs_diff(25) <= 1,
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn also_bought_ranks_by_co_purchases() {
+    let (_server, conn) = redis().await;
+    let insights = Insights::new(conn, keys());
+    let (a, b, c) = (item(1), item(2), item(3));
+    for order in [[a, b], [a, b], [a, c]] {
+        insights
+            .record_order(&SessionToken::generate(), &order)
+            .await
+            .unwrap();
+    }
+    let got = insights.get(a).await.unwrap();
+    assert_eq!(got.also_bought, vec![(b, 2.0), (c, 1.0)]);
+    assert_eq!(insights.get(b).await.unwrap().also_bought, vec![(a, 2.0)]);
+    assert_eq!(got.buyers, 3);
+    // Never bought: zeros, not an error.
+    let none = insights.get(item(99)).await.unwrap();
+    assert_eq!(
+        (none.viewers, none.buyers, none.also_bought.len()),
+        (0, 0, 0)
+    );
+    assert_eq!(none.viewed_then_bought_percent(), 0.0);
+}
+
+#[tokio::test]
+async fn the_also_bought_list_stays_at_its_cap() {
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn, keys());
+    let shopper = SessionToken::generate();
+    // 10,000 distinct items each bought once with item 1; a few of them often.
+    for n in 2..10_002u64 {
+        insights
+            .record_order(&shopper, &[item(1), item(n)])
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        insights
+            .record_order(&shopper, &[item(1), item(500)])
+            .await
+            .unwrap();
+    }
+    let size: usize = server.conn().await.zcard("also:1").await.unwrap();
+    assert_eq!(size, ALSO_BOUGHT_CAP);
+    let top = insights.get(item(1)).await.unwrap().also_bought;
+    assert_eq!(top.len(), 5);
+    // Space-Saving: the item bought with it most often tops the list, though 10,000
+    // one-off items churned through its 50 places; a score overestimates by at most
+    // N/cap (N = 10,003 pairs recorded for item 1).
+    assert_eq!(top[0].0, item(500), "{top:?}");
+    let bound = 3.0 + 10_003.0 / ALSO_BOUGHT_CAP as f64;
+    assert!(top[0].1 >= 3.0 && top[0].1 <= bound, "{top:?}");
+}
+
+#[tokio::test]
+async fn a_huge_order_pairs_only_its_first_items() {
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn, keys());
+    let order: Vec<ItemId> = (1..=1_000).map(item).collect();
+    insights
+        .record_order(&SessionToken::generate(), &order)
+        .await
+        .unwrap();
+    let lists: Vec<String> = server.conn().await.keys("also:*").await.unwrap();
+    assert_eq!(lists.len(), shop_cache::insights::MAX_PAIRED_ITEMS);
+}
+
+#[tokio::test]
+async fn the_rescale_decays_also_bought_counts() {
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn.clone(), keys());
+    for _ in 0..4 {
+        insights
+            .record_order(&SessionToken::generate(), &[item(1), item(2)])
+            .await
+            .unwrap();
+    }
+    insights
+        .record_order(&SessionToken::generate(), &[item(1), item(3)])
+        .await
+        .unwrap();
+    let _: () = server.conn().await.zadd("viewed:", 1, -10).await.unwrap();
+    let rescaler = Rescaler::new(conn, keys(), std::time::Duration::from_secs(86_400), 20_000);
+    rescaler.step().await.unwrap();
+    assert_eq!(
+        insights.get(item(1)).await.unwrap().also_bought,
+        vec![(item(2), 2.0), (item(3), 0.5)]
+    );
+    let list: Vec<(String, f64)> = server
+        .conn()
+        .await
+        .zrange_withscores("also:2", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(list, vec![("1".to_owned(), 2.0)]);
+}
