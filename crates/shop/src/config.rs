@@ -39,6 +39,49 @@ pub enum Command {
     Rows(RowsArgs),
     /// Manage flash sales.
     Sale(SaleArgs),
+    /// Drive a running shop with shopper traffic and report throughput and latency.
+    Load(LoadArgs),
+}
+
+/// `shop load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The shop to drive: host:port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub target: String,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub connections: u64,
+    /// Seconds to run (default 10 unless --requests is given).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Requests to send (stops at whichever of this and --duration comes first).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Open loop at this many requests per second (default: closed loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Items in the shop's catalogue (ids 1..=N).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub items: u64,
+    /// The Zipf exponent of item popularity.
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf: f64,
+    /// Distinct shoppers (cookie jars).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shoppers: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Also write an SVG of latency over time to this file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// `shop serve`.

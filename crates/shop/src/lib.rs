@@ -31,8 +31,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use config::{
-    Cli, Command, DEFAULT_REDIS_URL, DatabaseArgs, RedisArgs, RowsArgs, RowsCommand, SaleCommand,
-    SeedArgs, ServeArgs, WorkArgs, WorkerArgs, redact_url,
+    Cli, Command, DEFAULT_REDIS_URL, DatabaseArgs, LoadArgs, RedisArgs, RowsArgs, RowsCommand,
+    SaleCommand, SeedArgs, ServeArgs, WorkArgs, WorkerArgs, redact_url,
 };
 
 /// Runs one subcommand to its end (for `serve` and `work`: until SIGINT/SIGTERM).
@@ -43,6 +43,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Seed(args) => seed(args).await,
         Command::Rows(args) => rows(args).await,
         Command::Sale(args) => sale_command(args.command).await,
+        Command::Load(args) => load(args).await,
     }
 }
 
@@ -309,4 +310,41 @@ async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn load(args: LoadArgs) -> anyhow::Result<()> {
+    let duration = match (args.duration, args.requests) {
+        (Some(secs), _) if !(secs > 0.0 && secs.is_finite()) => {
+            anyhow::bail!("--duration must be positive")
+        }
+        (Some(secs), _) => Some(Duration::from_secs_f64(secs)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let config = shop_load::LoadConfig {
+        target: args.target,
+        connections: args.connections as usize,
+        duration,
+        requests: args.requests,
+        rate: args.rate,
+        items: args.items,
+        zipf_exponent: args.zipf,
+        shoppers: args.shoppers as usize,
+        mix: shop_load::Mix::default(),
+        seed: args.seed,
+        progress: !args.quiet,
+    };
+    let report = shop_load::run(config).await?;
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        report
+            .write_json(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        report
+            .write_svg(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@ mod browser;
 mod cli;
 mod e2e;
 mod flash;
+mod load;
 mod row_cache;
 mod work;
 

@@ -1,0 +1,344 @@
+//! The load generator behind `shop load`: drives a running shop over HTTP the way
+//! the Fake Web Retailer's traffic would.
+//!
+//! Many shoppers, each with a cookie jar (the session token the shop gave it), pick
+//! items by Zipf popularity over the catalogue; the request mix is mostly item views,
+//! some home pages, `/api/me` calls, cart adds, logins and checkouts (about 0.1% of
+//! views). Closed loop (N connections, each sending as soon as the last answer came)
+//! or open loop (a target rate; latency counted from when each request was due, so a
+//! slow server cannot hide queueing). It ends with a [`Report`]: throughput, latency
+//! percentiles from an HDR histogram, status counts, and the page cache's hit ratio
+//! read from the shop's `/metrics`.
+
+mod client;
+mod mix;
+mod report;
+mod rng;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use tokio::sync::Mutex;
+
+pub use mix::Mix;
+pub use report::{CacheStats, Report};
+
+use client::{Conn, Reply};
+use mix::Action;
+use rng::{Rng, Zipf};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// The shop: `host:port`.
+    pub target: String,
+    /// Concurrent connections (closed loop: also concurrent shoppers in flight).
+    pub connections: usize,
+    /// Stop after this long...
+    pub duration: Option<Duration>,
+    /// ...or after this many requests (whichever comes first; one is required).
+    pub requests: Option<u64>,
+    /// Open loop at this many requests per second; `None`: closed loop.
+    pub rate: Option<f64>,
+    /// Items in the catalogue (ids 1..=items).
+    pub items: u64,
+    /// The Zipf exponent of item popularity (1.0: the classic 1/rank).
+    pub zipf_exponent: f64,
+    /// Distinct shoppers (cookie jars).
+    pub shoppers: usize,
+    /// The request mix.
+    pub mix: Mix,
+    /// The seed of every random choice, for repeatable runs.
+    pub seed: u64,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            target: "127.0.0.1:8080".to_owned(),
+            connections: 50,
+            duration: Some(Duration::from_secs(10)),
+            requests: None,
+            rate: None,
+            items: 100_000,
+            zipf_exponent: 1.0,
+            shoppers: 10_000,
+            mix: Mix::default(),
+            seed: 1,
+            progress: true,
+        }
+    }
+}
+
+/// A shopper's cookie jar and what it knows about its own session.
+#[derive(Debug, Clone, Default)]
+struct Shopper {
+    cookie: Option<String>,
+    logged_in: bool,
+    cart_lines: u32,
+}
+
+/// Demo accounts `shop seed` creates; shoppers who log in use these.
+const LOGINS: [(&str, &str); 3] = [
+    ("alice", "alice-password"),
+    ("bob", "bob-password"),
+    ("carol", "carol-password"),
+];
+
+struct Shared {
+    config: LoadConfig,
+    zipf: Zipf,
+    shoppers: Vec<Mutex<Shopper>>,
+    issued: AtomicU64,
+    stop: AtomicBool,
+    started: Instant,
+    progress: indicatif::ProgressBar,
+}
+
+/// What one worker measured.
+struct Tally {
+    latency: Histogram<u64>,
+    /// Per second since the start: (requests, latency histogram).
+    timeline: Vec<Histogram<u64>>,
+    statuses: std::collections::BTreeMap<u16, u64>,
+    errors: u64,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Self {
+            latency: new_histogram(),
+            timeline: Vec::new(),
+            statuses: Default::default(),
+            errors: 0,
+        }
+    }
+
+    fn record(&mut self, second: usize, micros: u64, status: Option<u16>) {
+        let micros = micros.max(1);
+        let _ = self.latency.record(micros);
+        while self.timeline.len() <= second {
+            self.timeline.push(new_histogram());
+        }
+        let _ = self.timeline[second].record(micros);
+        match status {
+            Some(s) => *self.statuses.entry(s).or_default() += 1,
+            None => self.errors += 1,
+        }
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 us .. 60 s at 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Runs the load and returns the report.
+pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
+    if config.duration.is_none() && config.requests.is_none() {
+        bail!("give a duration or a request count");
+    }
+    if config.connections == 0 || config.shoppers == 0 || config.items == 0 {
+        bail!("connections, shoppers and items must be at least 1");
+    }
+    if config.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        bail!("the rate must be a positive number of requests per second");
+    }
+    let before = report::read_cache_stats(&config.target).await.ok();
+    let progress = if config.progress {
+        let bar = match config.requests {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new(config.duration.map_or(0, |d| d.as_secs())),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("load {bar:40} {pos}/{len} {msg}")
+                .expect("a valid progress template"),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let shared = Arc::new(Shared {
+        zipf: Zipf::new(config.items, config.zipf_exponent),
+        shoppers: (0..config.shoppers)
+            .map(|_| Mutex::new(Shopper::default()))
+            .collect(),
+        issued: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        started: Instant::now(),
+        progress,
+        config: config.clone(),
+    });
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..config.connections {
+        let shared = shared.clone();
+        workers.spawn(async move { work(shared, worker as u64).await });
+    }
+    let ticker = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while !shared.stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let elapsed = shared.started.elapsed();
+                if shared.config.requests.is_none() {
+                    shared.progress.set_position(elapsed.as_secs());
+                } else {
+                    shared
+                        .progress
+                        .set_position(shared.issued.load(Ordering::Relaxed));
+                }
+                if shared.config.duration.is_some_and(|d| elapsed >= d) {
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let mut total = Tally::new();
+    while let Some(result) = workers.join_next().await {
+        let tally = result.context("a load worker panicked")??;
+        total.latency.add(&tally.latency).ok();
+        for (i, h) in tally.timeline.iter().enumerate() {
+            while total.timeline.len() <= i {
+                total.timeline.push(new_histogram());
+            }
+            total.timeline[i].add(h).ok();
+        }
+        for (s, n) in tally.statuses {
+            *total.statuses.entry(s).or_default() += n;
+        }
+        total.errors += tally.errors;
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let elapsed = shared.started.elapsed();
+    let _ = ticker.await;
+    shared.progress.finish_and_clear();
+    let after = report::read_cache_stats(&config.target).await.ok();
+    let cache = match (before, after) {
+        (Some(b), Some(a)) => Some(a.since(&b)),
+        _ => None,
+    };
+    Ok(Report::new(
+        &config,
+        elapsed,
+        &total.latency,
+        &total.timeline,
+        total.statuses,
+        total.errors,
+        cache,
+    ))
+}
+
+/// One connection's loop.
+async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
+    let config = &shared.config;
+    let mut rng = Rng::new(config.seed.wrapping_mul(1_000_003).wrapping_add(worker));
+    let mut tally = Tally::new();
+    let mut conn: Option<Conn> = None;
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let ticket = shared.issued.fetch_add(1, Ordering::Relaxed);
+        if config.requests.is_some_and(|n| ticket >= n) {
+            break;
+        }
+        // Open loop: wait for this request's turn, and count latency from it.
+        let due = match config.rate {
+            Some(rate) => {
+                let due = shared.started + Duration::from_secs_f64(ticket as f64 / rate);
+                tokio::time::sleep_until(due.into()).await;
+                due
+            }
+            None => Instant::now(),
+        };
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let shopper_index = rng.below(config.shoppers as u64) as usize;
+        let mut shopper = shared.shoppers[shopper_index].lock().await;
+        let action = config.mix.pick(&mut rng, &shopper);
+        let (method, path, form) = request_for(action, &mut rng, &shared, &shopper);
+        if conn.is_none() {
+            conn = Conn::open(&config.target).await.ok();
+        }
+        let reply = match conn.as_mut() {
+            Some(c) => c
+                .send(method, &path, shopper.cookie.as_deref(), form.as_deref())
+                .await
+                .ok(),
+            None => None,
+        };
+        let micros = due.elapsed().as_micros() as u64;
+        let second = due.duration_since(shared.started).as_secs() as usize;
+        match reply {
+            Some(reply) => {
+                learn(&mut shopper, action, &reply);
+                tally.record(second, micros, Some(reply.status));
+            }
+            None => {
+                // A broken connection: count the error, reconnect next time.
+                conn = None;
+                tally.record(second, micros, None);
+            }
+        }
+    }
+    Ok(tally)
+}
+
+fn request_for(
+    action: Action,
+    rng: &mut Rng,
+    shared: &Shared,
+    shopper: &Shopper,
+) -> (&'static str, String, Option<String>) {
+    match action {
+        Action::ViewItem => ("GET", format!("/items/{}", shared.zipf.sample(rng)), None),
+        Action::Home => ("GET", "/".to_owned(), None),
+        Action::Me => ("GET", "/api/me".to_owned(), None),
+        Action::AddToCart => {
+            let item = shared.zipf.sample(rng);
+            (
+                "POST",
+                "/cart".to_owned(),
+                Some(format!("item={item}&count=1")),
+            )
+        }
+        Action::Login => {
+            let (name, password) = LOGINS[rng.below(LOGINS.len() as u64) as usize];
+            (
+                "POST",
+                "/login".to_owned(),
+                Some(format!("name={name}&password={password}")),
+            )
+        }
+        Action::Checkout => {
+            let _ = shopper;
+            let key = format!("load-{}-{}", shared.config.seed, rng.next());
+            ("POST", "/checkout".to_owned(), Some(format!("key={key}")))
+        }
+    }
+}
+
+/// Updates the shopper from the answer: a new session cookie, a login, a cart.
+fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
+    if let Some(cookie) = &reply.session_cookie {
+        if shopper.cookie.as_ref() != Some(cookie) && action != Action::Login {
+            // A fresh session (first visit, or the old one was cleaned).
+            shopper.logged_in = false;
+            shopper.cart_lines = 0;
+        }
+        shopper.cookie = Some(cookie.clone());
+    }
+    let ok = reply.status < 400;
+    match action {
+        Action::Login if ok => shopper.logged_in = true,
+        Action::AddToCart if ok => shopper.cart_lines += 1,
+        Action::Checkout if ok => shopper.cart_lines = 0,
+        _ => {}
+    }
+}

@@ -1,0 +1,79 @@
+//! The request mix: what a shopper does next.
+
+use crate::Shopper;
+use crate::rng::Rng;
+
+/// One kind of request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `GET /items/{id}`, a Zipf-popular item.
+    ViewItem,
+    /// `GET /`.
+    Home,
+    /// `GET /api/me` (every page's script calls it).
+    Me,
+    /// `POST /cart`.
+    AddToCart,
+    /// `POST /login` as a demo user.
+    Login,
+    /// `POST /checkout`.
+    Checkout,
+}
+
+/// Relative weights of the actions. Logins and checkouts only happen when they can
+/// (a guest logs in, a logged-in shopper with a cart checks out); otherwise the
+/// request becomes an item view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mix {
+    /// Item page views.
+    pub view: f64,
+    /// Home pages.
+    pub home: f64,
+    /// `/api/me` calls.
+    pub me: f64,
+    /// Cart adds.
+    pub add_to_cart: f64,
+    /// Logins.
+    pub login: f64,
+    /// Checkouts (about 0.1% of views by default).
+    pub checkout: f64,
+}
+
+impl Default for Mix {
+    fn default() -> Self {
+        Self {
+            view: 0.88,
+            home: 0.03,
+            me: 0.06,
+            add_to_cart: 0.025,
+            login: 0.004,
+            checkout: 0.001,
+        }
+    }
+}
+
+impl Mix {
+    pub(crate) fn pick(&self, rng: &mut Rng, shopper: &Shopper) -> Action {
+        let total = self.view + self.home + self.me + self.add_to_cart + self.login + self.checkout;
+        let mut x = rng.unit() * total;
+        for (weight, action) in [
+            (self.home, Action::Home),
+            (self.me, Action::Me),
+            (self.add_to_cart, Action::AddToCart),
+            (self.login, Action::Login),
+            (self.checkout, Action::Checkout),
+        ] {
+            if x < weight {
+                return match action {
+                    Action::Login if shopper.logged_in => Action::ViewItem,
+                    Action::Checkout if !shopper.logged_in || shopper.cart_lines == 0 => {
+                        Action::ViewItem
+                    }
+                    other => other,
+                };
+            }
+            x -= weight;
+        }
+        Action::ViewItem
+    }
+}

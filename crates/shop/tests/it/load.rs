@@ -1,0 +1,82 @@
+//! `shop load` against a test server: a short smoke run whose report must be whole.
+
+use shop_testkit::{TestDb, TestRedis};
+
+use crate::e2e::{seed, serve, stop};
+use crate::shop;
+
+#[test]
+fn two_seconds_of_load_give_a_well_formed_report() {
+    let redis = TestRedis::start();
+    let db = TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
+    let url = redis.url();
+    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
+    seed(cwd.path(), &envs, "200");
+    let (server, addr) = serve(cwd.path(), &envs, &[]);
+
+    let json = cwd.path().join("report.json");
+    let svg = cwd.path().join("latency.svg");
+    let out = shop()
+        .args([
+            "load",
+            "--target",
+            &addr,
+            "--duration",
+            "2",
+            "--connections",
+            "4",
+        ])
+        .args(["--items", "200", "--shoppers", "50", "--quiet", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for part in ["req/s", "p99", "statuses", "page cache"] {
+        assert!(stdout.contains(part), "{part}: {stdout}");
+    }
+
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let requests = report["requests"].as_u64().unwrap();
+    assert!(requests > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    let statuses: u64 = report["statuses"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(statuses, requests);
+    assert!(
+        report["statuses"].get("500").is_none(),
+        "no server errors: {report}"
+    );
+    let l = &report["latency_us"];
+    let (p50, p99, max) = (
+        l["p50"].as_u64().unwrap(),
+        l["p99"].as_u64().unwrap(),
+        l["max"].as_u64().unwrap(),
+    );
+    assert!(0 < p50 && p50 <= p99 && p99 <= max, "{l}");
+    let cache = &report["cache"];
+    let lookups = ["hits", "misses", "bypasses"]
+        .iter()
+        .map(|k| cache[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(lookups > 0, "the page cache saw the item views: {cache}");
+    assert!(!report["timeline"].as_array().unwrap().is_empty());
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline"),
+        "{svg}"
+    );
+
+    assert!(stop(server).success());
+}
