@@ -1,7 +1,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
 //! Session touch throughput against a private redis-server: the shop's Lua script,
 //! the same five commands as one pipeline, and the book's one command per round
-//! trip, in the same run so their ratio holds on a noisy machine.
+//! trip, in the same run so their ratio holds on a noisy machine. Then a cart set,
+//! the shop's against the book's.
 //!
 //! Run: `cargo bench -p shop-cache --bench session`. Each iteration is one touch
 //! (an item view by a logged-in session); criterion reports touches per second.
@@ -115,6 +116,33 @@ fn touch(c: &mut Criterion) {
                 .iter_custom(|iters| run_concurrently(&fixture, way, iters));
         });
     }
+    group.finish();
+
+    // Cart set: the shop's validated `Carts::set` against the book's bare HSET.
+    let carts = rt.block_on(async {
+        let conn = shop_cache::connect(&server.url()).await.unwrap();
+        shop_cache::cart::Carts::new(conn, Keys::default(), 99)
+    });
+    let mut group = c.benchmark_group("cart_set_one_caller");
+    group.throughput(Throughput::Elements(1));
+    group.measurement_time(Duration::from_secs(3));
+    let token = SessionToken::generate();
+    let item = ItemId::new(42).unwrap();
+    group.bench_function("shop_carts_set", |b| {
+        b.to_async(&rt).iter(|| carts.set(&token, item, 3))
+    });
+    group.bench_function("book_hset", |b| {
+        b.to_async(&rt).iter(|| async {
+            let mut conn = fixture.conn.clone();
+            redis::cmd("HSET")
+                .arg(fixture.keys.cart(&token))
+                .arg(item)
+                .arg(3)
+                .exec_async(&mut conn)
+                .await
+                .unwrap()
+        })
+    });
     group.finish();
     drop(server);
 }

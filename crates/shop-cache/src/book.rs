@@ -83,3 +83,99 @@ pub async fn update_token_pipelined(
     pipe.exec_async(conn).await?;
     Ok(())
 }
+
+/// The book's `clean_sessions`, one round: ZCARD, then ZRANGE the oldest, then DEL
+/// their `viewed:`/`cart:` keys, HDEL `login:`, ZREM `recent:`, one command per round
+/// trip and not atomic (the defect the shop's cleaner fixes). Returns how many it removed.
+pub async fn clean_sessions_once(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    cap: u64,
+    batch: u64,
+) -> Result<u64, CacheError> {
+    let size: u64 = redis::cmd("ZCARD")
+        .arg(keys.recent())
+        .query_async(conn)
+        .await?;
+    if size <= cap {
+        return Ok(0);
+    }
+    let end = (size - cap).min(batch);
+    let tokens: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.recent())
+        .arg(0)
+        .arg(end - 1)
+        .query_async(conn)
+        .await?;
+    let mut session_keys = Vec::with_capacity(tokens.len() * 2);
+    for token in &tokens {
+        session_keys.push(format!("{}{token}", keys.viewed_by_prefix()));
+        session_keys.push(format!("{}{token}", keys.cart_prefix()));
+    }
+    redis::cmd("DEL")
+        .arg(&session_keys)
+        .exec_async(conn)
+        .await?;
+    redis::cmd("HDEL")
+        .arg(keys.login())
+        .arg(&tokens)
+        .exec_async(conn)
+        .await?;
+    redis::cmd("ZREM")
+        .arg(keys.recent())
+        .arg(&tokens)
+        .exec_async(conn)
+        .await?;
+    Ok(tokens.len() as u64)
+}
+
+/// The book's `cache_rows`, one round: ZRANGE the first of `schedule:` WITH SCORES,
+/// ZSCORE its delay, read the row, ZADD the next time, SET `inv:`; one command per
+/// round trip, no claim (two workers can refresh the same row). Returns whether a
+/// row was refreshed.
+pub async fn cache_rows_once<S: crate::row_cache::RowSource>(
+    conn: &mut ConnectionManager,
+    keys: &Keys,
+    source: &S,
+) -> Result<bool, CacheError> {
+    let next: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(keys.schedule())
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES")
+        .query_async(conn)
+        .await?;
+    let now = unix_now();
+    let Some((row, due)) = next.into_iter().next() else {
+        return Ok(false);
+    };
+    if due > now {
+        return Ok(false);
+    }
+    let row: ItemId = row
+        .parse()
+        .map_err(|_| CacheError::Corrupt { what: "schedule:" })?;
+    let delay: Option<f64> = redis::cmd("ZSCORE")
+        .arg(keys.delay())
+        .arg(row)
+        .query_async(conn)
+        .await?;
+    let delay = delay.unwrap_or(0.0);
+    let json = source
+        .load(row)
+        .await
+        .map_err(|_| CacheError::Corrupt { what: "row source" })?
+        .unwrap_or_default();
+    redis::cmd("ZADD")
+        .arg(keys.schedule())
+        .arg(now + delay)
+        .arg(row)
+        .exec_async(conn)
+        .await?;
+    redis::cmd("SET")
+        .arg(keys.inventory(row))
+        .arg(json)
+        .exec_async(conn)
+        .await?;
+    Ok(true)
+}

@@ -174,7 +174,7 @@ impl Report {
             timeline: timeline
                 .iter()
                 .enumerate()
-                .filter(|(_, h)| h.len() > 0)
+                .filter(|(_, h)| !h.is_empty())
                 .map(|(second, h)| Second {
                     second,
                     requests: h.len(),
