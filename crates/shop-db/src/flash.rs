@@ -77,9 +77,6 @@ impl BuyOutcome {
     }
 }
 
-/// The most characters an Idempotency-Key may have.
-pub const MAX_KEY_LEN: usize = 100;
-
 impl Db {
     /// One purchase of one unit of `item` by `user` at time `now`, idempotent on
     /// `key` (per user). See the module documentation for how it cannot oversell.

@@ -1,3 +1,15 @@
+// Appends a link to each item ({id, title}) to the list `ul`.
+function fillItemLinks(ul, items) {
+  for (const item of items) {
+    const li = document.createElement('li');
+    const a = document.createElement('a');
+    a.href = '/items/' + item.id;
+    a.textContent = item.title;
+    li.appendChild(a);
+    ul.appendChild(li);
+  }
+}
+
 // The per-user parts of every page (who is logged in, the cart size, recently
 // viewed items) come from /api/me, so the HTML of item pages is the same for
 // everyone and can be cached whole.
@@ -31,15 +43,7 @@
   const here = document.querySelector('article.item');
   const others = me.recently_viewed.filter(i => !here || String(i.id) !== here.dataset.item);
   if (recent && others.length) {
-    const ul = recent.querySelector('ul');
-    for (const item of others.slice(0, 5)) {
-      const li = document.createElement('li');
-      const a = document.createElement('a');
-      a.href = '/items/' + item.id;
-      a.textContent = item.title;
-      li.appendChild(a);
-      ul.appendChild(li);
-    }
+    fillItemLinks(recent.querySelector('ul'), others.slice(0, 5));
     recent.hidden = false;
   }
 })();
@@ -65,14 +69,7 @@
     h.textContent = 'Shoppers who bought this also bought';
     const ul = document.createElement('ul');
     ul.className = 'also-bought';
-    for (const item of data.also_bought) {
-      const li = document.createElement('li');
-      const a = document.createElement('a');
-      a.href = '/items/' + item.id;
-      a.textContent = item.title;
-      li.appendChild(a);
-      ul.appendChild(li);
-    }
+    fillItemLinks(ul, data.also_bought);
     box.append(h, ul);
   }
   box.hidden = false;

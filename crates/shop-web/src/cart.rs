@@ -17,12 +17,9 @@ use shop_cache::session::SessionToken;
 use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
-use crate::error::WebError;
+use crate::error::{WebError, idempotency_key};
 use crate::session::Session;
 use crate::views::{self, CartLineView, CartPage, ItemView};
-
-/// The longest idempotency key a checkout form may carry.
-const MAX_KEY_LEN: usize = 100;
 
 /// The cart routes.
 pub fn router(state: AppState) -> Router {
@@ -109,14 +106,7 @@ async fn checkout(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    let key = form
-        .get("key")
-        .filter(|k| {
-            !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())
-        })
-        .ok_or_else(|| {
-            WebError::bad_request("the checkout form is missing its key; reload the cart")
-        })?;
+    let key = idempotency_key(form.get("key").map(String::as_str))?;
     let Some(user) = session.user else {
         if wants_json(&headers) {
             return Err(WebError::unauthorized());

@@ -115,6 +115,24 @@ pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
     }
 }
 
+/// The longest idempotency key accepted (an `Idempotency-Key` header, a checkout
+/// form's key).
+pub const MAX_IDEMPOTENCY_KEY: usize = 100;
+
+/// Checks a client's idempotency key: 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII
+/// characters, else a 400 that says so.
+pub fn idempotency_key(raw: Option<&str>) -> Result<&str, WebError> {
+    raw.filter(|k| {
+        !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && k.bytes().all(|b| b.is_ascii_graphic())
+    })
+    .ok_or_else(|| {
+        WebError::bad_request(format!(
+            "an idempotency key of 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters is \
+                 required (reload the page and try again)"
+        ))
+    })
+}
+
 impl From<CacheError> for WebError {
     fn from(error: CacheError) -> Self {
         match error {

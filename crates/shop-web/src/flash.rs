@@ -17,11 +17,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shop_cache::domain::ItemId;
-use shop_db::flash::{BuyOutcome, MAX_KEY_LEN};
+use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
 
 use crate::AppState;
-use crate::error::WebError;
+use crate::error::{WebError, idempotency_key};
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use crate::session::Session;
 use crate::views::{self, FlashPage};
@@ -71,16 +71,8 @@ async fn buy(
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let item = parse_item(&id)?;
-    let key = headers
-        .get(IDEMPOTENCY_KEY)
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic()))
-        .ok_or_else(|| {
-            WebError::bad_request(format!(
-                "an Idempotency-Key header of 1 to {MAX_KEY_LEN} visible ASCII characters is required"
-            ))
-        })?
-        .to_owned();
+    let key =
+        idempotency_key(headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()))?.to_owned();
     let user = session.require_user()?;
     let outcome = state
         .db

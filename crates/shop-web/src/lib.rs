@@ -22,12 +22,15 @@ pub mod session;
 pub mod views;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
+use redis::aio::ConnectionManager;
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
 use shop_cache::insights::Insights;
+use shop_cache::keys::Keys;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
@@ -42,6 +45,12 @@ pub struct WebConfig {
     pub flash_limit: i64,
     /// Mark the session cookie `Secure` (the shop is served over HTTPS).
     pub secure_cookies: bool,
+    /// Most of one item a cart line may hold.
+    pub max_quantity: u32,
+    /// How long a cached page is kept.
+    pub page_ttl: Duration,
+    /// Only items ranked below this in views have their pages cached.
+    pub rank_limit: u64,
 }
 
 impl Default for WebConfig {
@@ -49,6 +58,9 @@ impl Default for WebConfig {
         Self {
             flash_limit: shop_db::flash::DEFAULT_PER_USER_LIMIT,
             secure_cookies: false,
+            max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
+            page_ttl: shop_cache::page_cache::DEFAULT_TTL,
+            rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
         }
     }
 }
@@ -74,6 +86,23 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Settings.
     pub config: WebConfig,
+}
+
+impl AppState {
+    /// Every Redis-backed part over one shared connection, under `keys`.
+    pub fn new(db: Db, conn: ConnectionManager, keys: Keys, config: WebConfig) -> Self {
+        Self {
+            db,
+            sessions: Sessions::new(conn.clone(), keys.clone()),
+            carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity),
+            analytics: Analytics::new(conn.clone(), keys.clone()),
+            rows: RowCache::new(conn.clone(), keys.clone()),
+            insights: Insights::new(conn.clone(), keys.clone()),
+            pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit),
+            metrics: Arc::default(),
+            config,
+        }
+    }
 }
 
 /// The whole application.

@@ -13,17 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use redis::aio::ConnectionManager;
-use shop_cache::analytics::{Analytics, Rescaler};
-use shop_cache::cart::Carts;
+use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
-use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
-use shop_cache::session::Sessions;
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_db::Db;
-use shop_web::metrics::Metrics;
 use shop_web::{AppState, WebConfig};
 
 use managed_redis::ManagedRedis;
@@ -162,26 +157,15 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let metrics = Arc::new(Metrics::default());
-    let state = AppState {
-        db: db.clone(),
-        sessions: Sessions::new(conn.clone(), keys.clone()),
-        carts: Carts::new(conn.clone(), keys.clone(), args.max_quantity),
-        analytics: Analytics::new(conn.clone(), keys.clone()),
-        rows: RowCache::new(conn.clone(), keys.clone()),
-        insights: Insights::new(conn.clone(), keys.clone()),
-        pages: PageStore::new(
-            conn.clone(),
-            keys.clone(),
-            Duration::from_secs(args.page_ttl),
-            args.rank_limit,
-        ),
-        metrics: metrics.clone(),
-        config: WebConfig {
-            flash_limit: args.flash_limit,
-            secure_cookies: args.secure_cookies,
-        },
+    let config = WebConfig {
+        flash_limit: args.flash_limit,
+        secure_cookies: args.secure_cookies,
+        max_quantity: args.max_quantity,
+        page_ttl: Duration::from_secs(args.page_ttl),
+        rank_limit: args.rank_limit,
     };
+    let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
+    let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .with_context(|| format!("cannot listen on {}", args.bind))?;

@@ -1,21 +1,14 @@
 //! The whole router, without a socket: every route, cookies, forms, login, checkout,
 //! errors, and Redis going away. Each test has its own redis-server and SQLite file.
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
 use redis::AsyncCommands;
-use shop_cache::analytics::Analytics;
-use shop_cache::cart::Carts;
-use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
-use shop_cache::row_cache::RowCache;
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::SessionToken;
 use shop_db::Db;
 use shop_testkit::{TestDb, TestRedis};
 use shop_web::{AppState, WebConfig};
@@ -38,18 +31,7 @@ async fn app_with(config: WebConfig) -> App {
     let test_db = TestDb::sqlite();
     let db = Db::connect(test_db.url()).await.unwrap();
     db.seed(30, 1, &|_| {}).await.unwrap();
-    let keys = Keys::default();
-    let state = AppState {
-        db: db.clone(),
-        sessions: Sessions::new(conn.clone(), keys.clone()),
-        carts: Carts::new(conn.clone(), keys.clone(), 99),
-        analytics: Analytics::new(conn.clone(), keys.clone()),
-        rows: RowCache::new(conn.clone(), keys.clone()),
-        insights: Insights::new(conn.clone(), keys.clone()),
-        pages: PageStore::new(conn, keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
-        metrics: Arc::default(),
-        config,
-    };
+    let state = AppState::new(db.clone(), conn, Keys::default(), config);
     App {
         redis,
         _db_dir: test_db,

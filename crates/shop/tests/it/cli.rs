@@ -1,12 +1,10 @@
 //! The binary's tools and server as a user runs them.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use shop_testkit::{TestDb, TestRedis};
 
+use crate::e2e::{request, seed, serve, stop};
 use crate::shop;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -101,73 +99,25 @@ fn sale_start_refuses_an_unknown_item() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no item 11"));
 }
 
-/// A minimal HTTP/1.1 GET, enough to check a live server.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    (status, response)
-}
-
-fn wait_for_exit(mut child: Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("shop serve did not stop within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     let redis = TestRedis::start();
     let db = TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
     let url = redis.url();
-    let env = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
-    stdout(&run(&["seed", "--items", "20"], &env));
+    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
+    seed(cwd.path(), &envs, "20");
+    let (server, addr) = serve(cwd.path(), &envs, &[]);
 
-    let mut cmd = shop();
-    cmd.args(["serve", "--bind", "127.0.0.1:0"]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let banner = lines.next().unwrap().unwrap();
-    let addr = banner
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
-
-    let (status, body) = http_get(&addr, "/healthz");
-    assert_eq!(status, 200, "{body}");
+    let health = request(&addr, "GET", "/healthz", None, None);
+    assert_eq!(health.status, 200, "{}", health.body);
     assert!(
-        body.contains("\"redis\":true") && body.contains("\"database\":true"),
-        "{body}"
+        health.body.contains("\"redis\":true") && health.body.contains("\"database\":true"),
+        "{}",
+        health.body
     );
-    let (status, body) = http_get(&addr, "/flash");
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("Flash sale"));
-
-    let ok = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let status = wait_for_exit(child, Duration::from_secs(10));
-    assert!(status.success(), "{status:?}");
+    let flash = request(&addr, "GET", "/flash", None, None);
+    assert_eq!(flash.status, 200, "{}", flash.body);
+    assert!(flash.body.contains("Flash sale"));
+    assert!(stop(server).success());
 }

@@ -1,20 +1,14 @@
 //! The flash sale over HTTP, through the router (no socket).
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
-use shop_cache::analytics::Analytics;
-use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
-use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
-use shop_cache::row_cache::{RefreshStep, Refresher, RowCache};
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::row_cache::{RefreshStep, Refresher};
+use shop_cache::session::SessionToken;
 use shop_db::Db;
 use shop_db::inventory::Sale;
 use shop_testkit::{TestDb, TestRedis};
@@ -37,18 +31,12 @@ impl Shop {
         let test_db = TestDb::sqlite();
         let db = Db::connect(test_db.url()).await.unwrap();
         db.seed(10, 1, &|_| {}).await.unwrap();
-        let keys = Keys::default();
-        let state = AppState {
-            db: db.clone(),
-            sessions: Sessions::new(conn.clone(), keys.clone()),
-            carts: Carts::new(conn.clone(), keys.clone(), 99),
-            analytics: Analytics::new(conn.clone(), keys.clone()),
-            rows: RowCache::new(conn.clone(), keys.clone()),
-            insights: Insights::new(conn.clone(), keys.clone()),
-            pages: PageStore::new(conn.clone(), keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT),
-            metrics: Arc::default(),
-            config: WebConfig::default(),
-        };
+        let state = AppState::new(
+            db.clone(),
+            conn.clone(),
+            Keys::default(),
+            WebConfig::default(),
+        );
         let app = shop_web::router(state.clone());
         Self {
             _redis: redis,
