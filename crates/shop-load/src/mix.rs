@@ -53,6 +53,18 @@ impl Default for Mix {
 }
 
 impl Mix {
+    /// Item views only: to measure the page-cache path by itself.
+    pub fn views_only() -> Self {
+        Self {
+            view: 1.0,
+            home: 0.0,
+            me: 0.0,
+            add_to_cart: 0.0,
+            login: 0.0,
+            checkout: 0.0,
+        }
+    }
+
     pub(crate) fn pick(&self, rng: &mut Rng, shopper: &Shopper) -> Action {
         let total = self.view + self.home + self.me + self.add_to_cart + self.login + self.checkout;
         let mut x = rng.unit() * total;

@@ -293,6 +293,15 @@ impl Report {
             w / 2.0,
             h - 20.0
         );
+        let step = ((seconds / 10.0).ceil() as usize).max(1);
+        for second in (0..seconds as usize).step_by(step) {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{second}</text>",
+                x(second) - 4.0,
+                h - pad + 16.0
+            );
+        }
         let _ = writeln!(
             svg,
             "<polyline fill=\"none\" stroke=\"#c33\" stroke-width=\"2\" points=\"{}\"/>",

@@ -65,9 +65,23 @@ impl Default for WebConfig {
     }
 }
 
-/// What every handler may use. Cheap to clone: every field is a shared handle.
+/// What every handler may use: a handle to the shared [`AppParts`], so the clone
+/// axum makes for every middleware and handler is one reference count (a profile of
+/// the cached item view found cloning the parts one by one at 9% of the web tier's
+/// CPU).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// The parts of the application state.
+pub struct AppParts {
     /// The relational store.
     pub db: Db,
     /// Login sessions in Redis.
@@ -91,7 +105,7 @@ pub struct AppState {
 impl AppState {
     /// Every Redis-backed part over one shared connection, under `keys`.
     pub fn new(db: Db, conn: ConnectionManager, keys: Keys, config: WebConfig) -> Self {
-        Self {
+        Self::from_parts(AppParts {
             db,
             sessions: Sessions::new(conn.clone(), keys.clone()),
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity),
@@ -101,7 +115,12 @@ impl AppState {
             pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit),
             metrics: Arc::default(),
             config,
-        }
+        })
+    }
+
+    /// The state over parts built by the caller.
+    pub fn from_parts(parts: AppParts) -> Self {
+        Self(Arc::new(parts))
     }
 }
 

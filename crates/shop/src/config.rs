@@ -79,6 +79,9 @@ pub struct LoadArgs {
     /// Also write an SVG of latency over time to this file.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
+    /// Item views only (the page-cache path), instead of the shop's request mix.
+    #[arg(long)]
+    pub views_only: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,

@@ -314,7 +314,11 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         items: args.items,
         zipf_exponent: args.zipf,
         shoppers: args.shoppers as usize,
-        mix: shop_load::Mix::default(),
+        mix: if args.views_only {
+            shop_load::Mix::views_only()
+        } else {
+            shop_load::Mix::default()
+        },
         seed: args.seed,
         progress: !args.quiet,
     };
