@@ -341,6 +341,16 @@ impl PageStore {
         Ok(())
     }
 
+    /// Drops the page stored under `key` (its content changed), so the next request
+    /// renders it afresh.
+    pub async fn remove(&self, key: &PageKey) -> Result<(), CacheError> {
+        redis::cmd("DEL")
+            .arg(self.keys.page(key.as_str()))
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// Tries to become the one process rendering `key`. `None`: another holds it.
     pub async fn try_lock(&self, key: &PageKey) -> Result<Option<RenderLock>, CacheError> {
         let lock = RenderLock {

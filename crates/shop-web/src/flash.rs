@@ -26,6 +26,10 @@ use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use crate::session::Session;
 use crate::views::{self, FlashPage};
 
+/// The sale page's path (the page cache keys it by this path alone: it has no
+/// query and varies on no header).
+pub const SHELL_PATH: &str = "/flash";
+
 /// The header carrying the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
@@ -42,7 +46,7 @@ pub fn router(state: AppState) -> Router {
         .metrics
         .register_page_cache("flash", shell_cache.stats());
     Router::new()
-        .route("/flash", get(shell).layer(shell_cache))
+        .route(SHELL_PATH, get(shell).layer(shell_cache))
         .route("/api/inventory/{id}", get(inventory))
         .route("/api/flash/{id}/buy", post(buy))
         .with_state(state)

@@ -16,6 +16,7 @@ use redis::aio::ConnectionManager;
 use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
+use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_db::Db;
@@ -284,8 +285,14 @@ async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
                 start,
                 end: start + minutes * 60,
             };
-            let rows = RowCache::new(conn, keys);
-            if !sale::start(&db, &rows, id, sale, refresh).await? {
+            let rows = RowCache::new(conn.clone(), keys.clone());
+            let pages = PageStore::new(
+                conn,
+                keys,
+                shop_cache::page_cache::DEFAULT_TTL,
+                shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+            );
+            if !sale::start(&db, &rows, &pages, id, sale, refresh).await? {
                 anyhow::bail!("there is no item {id}");
             }
             println!(

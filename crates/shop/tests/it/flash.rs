@@ -50,6 +50,11 @@ impl Shop {
 
     /// Puts item 1 on sale now with `stock` units and refreshes its cached row once.
     async fn sale(&self, stock: i64) {
+        self.sale_of(1, stock).await;
+    }
+
+    /// Puts item `n` on sale now with `stock` units and refreshes its cached row once.
+    async fn sale_of(&self, n: u64, stock: i64) {
         let now = shop_db::unix_now();
         let sale = Sale {
             stock,
@@ -57,11 +62,9 @@ impl Shop {
             start: now - 60,
             end: now + 3_600,
         };
-        assert!(
-            shop::sale::start(&self.db, &self.state.rows, item(1), sale, 1.0)
-                .await
-                .unwrap()
-        );
+        let (rows, pages) = (&self.state.rows, &self.state.pages);
+        let started = shop::sale::start(&self.db, rows, pages, item(n), sale, 1.0);
+        assert!(started.await.unwrap());
         self.refresh().await;
     }
 
@@ -272,4 +275,12 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     )
     .unwrap();
     assert_eq!(again, html);
+
+    // A sale started later shows at once: starting it drops the cached page.
+    shop.sale_of(2, 3).await;
+    let third = shop.send(page(None)).await;
+    assert_eq!(third.headers()["x-cache"], "MISS");
+    let body = third.into_body().collect().await.unwrap().to_bytes();
+    let html = String::from_utf8(body.to_vec()).unwrap();
+    assert!(html.contains("data-item=\"2\""), "{html}");
 }
