@@ -14,10 +14,8 @@ use shop_cache::domain::ItemId;
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::session::{SessionToken, Sessions};
-use shop_testkit::{TestDb, TestRedis};
 
-use crate::e2e::{seed, serve, stop};
-use crate::shop;
+use crate::e2e::{TestShop, stop};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -124,18 +122,14 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let Some(driver) = driver() else {
         return;
     };
-    let redis = TestRedis::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let url = redis.url();
-    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
-    seed(cwd.path(), &envs, "20");
-    let mut sale = shop();
-    sale.args(["sale", "start", "1", "--stock", "7", "--price-cents", "499"]);
-    for (k, v) in envs {
-        sale.env(k, v);
-    }
-    assert!(sale.output().unwrap().status.success());
+    let shop = TestShop::seeded("20");
+    let url = shop.redis.url();
+    let sale = shop
+        .command()
+        .args(["sale", "start", "1", "--stock", "7", "--price-cents", "499"])
+        .output()
+        .unwrap();
+    assert!(sale.status.success());
     // Earlier shoppers: nine viewed item 3; three bought it, with item 4 twice and
     // with item 5 once. With this browser's own view: 3 of 10 viewers bought it.
     let conn = shop_cache::connect(&url).await.unwrap();
@@ -152,7 +146,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         let order = [ItemId::new(3).unwrap(), ItemId::new(other).unwrap()];
         insights.record_order(shopper, &order).await.unwrap();
     }
-    let (server, addr) = serve(cwd.path(), &envs, &[]);
+    let (server, addr) = shop.serve(&[]);
 
     let profile = tempfile::tempdir().unwrap();
     let mut caps = serde_json::Map::new();

@@ -4,7 +4,7 @@ use std::process::Output;
 
 use shop_testkit::{TestDb, TestRedis};
 
-use crate::e2e::{request, seed, serve, stop};
+use crate::e2e::{TestShop, request, stop};
 use crate::shop;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -101,13 +101,8 @@ fn sale_start_refuses_an_unknown_item() {
 
 #[test]
 fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
-    let redis = TestRedis::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let url = redis.url();
-    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
-    seed(cwd.path(), &envs, "20");
-    let (server, addr) = serve(cwd.path(), &envs, &[]);
+    let shop = TestShop::seeded("20");
+    let (server, addr) = shop.serve(&[]);
 
     let health = request(&addr, "GET", "/healthz", None, None);
     assert_eq!(health.status, 200, "{}", health.body);

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, ExitStatus};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use shop_db::Db;
@@ -70,15 +70,47 @@ pub fn request(
     }
 }
 
-/// Starts `shop serve` on a free port; returns it and its address.
-pub fn serve(cwd: &Path, envs: &[(&str, &str)], extra: &[&str]) -> (Child, String) {
-    let mut cmd = shop();
-    cmd.current_dir(cwd)
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .args(extra);
-    for (k, v) in envs {
-        cmd.env(k, v);
+/// A shop's private Redis, SQLite database and working directory, seeded, for
+/// tests that run the `shop` binary.
+pub struct TestShop {
+    /// Its Redis.
+    pub redis: TestRedis,
+    /// Its database.
+    pub db: TestDb,
+    /// Its working directory (where `data/` would go).
+    pub cwd: tempfile::TempDir,
+}
+
+impl TestShop {
+    /// A shop whose catalogue holds `items` items.
+    pub fn seeded(items: &str) -> Self {
+        let shop = Self {
+            redis: TestRedis::start(),
+            db: TestDb::sqlite(),
+            cwd: tempfile::tempdir().unwrap(),
+        };
+        seed(shop.command(), items);
+        shop
     }
+
+    /// `shop` pointed at this shop's Redis, database and directory.
+    pub fn command(&self) -> Command {
+        let mut cmd = shop();
+        cmd.current_dir(self.cwd.path())
+            .env("REDIS_URL", self.redis.url())
+            .env("DATABASE_URL", self.db.url());
+        cmd
+    }
+
+    /// `shop serve` on a free port, with `extra` flags; returns it and its address.
+    pub fn serve(&self, extra: &[&str]) -> (Child, String) {
+        serve(self.command(), extra)
+    }
+}
+
+/// Starts `cmd` as `shop serve` on a free port; returns it and its address.
+pub fn serve(mut cmd: Command, extra: &[&str]) -> (Child, String) {
+    cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr = loop {
@@ -116,13 +148,9 @@ pub fn stop(child: Child) -> ExitStatus {
     }
 }
 
-pub fn seed(cwd: &Path, envs: &[(&str, &str)], items: &str) {
-    let mut cmd = shop();
-    cmd.current_dir(cwd).args(["seed", "--items", items]);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
+/// Runs `shop seed --items <items>` through `cmd`.
+pub fn seed(mut cmd: Command, items: &str) {
+    let out = cmd.args(["seed", "--items", items]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -132,13 +160,8 @@ pub fn seed(cwd: &Path, envs: &[(&str, &str)], items: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shopper_views_adds_logs_in_and_checks_out() {
-    let redis = TestRedis::start();
-    let db_dir = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let url = redis.url();
-    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db_dir.url())];
-    seed(cwd.path(), &envs, "30");
-    let (child, addr) = serve(cwd.path(), &envs, &[]);
+    let shop = TestShop::seeded("30");
+    let (child, addr) = shop.serve(&[]);
 
     let item = request(&addr, "GET", "/items/5", None, None);
     assert_eq!(item.status, 200, "{}", item.body);
@@ -193,7 +216,7 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
     assert!(account.body.contains("Hello, alice"), "{}", account.body);
 
     assert!(stop(child).success());
-    let db = Db::connect(db_dir.url()).await.unwrap();
+    let db = Db::connect(shop.db.url()).await.unwrap();
     let alice = db
         .check_password("alice", "alice-password")
         .await
@@ -215,8 +238,13 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
 #[test]
 fn serve_manages_its_own_redis_and_leaves_no_orphan() {
     let cwd = tempfile::tempdir().unwrap();
-    seed(cwd.path(), &[], "20");
-    let (child, addr) = serve(cwd.path(), &[], &["--managed-redis"]);
+    let in_cwd = || {
+        let mut cmd = shop();
+        cmd.current_dir(cwd.path());
+        cmd
+    };
+    seed(in_cwd(), "20");
+    let (child, addr) = serve(in_cwd(), &["--managed-redis"]);
     let health = request(&addr, "GET", "/healthz", None, None);
     assert_eq!(health.status, 200, "{}", health.body);
     assert!(health.body.contains("\"redis\":true"));

@@ -1,19 +1,13 @@
 //! `shop load` against a test server: a short smoke run whose report must be whole.
 
-use shop_testkit::{TestDb, TestRedis};
-
-use crate::e2e::{seed, serve, stop};
+use crate::e2e::{TestShop, stop};
 use crate::shop;
 
 #[test]
 fn two_seconds_of_load_give_a_well_formed_report() {
-    let redis = TestRedis::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let url = redis.url();
-    let envs = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
-    seed(cwd.path(), &envs, "200");
-    let (server, addr) = serve(cwd.path(), &envs, &[]);
+    let test_shop = TestShop::seeded("200");
+    let (server, addr) = test_shop.serve(&[]);
+    let cwd = &test_shop.cwd;
 
     let json = cwd.path().join("report.json");
     let svg = cwd.path().join("latency.svg");
