@@ -13,6 +13,8 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal, plain text for log files and service managers.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match shop::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
