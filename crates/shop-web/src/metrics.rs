@@ -35,7 +35,9 @@ struct RouteStats {
 /// Every counter the shop exposes. One per process, shared through [`AppState`].
 #[derive(Default)]
 pub struct Metrics {
-    routes: Mutex<BTreeMap<(String, u16), RouteStats>>,
+    /// route -> status -> stats; looked up by `&str`, so a request allocates nothing
+    /// once its route has been seen.
+    routes: Mutex<BTreeMap<String, BTreeMap<u16, RouteStats>>>,
     page_caches: Mutex<Vec<(&'static str, Arc<PageCacheStats>)>>,
     flash: Mutex<BTreeMap<&'static str, u64>>,
     /// Requests the session layer served as guests because Redis failed.
@@ -61,9 +63,13 @@ impl Metrics {
         *lock(&self.flash).entry(outcome).or_default() += 1;
     }
 
-    fn observe(&self, route: String, status: u16, seconds: f64) {
+    fn observe(&self, route: &str, status: u16, seconds: f64) {
         let mut routes = lock(&self.routes);
-        let stats = routes.entry((route, status)).or_default();
+        if !routes.contains_key(route) {
+            routes.insert(route.to_owned(), BTreeMap::new());
+        }
+        let by_status = routes.get_mut(route).expect("inserted above");
+        let stats = by_status.entry(status).or_default();
         stats.count += 1;
         stats.sum += seconds;
         for (i, le) in BUCKETS.iter().enumerate() {
@@ -78,7 +84,11 @@ impl Metrics {
         let mut out = String::new();
         out.push_str("# TYPE shop_http_requests_total counter\n");
         out.push_str("# TYPE shop_http_request_duration_seconds histogram\n");
-        for ((route, status), s) in lock(&self.routes).iter() {
+        let routes = lock(&self.routes);
+        let all = routes.iter().flat_map(|(route, by_status)| {
+            by_status.iter().map(move |(status, s)| (route, status, s))
+        });
+        for (route, status, s) in all {
             let labels = format!("route=\"{route}\",status=\"{status}\"");
             let _ = writeln!(out, "shop_http_requests_total{{{labels}}} {}", s.count);
             for (le, n) in BUCKETS.iter().zip(s.buckets) {
@@ -163,12 +173,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Middleware (as a route layer) timing every routed request.
 pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    // MatchedPath is a shared string: cloning it does not allocate.
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
     let resp = next.run(req).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     state.metrics.observe(
         route,
         resp.status().as_u16(),
