@@ -3,7 +3,8 @@
 //! Each route module exports a `router()`; [`router`] merges them over one
 //! [`AppState`] and wraps them in the shop's layers, outermost first:
 //! errors as HTML pages for people ([`error::as_html_for_pages`]), cross-site
-//! protection ([`csrf`]), sessions ([`session`]), then per route the metrics and,
+//! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
+//! on probes, `/metrics` or static files), then per route the metrics and,
 //! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
@@ -126,21 +127,29 @@ impl AppState {
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let timed = || from_fn_with_state(state.clone(), metrics::record);
+    // What visitors use: every request is a session's.
+    let visitors = Router::new()
         .merge(pages::router(state.clone()))
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
         .merge(api::router(state.clone()))
         .merge(flash::router(state.clone()))
+        .route_layer(timed())
+        .layer(from_fn_with_state(state.clone(), session::track));
+    // Probes, scrapers and static files: no session (a monitoring system polling
+    // `/metrics` must not create a session per scrape).
+    let operations = Router::new()
         .merge(health::router(state.clone()))
         .route(
             "/metrics",
             axum::routing::get(metrics::metrics).with_state(state.clone()),
         )
         .merge(assets::router())
-        .route_layer(from_fn_with_state(state.clone(), metrics::record))
+        .route_layer(timed());
+    visitors
+        .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
-        .layer(from_fn_with_state(state, session::track))
         .layer(from_fn(csrf::protect))
         .layer(from_fn(error::as_html_for_pages))
 }

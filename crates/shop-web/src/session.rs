@@ -11,7 +11,8 @@
 //!   before its handler, which finds the result as a [`Session`] extension.
 //! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
 //!   this layer writes every session `Set-Cookie`, outside any cached response.
-//! - `/metrics`, `/healthz` and `/static/` are not sessions' requests: untouched.
+//! - It is mounted on the visitors' routes only: probes, `/metrics` and static files
+//!   never create sessions.
 //! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
 //!   not need a user still work.
 
@@ -87,17 +88,8 @@ fn item_page(req: &Request) -> Option<ItemId> {
     req.uri().path().strip_prefix("/items/")?.parse().ok()
 }
 
-/// Paths that are not a visitor's: probes, scrapers and static files get no session
-/// (a monitoring system polling `/metrics` must not create a session per scrape).
-fn untracked(path: &str) -> bool {
-    matches!(path, "/metrics" | "/healthz") || path.starts_with("/static/")
-}
-
 /// The session layer's middleware; see the module documentation.
 pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    if untracked(req.uri().path()) {
-        return next.run(req).await;
-    }
     let presented = token(req.headers());
     let item = item_page(&req);
     let mut issued = None;
