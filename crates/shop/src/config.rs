@@ -62,7 +62,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// Items in the shop's catalogue (ids 1..=N).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = DEFAULT_ITEMS, value_parser = clap::value_parser!(u64).range(1..))]
     pub items: u64,
     /// The Zipf exponent of item popularity.
     #[arg(long, default_value_t = 1.0)]
@@ -214,7 +214,7 @@ pub enum SaleCommand {
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..))]
         minutes: i64,
         /// How often the sale page's stock is refreshed from the database, in seconds.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = crate::sale::DEFAULT_REFRESH)]
         refresh: f64,
         /// Redis settings.
         #[command(flatten)]

@@ -116,6 +116,11 @@ fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
 }
 
+async fn html_of(resp: Response) -> String {
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
 async fn json(resp: Response) -> serde_json::Value {
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     serde_json::from_slice(&bytes)
@@ -240,16 +245,7 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     let first = shop.send(page(None)).await;
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(first.headers()["x-cache"], "MISS");
-    let html = String::from_utf8(
-        first
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let html = html_of(first).await;
     assert!(html.contains("data-item=\"1\""), "{html}");
     assert!(!html.contains("data-item=\"2\""), "only sale items");
     assert!(
@@ -264,23 +260,13 @@ async fn the_sale_page_is_one_shared_cached_shell() {
         "HIT",
         "the same page for a logged-in visitor"
     );
-    let again = String::from_utf8(
-        second
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let again = html_of(second).await;
     assert_eq!(again, html);
 
     // A sale started later shows at once: starting it drops the cached page.
     shop.sale_of(2, 3).await;
     let third = shop.send(page(None)).await;
     assert_eq!(third.headers()["x-cache"], "MISS");
-    let body = third.into_body().collect().await.unwrap().to_bytes();
-    let html = String::from_utf8(body.to_vec()).unwrap();
+    let html = html_of(third).await;
     assert!(html.contains("data-item=\"2\""), "{html}");
 }

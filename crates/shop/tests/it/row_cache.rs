@@ -43,6 +43,18 @@ async fn seeded(items: u64) -> Vec<(TestDb, Db)> {
     out
 }
 
+/// A refresher over the test's Redis and `db`.
+fn refresher_over(
+    s: &Setup,
+    db: &Db,
+) -> Refresher<impl shop_cache::row_cache::RowSource + 'static> {
+    Refresher::new(
+        s.conn.clone(),
+        Keys::default(),
+        shop::row_source(db.clone()),
+    )
+}
+
 fn stock_of(json: &str) -> i64 {
     let row: serde_json::Value = serde_json::from_str(json).unwrap();
     row["stock"].as_i64().unwrap()
@@ -53,11 +65,7 @@ async fn the_books_scenario() {
     for (test_db, db) in seeded(20).await {
         let kind = test_db.kind();
         let s = setup().await;
-        let refresher = Refresher::new(
-            s.conn.clone(),
-            Keys::default(),
-            shop::row_source(db.clone()),
-        );
+        let refresher = refresher_over(&s, &db);
 
         // Schedule with delay 1: the row appears.
         s.rows.schedule(item(7), 1.0).await.unwrap();
@@ -74,11 +82,7 @@ async fn the_books_scenario() {
         db.set_stock(item(7), 12_345).await.unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(shop_cache::daemon::run(
-            Refresher::new(
-                s.conn.clone(),
-                Keys::default(),
-                shop::row_source(db.clone()),
-            ),
+            refresher_over(&s, &db),
             shutdown.clone(),
         ));
         let started = tokio::time::Instant::now();
@@ -128,11 +132,7 @@ async fn a_row_deleted_from_the_database_leaves_the_cache() {
     let s = setup().await;
     let test_db = TestDb::sqlite();
     let db = Db::connect(test_db.url()).await.unwrap();
-    let refresher = Refresher::new(
-        s.conn.clone(),
-        Keys::default(),
-        shop::row_source(db.clone()),
-    );
+    let refresher = refresher_over(&s, &db);
     s.rows.schedule(item(3), 5.0).await.unwrap();
     assert_eq!(
         refresher.step().await.unwrap(),
@@ -208,11 +208,7 @@ async fn a_database_outage_keeps_the_old_copy_and_the_schedule() {
     for (test_db, db) in seeded(5).await {
         let kind = test_db.kind();
         let s = setup().await;
-        let refresher = Refresher::new(
-            s.conn.clone(),
-            Keys::default(),
-            shop::row_source(db.clone()),
-        );
+        let refresher = refresher_over(&s, &db);
         s.rows.schedule(item(2), 0.05).await.unwrap();
         assert_eq!(
             refresher.step().await.unwrap(),
@@ -238,7 +234,7 @@ async fn a_database_outage_keeps_the_old_copy_and_the_schedule() {
         // The database is back (a new pool, as after a restart): refreshing resumes.
         let db = Db::connect(test_db.url()).await.unwrap();
         db.set_stock(item(2), 77).await.unwrap();
-        let refresher = Refresher::new(s.conn.clone(), Keys::default(), shop::row_source(db));
+        let refresher = refresher_over(&s, &db);
         let started = tokio::time::Instant::now();
         loop {
             match refresher.step().await.unwrap() {
