@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use redis::aio::ConnectionManager;
+use shop_cache::RedisConn;
 use shop_cache::book;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
@@ -34,7 +34,7 @@ enum Way {
 }
 
 struct Fixture {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     sessions: Sessions,
     tokens: Arc<Vec<SessionToken>>,

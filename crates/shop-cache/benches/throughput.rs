@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
+use shop_cache::RedisConn;
 use shop_cache::book;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
@@ -180,7 +181,7 @@ async fn cleaner() {
         let server = TestRedis::start();
         let mut raw = server.conn().await;
         populate(&mut raw, &keys, SESSIONS_TO_CLEAN).await;
-        let mut conn: ConnectionManager = shop_cache::connect(&server.url()).await.unwrap();
+        let mut conn: RedisConn = shop_cache::connect(&server.url()).await.unwrap();
         let started = Instant::now();
         let mut removed = 0;
         if name.starts_with("book") {

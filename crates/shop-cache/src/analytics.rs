@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
 use crate::daemon::Daemon;
 use crate::domain::ItemId;
@@ -24,13 +24,13 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
 /// Reads of the view ranking.
 #[derive(Clone)]
 pub struct Analytics {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
 }
 
 impl Analytics {
     /// The ranking stored under `keys`.
-    pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
         Self { conn, keys }
     }
 
@@ -71,7 +71,7 @@ impl Analytics {
 pub enum RescaleStep {
     /// Trimmed and halved; this many items remain.
     Rescaled(u64),
-    /// Another worker (or this one) already rescaled in the current period.
+    /// Another worker (or this one) rescaled less than an interval ago.
     AlreadyDone,
 }
 
@@ -80,7 +80,7 @@ pub enum RescaleStep {
 /// insights are halved with them. Safe to run in any number of processes.
 #[derive(Clone)]
 pub struct Rescaler {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     interval: Duration,
     keep: u64,
@@ -89,7 +89,7 @@ pub struct Rescaler {
 impl Rescaler {
     /// A rescaler for the ranking under `keys`. `interval` is rounded to whole
     /// seconds (at least one).
-    pub fn new(conn: ConnectionManager, keys: Keys, interval: Duration, keep: u64) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys, interval: Duration, keep: u64) -> Self {
         Self {
             conn,
             keys,
@@ -98,23 +98,27 @@ impl Rescaler {
         }
     }
 
-    /// Rescales unless the current period (server time / interval) was already done.
+    /// Rescales unless the last rescale (by any worker) is less than an interval old
+    /// on the server's clock, then finishes any also-bought decay still due.
     pub async fn step(&self) -> Result<RescaleStep, CacheError> {
         let kept: i64 = scripts::RESCALE_VIEWS
             .key(self.keys.item_views())
             .key(self.keys.views_rescaled())
+            .key(self.keys.also_bought_epoch())
             .arg(self.interval.as_secs())
             .arg(self.keep)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let Ok(kept) = u64::try_from(kept) else {
-            return Ok(RescaleStep::AlreadyDone);
-        };
-        // The worker that rescaled the views decays the also-bought counts with them.
+        // The also-bought counts follow the views: each rescale is a decay due, done
+        // by whichever worker gets here first, and retried by the next step if it
+        // fails (the decay keeps its own record of what is done).
         Insights::new(self.conn.clone(), self.keys.clone())
             .decay()
             .await?;
-        Ok(RescaleStep::Rescaled(kept))
+        Ok(match u64::try_from(kept) {
+            Ok(kept) => RescaleStep::Rescaled(kept),
+            Err(_) => RescaleStep::AlreadyDone,
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 //! [`crate::session`], the way chapter 2 does it, so a benchmark can report the
 //! shop's figure next to the book's in the same run.
 
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
 use crate::CacheError;
 use crate::clock::unix_now;
@@ -13,7 +13,7 @@ use crate::session::{HISTORY_LEN, SessionToken};
 
 /// The book's `update_token`: one command per round trip, client clock.
 pub async fn update_token(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     keys: &Keys,
     token: &SessionToken,
     user: UserId,
@@ -59,7 +59,7 @@ pub async fn update_token(
 /// The same five commands as [`update_token`] sent as one pipeline (one round trip,
 /// not atomic, client clock): the alternative to the shop's Lua script.
 pub async fn update_token_pipelined(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     keys: &Keys,
     token: &SessionToken,
     user: UserId,
@@ -88,7 +88,7 @@ pub async fn update_token_pipelined(
 /// their `viewed:`/`cart:` keys, HDEL `login:`, ZREM `recent:`, one command per round
 /// trip and not atomic (the defect the shop's cleaner fixes). Returns how many it removed.
 pub async fn clean_sessions_once(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     keys: &Keys,
     cap: u64,
     batch: u64,
@@ -134,7 +134,7 @@ pub async fn clean_sessions_once(
 /// round trip, no claim (two workers can refresh the same row). Returns whether a
 /// row was refreshed.
 pub async fn cache_rows_once<S: crate::row_cache::RowSource>(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     keys: &Keys,
     source: &S,
 ) -> Result<bool, CacheError> {

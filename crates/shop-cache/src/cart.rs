@@ -2,17 +2,22 @@
 //!
 //! Setting a quantity above zero stores it (overwriting), zero or below removes the
 //! line, as in the book; a quantity above the shop's maximum is refused before
-//! anything is written.
+//! anything is written, and so is a new line for a cart that already has
+//! [`DEFAULT_MAX_LINES`] (configurable) lines: without that cap one session could
+//! hold a line per catalogue item (100,000), and every page that lists the cart
+//! would look them all up.
 
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
-use crate::CacheError;
 use crate::domain::{InvalidInput, ItemId};
+use crate::{CacheError, scripts};
 use crate::keys::Keys;
 use crate::session::SessionToken;
 
 /// The default most of one item a cart may hold.
 pub const DEFAULT_MAX_QUANTITY: u32 = 99;
+/// The default most lines (different items) a cart may hold.
+pub const DEFAULT_MAX_LINES: u32 = 50;
 
 /// A quantity in a cart line: 1 ..= the shop's maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,19 +57,33 @@ impl LineChange {
 /// Cart operations over one Redis. Clone it freely: the connection is shared.
 #[derive(Clone)]
 pub struct Carts {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     max_quantity: u32,
+    max_lines: u32,
 }
 
 impl Carts {
-    /// Carts stored under `keys`, with at most `max_quantity` of one item per line.
-    pub fn new(conn: ConnectionManager, keys: Keys, max_quantity: u32) -> Self {
+    /// Carts stored under `keys`, with at most `max_quantity` of one item per line
+    /// and [`DEFAULT_MAX_LINES`] lines (see [`Carts::with_max_lines`]).
+    pub fn new(conn: RedisConn, keys: Keys, max_quantity: u32) -> Self {
         Self {
             conn,
             keys,
             max_quantity,
+            max_lines: DEFAULT_MAX_LINES,
         }
+    }
+
+    /// The same carts with at most `max_lines` lines each (at least one).
+    pub fn with_max_lines(mut self, max_lines: u32) -> Self {
+        self.max_lines = max_lines.max(1);
+        self
+    }
+
+    /// The most lines a cart may hold.
+    pub fn max_lines(&self) -> u32 {
+        self.max_lines
     }
 
     /// The most of one item a line may hold.
@@ -73,7 +92,8 @@ impl Carts {
     }
 
     /// Sets the quantity of `item` in the session's cart (`count <= 0` removes it).
-    /// Returns what was done. A count above the maximum writes nothing.
+    /// Returns what was done. A count above the maximum, or a new line for a full
+    /// cart, writes nothing.
     pub async fn set(
         &self,
         token: &SessionToken,
@@ -85,12 +105,19 @@ impl Carts {
         let mut conn = self.conn.clone();
         match change {
             LineChange::Set(q) => {
-                redis::cmd("HSET")
-                    .arg(&key)
+                let stored: i64 = scripts::CART_SET
+                    .key(&key)
                     .arg(item)
                     .arg(q.get())
-                    .exec_async(&mut conn)
-                    .await?
+                    .arg(self.max_lines)
+                    .invoke_async(&mut conn)
+                    .await?;
+                if stored == 0 {
+                    return Err(InvalidInput::CartFull {
+                        max: self.max_lines,
+                    }
+                    .into());
+                }
             }
             LineChange::Remove => {
                 redis::cmd("HDEL")

@@ -2,14 +2,20 @@
 //! "X% of shoppers who viewed this item bought it" and "shoppers who bought this also
 //! bought".
 //!
-//! - Viewed -> bought: per item, a HyperLogLog of the distinct sessions that viewed it
-//!   (`viewers:<item>`, added by the session touch in the same round trip as the
-//!   view) and one of the sessions that bought it (`buyers:<item>`). HyperLogLog
-//!   keeps memory bounded whatever the traffic (at most 12 KB per item, far less for
-//!   items with few viewers) at the price of a 0.81% standard error on each count
-//!   (so about 1.15% relative on their ratio); exact sets would grow with every
-//!   shopper. A shopper is a session: one who logs in between viewing and buying
-//!   counts as two sessions.
+//! - Viewed -> bought: per item and per [`WINDOW`] (a week, counted from the Unix
+//!   epoch), a HyperLogLog of the distinct sessions that viewed it
+//!   (`viewers:<item>:<window>`, added by the session touch in the same round trip
+//!   as the view) and one of the sessions that bought it (`buyers:<item>:<window>`).
+//!   The figure served covers **the current window and the one before** (the last 7
+//!   to 14 days): "X% of the shoppers who viewed this item in the last two weeks
+//!   bought it". Each key expires [`WINDOW_TTL`] after it is created, so an item
+//!   holds at most three windows of each (the two read and one expiring) and an
+//!   item nobody views any more holds nothing after two weeks: memory is bounded by
+//!   recent traffic, not by the catalogue's history (before, the keys never expired:
+//!   up to 12 KB each, for ever). HyperLogLog keeps each key small (at most 12 KB,
+//!   far less below a few thousand viewers) at the price of a 0.81% standard error
+//!   on each count (so about 1.15% relative on their ratio). A shopper is a
+//!   session: one who logs in between viewing and buying counts as two sessions.
 //! - Also bought: per item, a sorted set of the items bought with it and how often
 //!   (`also:<item>`), at most [`ALSO_BOUGHT_CAP`] entries kept by the Space-Saving
 //!   algorithm (a newcomer on a full list replaces the least counted entry with that
@@ -17,11 +23,16 @@
 //!   makes the list, and a score overestimates the true count by at most N/cap (N:
 //!   the pairs ever recorded for the item), so scores rank, they do not count. Halved by
 //!   the view rescaler, so new trends surface. The top [`ALSO_BOUGHT_SHOWN`] are served.
+//!   Each view rescale bumps a rescale number; [`Insights::decay`] brings every list
+//!   to it, recording per list the number it reached, so a decay that failed half
+//!   way is finished by the next step without halving any list twice.
 //!
 //! Recording an order runs after the order is durable and its failure never fails
 //! the order (the caller logs and counts it).
 
-use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+use crate::RedisConn;
 
 use crate::domain::ItemId;
 use crate::keys::Keys;
@@ -37,6 +48,22 @@ pub const ALSO_BOUGHT_SHOWN: usize = 5;
 pub const MAX_PAIRED_ITEMS: usize = 50;
 /// How many lists one decay call halves.
 const DECAY_BATCH: usize = 500;
+
+/// One insights window: viewers and buyers are counted per week.
+pub const WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a window's keys live after they are created: the window itself, the next
+/// one (while it is read as "the one before"), and a day of slack for clock skew.
+pub const WINDOW_TTL: Duration = Duration::from_secs(15 * 24 * 3600);
+
+/// The window a unix time falls in.
+pub fn window_of(unix_secs: u64) -> u64 {
+    unix_secs / WINDOW.as_secs()
+}
+
+/// The window now, by this process's clock.
+pub fn current_window() -> u64 {
+    window_of(crate::clock::unix_now() as u64)
+}
 
 /// What is known about one item.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,13 +90,13 @@ impl ItemInsights {
 /// Recording and reading insights.
 #[derive(Clone)]
 pub struct Insights {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
 }
 
 impl Insights {
     /// Insights under `keys`.
-    pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
         Self { conn, keys }
     }
 
@@ -88,12 +115,15 @@ impl Insights {
         if distinct.is_empty() {
             return Ok(());
         }
+        let window = current_window();
         let mut call = scripts::RECORD_ORDER.key(self.keys.also_bought_index());
         for item in &distinct {
-            call.key(self.keys.buyers(*item))
+            call.key(self.keys.buyers(*item, window))
                 .key(self.keys.also_bought(*item));
         }
-        call.arg(shopper.expose()).arg(ALSO_BOUGHT_CAP);
+        call.arg(shopper.expose())
+            .arg(ALSO_BOUGHT_CAP)
+            .arg(WINDOW_TTL.as_secs());
         for item in &distinct {
             call.arg(*item);
         }
@@ -101,13 +131,20 @@ impl Insights {
         Ok(())
     }
 
-    /// The item's insights (zeros for an item nobody viewed or bought).
+    /// The item's insights over the current window and the one before (zeros for
+    /// an item nobody viewed or bought in them).
     pub async fn get(&self, item: ItemId) -> Result<ItemInsights, CacheError> {
+        let now = current_window();
+        let before = now.saturating_sub(1);
+        // PFCOUNT of several keys counts their union: a shopper who viewed in both
+        // windows counts once.
         let (viewers, buyers, also): (u64, u64, Vec<(String, f64)>) = redis::pipe()
             .cmd("PFCOUNT")
-            .arg(self.keys.viewers(item))
+            .arg(self.keys.viewers(item, now))
+            .arg(self.keys.viewers(item, before))
             .cmd("PFCOUNT")
-            .arg(self.keys.buyers(item))
+            .arg(self.keys.buyers(item, now))
+            .arg(self.keys.buyers(item, before))
             .cmd("ZRANGE")
             .arg(self.keys.also_bought(item))
             .arg(0)
@@ -132,10 +169,22 @@ impl Insights {
         })
     }
 
-    /// Halves every also-bought count (dropping those that fall below one half), as
-    /// the view rescale halves view counts. Returns how many lists it went through.
+    /// Brings every also-bought list to the latest view rescale: each rescale since
+    /// the list's last decay halves its counts (dropping those below one half), as
+    /// the view rescale halves view counts. Does nothing when the last decay
+    /// finished; safe to run in several workers at once and to repeat after a
+    /// failure (a list already brought to the rescale is not halved again). Returns
+    /// how many lists it halved.
     pub async fn decay(&self) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
+        let (epoch, done): (Option<u64>, Option<u64>) = redis::pipe()
+            .get(self.keys.also_bought_epoch())
+            .get(self.keys.also_bought_decayed())
+            .query_async(&mut conn)
+            .await?;
+        let Some(epoch) = epoch.filter(|e| done.is_none_or(|d| d < *e)) else {
+            return Ok(0);
+        };
         let mut cursor: u64 = 0;
         let mut lists = 0;
         loop {
@@ -146,33 +195,30 @@ impl Insights {
                 .arg(DECAY_BATCH)
                 .query_async(&mut conn)
                 .await?;
-            let mut pipe = redis::pipe();
-            for item in &items {
-                let Ok(item) = item.parse::<ItemId>() else {
-                    continue;
-                };
-                let key = self.keys.also_bought(item);
-                pipe.cmd("ZINTERSTORE")
-                    .arg(&key)
-                    .arg(1)
-                    .arg(&key)
-                    .arg("WEIGHTS")
-                    .arg(0.5)
-                    .ignore()
-                    .cmd("ZREMRANGEBYSCORE")
-                    .arg(&key)
-                    .arg("-inf")
-                    .arg("(0.5")
-                    .ignore();
-                lists += 1;
-            }
+            let items: Vec<ItemId> = items.iter().filter_map(|i| i.parse().ok()).collect();
             if !items.is_empty() {
-                pipe.exec_async(&mut conn).await?;
+                let mut call = scripts::DECAY_ALSO_BOUGHT.key(self.keys.also_bought_list_epochs());
+                for item in &items {
+                    call.key(self.keys.also_bought(*item));
+                }
+                call.arg(epoch);
+                for item in &items {
+                    call.arg(*item);
+                }
+                let halved: u64 = call.invoke_async(&mut conn).await?;
+                lists += halved;
             }
             if next == 0 {
-                return Ok(lists);
+                break;
             }
             cursor = next;
         }
+        // Only now is the decay of this rescale done; a failure above leaves it due.
+        redis::cmd("SET")
+            .arg(self.keys.also_bought_decayed())
+            .arg(epoch)
+            .exec_async(&mut conn)
+            .await?;
+        Ok(lists)
     }
 }

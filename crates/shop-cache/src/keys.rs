@@ -92,14 +92,45 @@ impl Keys {
         &self.0.item_views
     }
 
-    /// HyperLogLog: the distinct sessions that viewed the item.
-    pub fn viewers(&self, item: ItemId) -> String {
-        format!("{}viewers:{item}", self.0.prefix)
+    /// HyperLogLog: the distinct sessions that viewed the item in one insights
+    /// window (`window` counts windows since the Unix epoch; the key expires).
+    pub fn viewers(&self, item: ItemId, window: u64) -> String {
+        format!("{}viewers:{item}:{window}", self.0.prefix)
     }
 
-    /// HyperLogLog: the distinct sessions that bought the item.
-    pub fn buyers(&self, item: ItemId) -> String {
-        format!("{}buyers:{item}", self.0.prefix)
+    /// HyperLogLog: the distinct sessions that bought the item in one insights window.
+    pub fn buyers(&self, item: ItemId, window: u64) -> String {
+        format!("{}buyers:{item}:{window}", self.0.prefix)
+    }
+
+    /// String: the rescale number (incremented by each view rescale) the also-bought
+    /// lists must be decayed to.
+    pub fn also_bought_epoch(&self) -> String {
+        format!("{}also-epoch:", self.0.prefix)
+    }
+
+    /// String: the last rescale number whose also-bought decay finished.
+    pub fn also_bought_decayed(&self) -> String {
+        format!("{}also-decayed:", self.0.prefix)
+    }
+
+    /// Hash: item id -> the rescale number its also-bought list was last decayed to,
+    /// so a decay repeated after a failure halves no list twice.
+    pub fn also_bought_list_epochs(&self) -> String {
+        format!("{}also-epochs:", self.0.prefix)
+    }
+
+    /// String: the new session a login form's one-time key already produced, so a
+    /// double-submitted form logs in once. The client's key is hashed: no client
+    /// text becomes part of a key.
+    pub fn login_once(&self, form_key: &str) -> String {
+        format!("{}login-once:{}", self.0.prefix, digest(form_key))
+    }
+
+    /// String: a login attempt counter for one client address or account name
+    /// (`scope` is `ip` or `name`) in the current window; the value is hashed.
+    pub fn login_attempts(&self, scope: &str, value: &str) -> String {
+        format!("{}limit:login:{scope}:{}", self.0.prefix, digest(value))
     }
 
     /// Sorted set: other item id -> how often it was bought with the item.
@@ -117,7 +148,8 @@ impl Keys {
         format!("{}also-index:", self.0.prefix)
     }
 
-    /// String: the last rescale period of `viewed:`, so several workers rescale once.
+    /// String: the server time (unix seconds) of the last rescale of `viewed:`, so
+    /// several workers rescale once per interval.
     pub fn views_rescaled(&self) -> String {
         format!("{}rescaled:", self.0.prefix)
     }
@@ -154,6 +186,12 @@ impl Keys {
     }
 }
 
+/// A short, stable stand-in for client-supplied text inside a key.
+fn digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(text.as_bytes())[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,8 +209,12 @@ mod tests {
         assert_eq!(k.views_rescaled(), "rescaled:");
         assert_eq!(k.page_lock("abc"), "lock:cache:abc");
         let i = ItemId::new(3).unwrap();
-        assert_eq!(k.viewers(i), "viewers:3");
-        assert_eq!(k.buyers(i), "buyers:3");
+        assert_eq!(k.viewers(i, 2958), "viewers:3:2958");
+        assert_eq!(k.buyers(i, 2958), "buyers:3:2958");
+        assert_eq!(k.login_once("x"), k.login_once("x"));
+        assert_ne!(k.login_once("x"), k.login_once("y"));
+        assert!(k.login_once("x").starts_with("login-once:"));
+        assert!(!k.login_attempts("name", "alice").contains("alice"));
         assert_eq!(k.also_bought(i), "also:3");
         assert_eq!(k.also_bought_index(), "also-index:");
         assert_eq!(k.schedule(), "schedule:");
@@ -193,8 +235,13 @@ mod tests {
             k.views_rescaled(),
             k.page("x"),
             k.page_lock("x"),
-            k.viewers(ItemId::new(1).unwrap()),
-            k.buyers(ItemId::new(1).unwrap()),
+            k.viewers(ItemId::new(1).unwrap(), 1),
+            k.buyers(ItemId::new(1).unwrap(), 1),
+            k.also_bought_epoch(),
+            k.also_bought_decayed(),
+            k.also_bought_list_epochs(),
+            k.login_once("k"),
+            k.login_attempts("ip", "127.0.0.1"),
             k.also_bought(ItemId::new(1).unwrap()),
             k.also_bought_index(),
             k.schedule().to_owned(),

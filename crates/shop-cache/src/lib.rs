@@ -24,6 +24,7 @@ pub mod daemon;
 pub mod error;
 pub mod insights;
 pub mod keys;
+pub mod login_limit;
 pub mod page_cache;
 pub mod row_cache;
 pub mod scripts;
@@ -33,7 +34,7 @@ pub mod session_cleaner;
 mod clock;
 mod connection;
 
-pub use connection::{connect, connect_with};
+pub use connection::{RedisConn, connect, connect_with};
 pub use error::CacheError;
 /// The identifiers shared with the SQL layer.
 pub use shop_domain as domain;

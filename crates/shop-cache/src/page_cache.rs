@@ -23,7 +23,7 @@ use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 use sha2::{Digest, Sha256};
 
 use crate::domain::ItemId;
@@ -71,6 +71,14 @@ impl PageRequest {
         self.vary
             .push((name.to_ascii_lowercase(), value.trim_ascii().to_vec()));
         self.vary.sort();
+        self
+    }
+
+    /// Keeps only the query parameters named in `allowed`: the ones the page reads.
+    /// Any other parameter cannot change the page, so it must not change the key
+    /// either (else `?r=<random>` makes a new entry and a render per request).
+    pub fn only_params(mut self, allowed: &[&str]) -> Self {
+        self.query.retain(|(k, _)| allowed.contains(&k.as_str()));
         self
     }
 
@@ -269,7 +277,7 @@ pub struct RenderLock {
 /// Cached pages in Redis.
 #[derive(Clone)]
 pub struct PageStore {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     ttl: Duration,
     rank_limit: u64,
@@ -277,7 +285,7 @@ pub struct PageStore {
 
 impl PageStore {
     /// Pages under `keys`, kept for `ttl`, for items ranked below `rank_limit`.
-    pub fn new(conn: ConnectionManager, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
         Self {
             conn,
             keys,

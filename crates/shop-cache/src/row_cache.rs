@@ -16,7 +16,7 @@ use std::error::Error;
 use std::future::Future;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
 use crate::daemon::Daemon;
 use crate::domain::ItemId;
@@ -72,13 +72,13 @@ pub struct ScheduledRow {
 /// Scheduling and reading cached rows.
 #[derive(Clone)]
 pub struct RowCache {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
 }
 
 impl RowCache {
     /// The row cache under `keys`.
-    pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
         Self { conn, keys }
     }
 
@@ -173,14 +173,14 @@ pub enum RefreshStep {
 
 /// The refresher daemon over a row source.
 pub struct Refresher<S> {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     source: S,
 }
 
 impl<S: RowSource> Refresher<S> {
     /// A refresher for the row cache under `keys`, reading rows from `source`.
-    pub fn new(conn: ConnectionManager, keys: Keys, source: S) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys, source: S) -> Self {
         Self { conn, keys, source }
     }
 

@@ -18,7 +18,7 @@ pub static LOGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("
 pub static CLEAN_SESSIONS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/clean_sessions.lua")));
 
-/// The view rescale: trim `viewed:` and halve it, once per period.
+/// The view rescale: trim `viewed:` and halve it, once per interval.
 pub static RESCALE_VIEWS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/rescale_views.lua")));
 
@@ -40,3 +40,15 @@ pub static FINISH_ROW: LazyLock<Script> =
 /// Records an order for the shopper insights (buyers, also-bought pairs).
 pub static RECORD_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/record_order.lua")));
+
+/// Brings a batch of also-bought lists to the latest view rescale, each at most once.
+pub static DECAY_ALSO_BOUGHT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/decay_also_bought.lua")));
+
+/// Sets a cart line, refusing a new line on a full cart.
+pub static CART_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/cart_set.lua")));
+
+/// Counts one login attempt in a fixed window and says whether it is allowed.
+pub static LOGIN_ATTEMPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));

@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
 use crate::domain::{InvalidInput, ItemId, UserId};
 use crate::keys::Keys;
@@ -28,6 +28,9 @@ use crate::{CacheError, scripts};
 
 /// How many of a session's most recent item views `viewed:<token>` keeps.
 pub const HISTORY_LEN: usize = 25;
+
+/// How long a login form's one-time key remembers the session it made.
+pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// 128 random bits from the operating system's CSPRNG, as 22 URL-safe base64
 /// characters. The only way to get one is to generate it or to parse a
@@ -88,13 +91,13 @@ pub enum Touched {
 /// The session operations over one Redis. Clone it freely: the connection is shared.
 #[derive(Clone)]
 pub struct Sessions {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
 }
 
 impl Sessions {
     /// Sessions stored under `keys`.
-    pub fn new(conn: ConnectionManager, keys: Keys) -> Self {
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
         Self { conn, keys }
     }
 
@@ -140,7 +143,7 @@ impl Sessions {
             .key(self.keys.viewed_by(token))
             .key(self.keys.item_views())
             .key(match item {
-                Some(item) => self.keys.viewers(item),
+                Some(item) => self.keys.viewers(item, crate::insights::current_window()),
                 // Declared but untouched without an item view.
                 None => self.keys.item_views().to_owned(),
             })
@@ -149,6 +152,7 @@ impl Sessions {
             .arg(opt(item.map(ItemId::get)))
             .arg(HISTORY_LEN)
             .arg(if must_exist { "1" } else { "0" })
+            .arg(crate::insights::WINDOW_TTL.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
         if known == 0 {
@@ -178,27 +182,48 @@ impl Sessions {
     }
 
     /// Logs `user` in: returns a fresh token (so a token planted before login is
-    /// worthless after it) that takes over the old session's cart and viewed history,
-    /// in one atomic step. The old token is gone from every structure.
+    /// worthless after it), in one atomic step. The old token is gone from every
+    /// structure.
+    ///
+    /// - From a guest session, or one already logged in as `user`, the cart and the
+    ///   viewed history move to the new token.
+    /// - From a session logged in as someone else (a shared browser), they do not:
+    ///   the other user's session ends as on logout, and `user` starts afresh. One
+    ///   person's cart never becomes another's.
+    /// - With a `once` key (the login form's one-time key), a second login with the
+    ///   same key and user within [`LOGIN_ONCE_TTL`] returns the token the first one
+    ///   made instead of rotating again: a double-submitted form used to rotate
+    ///   twice, the second time from an empty guest session, orphaning the cart on the
+    ///   first new token.
     pub async fn login(
         &self,
         old: &SessionToken,
         user: UserId,
+        once: Option<&str>,
     ) -> Result<SessionToken, CacheError> {
         let new = SessionToken::generate();
-        scripts::LOGIN
+        let token: String = scripts::LOGIN
             .key(self.keys.recent())
             .key(self.keys.login())
             .key(self.keys.viewed_by(old))
             .key(self.keys.viewed_by(&new))
             .key(self.keys.cart(old))
             .key(self.keys.cart(&new))
+            .key(match once {
+                Some(key) => self.keys.login_once(key),
+                // Declared but untouched without a key.
+                None => self.keys.recent().to_owned(),
+            })
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
-            .invoke_async::<()>(&mut self.conn.clone())
+            .arg(if once.is_some() { "1" } else { "0" })
+            .arg(LOGIN_ONCE_TTL.as_secs())
+            .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(new)
+        token
+            .parse()
+            .map_err(|_| CacheError::Corrupt { what: "login-once:" })
     }
 
     /// Ends a session: its login, last-seen entry, history and cart are removed

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::RedisConn;
 
 use crate::daemon::Daemon;
 use crate::keys::Keys;
@@ -45,7 +45,7 @@ pub struct BadBatch(pub u32);
 /// Removes the oldest sessions beyond a cap.
 #[derive(Clone)]
 pub struct SessionCleaner {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     cap: u64,
     batch: u32,
@@ -55,7 +55,7 @@ pub struct SessionCleaner {
 impl SessionCleaner {
     /// A cleaner keeping at most `cap` sessions, removing up to `batch` per step.
     pub fn new(
-        conn: ConnectionManager,
+        conn: RedisConn,
         keys: Keys,
         cap: u64,
         batch: u32,

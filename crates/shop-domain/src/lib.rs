@@ -24,6 +24,12 @@ pub enum InvalidInput {
         /// The configured maximum.
         max: u32,
     },
+    /// A new line for a cart that already holds the most lines allowed.
+    #[error("a cart holds at most {max} different items; remove one first")]
+    CartFull {
+        /// The configured maximum.
+        max: u32,
+    },
 }
 
 /// Parses a strictly positive decimal id: ASCII digits only, no sign, no leading zero,

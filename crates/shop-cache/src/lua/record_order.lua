@@ -6,17 +6,20 @@
 -- enough is never lost, and a count overestimates by at most the replaced minimum.
 -- (Plain trimming would evict every newcomer from a list full of ties.)
 -- KEYS[1] the also-bought index set; then per item i (1-based):
---   KEYS[2i] buyers:<item i>   KEYS[2i+1] also:<item i>
--- ARGV[1] the shopper (session token)   ARGV[2] list cap   ARGV[3..] the item ids
+--   KEYS[2i] buyers:<item i>:<window>   KEYS[2i+1] also:<item i>
+-- ARGV[1] the shopper (session token)   ARGV[2] list cap
+-- ARGV[3] seconds a new buyers: window key lives   ARGV[4..] the item ids
 local cap = tonumber(ARGV[2])
-local n = #ARGV - 2
+local n = #ARGV - 3
 for i = 1, n do
-  local item = ARGV[i + 2]
+  local item = ARGV[i + 3]
   local list = KEYS[2 * i + 1]
-  redis.call('PFADD', KEYS[2 * i], ARGV[1])
+  if redis.call('PFADD', KEYS[2 * i], ARGV[1]) == 1 and redis.call('TTL', KEYS[2 * i]) < 0 then
+    redis.call('EXPIRE', KEYS[2 * i], ARGV[3])
+  end
   for j = 1, n do
     if i ~= j then
-      local other = ARGV[j + 2]
+      local other = ARGV[j + 3]
       if redis.call('ZSCORE', list, other) or redis.call('ZCARD', list) < cap then
         redis.call('ZINCRBY', list, 1, other)
       else

@@ -1,7 +1,9 @@
 -- One page view or request of a session (the book's update_token), atomically.
 -- KEYS[1] recent:   KEYS[2] login:   KEYS[3] viewed:<token>   KEYS[4] viewed:
--- KEYS[5] viewers:<item> (the item's distinct-viewer HyperLogLog; unused without an item)
+-- KEYS[5] viewers:<item>:<window> (the item's distinct viewers this insights window;
+--         unused without an item)
 -- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
+-- ARGV[6] seconds a new viewers: window key lives
 -- ARGV[5] '1' when the token must already be a session (it came from a client's
 --         cookie: an unknown one is refused, not adopted, so nobody can choose a token)
 -- Returns {1, user id or false} or, for a refused unknown token, {0, false}: the
@@ -26,6 +28,8 @@ if ARGV[3] ~= '' then
   redis.call('ZADD', KEYS[3], at, ARGV[3])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[4]) + 1))
   redis.call('ZINCRBY', KEYS[4], -1, ARGV[3])
-  redis.call('PFADD', KEYS[5], ARGV[1])
+  if redis.call('PFADD', KEYS[5], ARGV[1]) == 1 and redis.call('TTL', KEYS[5]) < 0 then
+    redis.call('EXPIRE', KEYS[5], ARGV[6])
+  end
 end
 return {1, redis.call('HGET', KEYS[2], ARGV[1])}

@@ -123,3 +123,26 @@ async fn the_next_period_rescales_again() {
     let score: Option<f64> = server.conn().await.zscore("viewed:", 4).await.unwrap();
     assert_eq!(score, Some(-1.0), "4 views halved twice");
 }
+
+#[tokio::test]
+async fn a_longer_interval_takes_effect_without_stopping_the_rescales() {
+    // The marker used to be a period number (now / interval): after running with a
+    // 1 s interval, a 2 s interval's period numbers were all smaller, and rescaling
+    // stopped for good. It is the time of the last rescale now.
+    let (server, conn) = redis().await;
+    views(&server, 8).await;
+    let short = Rescaler::new(conn.clone(), keys(), Duration::from_secs(1), 20_000);
+    assert!(matches!(
+        short.step().await.unwrap(),
+        RescaleStep::Rescaled(_)
+    ));
+    let longer = Rescaler::new(conn, keys(), Duration::from_secs(2), 20_000);
+    assert_eq!(longer.step().await.unwrap(), RescaleStep::AlreadyDone);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    assert!(
+        matches!(longer.step().await.unwrap(), RescaleStep::Rescaled(_)),
+        "two seconds after the last rescale, a 2 s interval rescales"
+    );
+    let score: Option<f64> = server.conn().await.zscore("viewed:", 8).await.unwrap();
+    assert_eq!(score, Some(-2.0), "8 views halved twice");
+}

@@ -93,3 +93,76 @@ async fn a_foreign_value_in_a_cart_is_reported_not_panicked_on() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_full_cart_refuses_new_lines_and_writes_nothing() {
+    let (server, conn) = redis().await;
+    let carts = Carts::new(conn, keys(), 99).with_max_lines(3);
+    let t = SessionToken::generate();
+    for i in 1..=3 {
+        carts.set(&t, item(i), 1).await.unwrap();
+    }
+    let err = carts.set(&t, item(4), 1).await.unwrap_err();
+    assert!(
+        matches!(err, CacheError::Invalid(InvalidInput::CartFull { max: 3 })),
+        "{err:?}"
+    );
+    let before: Vec<(String, String)> = server
+        .conn()
+        .await
+        .hgetall(format!("cart:{}", t.expose()))
+        .await
+        .unwrap();
+    assert_eq!(before.len(), 3);
+    // Lines already there can still change, and removing one makes room.
+    carts.set(&t, item(2), 5).await.unwrap();
+    carts.set(&t, item(1), 0).await.unwrap();
+    carts.set(&t, item(4), 1).await.unwrap();
+    assert_eq!(
+        lines(carts.get(&t).await.unwrap()),
+        vec![(2, 5), (3, 1), (4, 1)]
+    );
+}
+
+#[tokio::test]
+async fn login_attempts_are_limited_per_name_and_per_address() {
+    use shop_cache::login_limit::{Attempt, LoginLimiter, LoginLimits};
+    let (_server, conn) = redis().await;
+    let limits = LoginLimits {
+        per_address: 5,
+        per_name: 3,
+        window: std::time::Duration::from_secs(60),
+    };
+    let limiter = LoginLimiter::new(conn, keys(), limits);
+    for _ in 0..3 {
+        assert_eq!(
+            limiter.attempt(Some("10.0.0.1"), "alice").await.unwrap(),
+            Attempt::Allowed
+        );
+    }
+    // The name is spent, from any address, in any case.
+    let refused = limiter.attempt(Some("10.0.0.2"), " ALICE ").await.unwrap();
+    match refused {
+        Attempt::Refused { retry_after } => {
+            assert!(retry_after <= std::time::Duration::from_secs(60) && !retry_after.is_zero())
+        }
+        Attempt::Allowed => panic!("a fourth try on alice must be refused"),
+    }
+    // The first address has used 3 of 5: two more names, then it is refused too.
+    assert_eq!(
+        limiter.attempt(Some("10.0.0.1"), "bob").await.unwrap(),
+        Attempt::Allowed
+    );
+    assert_eq!(
+        limiter.attempt(Some("10.0.0.1"), "carol").await.unwrap(),
+        Attempt::Allowed
+    );
+    assert!(matches!(
+        limiter.attempt(Some("10.0.0.1"), "dave").await.unwrap(),
+        Attempt::Refused { .. }
+    ));
+    assert_eq!(
+        limiter.attempt(Some("10.0.0.3"), "erin").await.unwrap(),
+        Attempt::Allowed
+    );
+}

@@ -2,7 +2,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
+use shop_cache::RedisConn;
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
 use shop_cache::session::{SessionToken, Sessions};
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{all_keys, keys, redis};
 
 /// `n` sessions, oldest first, each with one viewed item and one cart line.
-async fn sessions_with_data(conn: &ConnectionManager, n: usize) -> Vec<SessionToken> {
+async fn sessions_with_data(conn: &RedisConn, n: usize) -> Vec<SessionToken> {
     let sessions = Sessions::new(conn.clone(), keys());
     let carts = Carts::new(conn.clone(), keys(), 99);
     let tokens: Vec<SessionToken> = (0..n).map(|_| SessionToken::generate()).collect();
@@ -140,7 +140,7 @@ async fn concurrent_cleaners_keep_sessions_touched_during_cleaning() {
     fresh.extend(old[OLD - RETOUCHED..].iter().cloned());
 
     let done = CancellationToken::new();
-    let cleaner = |conn: ConnectionManager, done: CancellationToken| async move {
+    let cleaner = |conn: RedisConn, done: CancellationToken| async move {
         let cleaner = SessionCleaner::new(conn, keys(), CAP, 7).unwrap();
         let mut removed = 0;
         loop {

@@ -132,3 +132,74 @@ async fn the_rescale_decays_also_bought_counts() {
         .unwrap();
     assert_eq!(list, vec![("1".to_owned(), 2.0)]);
 }
+
+#[tokio::test]
+async fn a_decay_that_failed_is_finished_by_the_next_step_halving_no_list_twice() {
+    // The marker used to be set before the also-bought decay: a decay that failed
+    // was skipped until the next period. Now the next step finishes it.
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn.clone(), keys());
+    for _ in 0..8 {
+        insights
+            .record_order(&SessionToken::generate(), &[item(1), item(2)])
+            .await
+            .unwrap();
+    }
+    let mut raw = server.conn().await;
+    // A list the decay cannot halve (not a sorted set): the pass fails on it.
+    let _: () = raw.sadd("also-index:", 9).await.unwrap();
+    let _: () = raw.set("also:9", "not a sorted set").await.unwrap();
+    let rescaler = Rescaler::new(conn, keys(), std::time::Duration::from_secs(86_400), 20_000);
+    assert!(rescaler.step().await.is_err(), "the decay fails on also:9");
+
+    let _: () = raw.del("also:9").await.unwrap();
+    let _: () = raw.zadd("also:9", 1, 8).await.unwrap();
+    // Same interval: no new rescale is due, but the unfinished decay is.
+    assert_eq!(
+        rescaler.step().await.unwrap(),
+        shop_cache::analytics::RescaleStep::AlreadyDone
+    );
+    let nine: Option<f64> = raw.zscore("also:9", 1).await.unwrap();
+    assert_eq!(nine, Some(4.0), "the list the failure left is halved now");
+    let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();
+    assert_eq!(one, Some(4.0), "8 halved once, whether or not it was done before");
+    // And nothing more until the next rescale.
+    rescaler.step().await.unwrap();
+    let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();
+    assert_eq!(one, Some(4.0));
+}
+
+#[tokio::test]
+async fn buyers_are_counted_in_expiring_windows() {
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn, keys());
+    insights
+        .record_order(&SessionToken::generate(), &[item(4)])
+        .await
+        .unwrap();
+    let window = shop_cache::insights::current_window();
+    let ttl: i64 = server
+        .conn()
+        .await
+        .ttl(format!("buyers:4:{window}"))
+        .await
+        .unwrap();
+    let max = shop_cache::insights::WINDOW_TTL.as_secs() as i64;
+    assert!(ttl > max - 60 && ttl <= max, "ttl {ttl}");
+    // The window before counts too (union), and older ones do not.
+    let mut raw = server.conn().await;
+    let shopper = "AAAAAAAAAAAAAAAAAAAAAA";
+    let _: () = redis::cmd("PFADD")
+        .arg(format!("buyers:4:{}", window - 1))
+        .arg(shopper)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("PFADD")
+        .arg(format!("buyers:4:{}", window - 2))
+        .arg("BBBBBBBBBBBBBBBBBBBBBA")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(insights.get(item(4)).await.unwrap().buyers, 2);
+}

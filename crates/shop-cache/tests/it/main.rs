@@ -7,12 +7,12 @@ mod insights;
 mod outage;
 mod session;
 
-use redis::aio::ConnectionManager;
+use shop_cache::RedisConn;
 use shop_cache::keys::Keys;
 use shop_testkit::TestRedis;
 
 /// A fresh server and the shop's connection to it.
-pub async fn redis() -> (TestRedis, ConnectionManager) {
+pub async fn redis() -> (TestRedis, RedisConn) {
     let server = TestRedis::start();
     let conn = shop_cache::connect(&server.url()).await.unwrap();
     (server, conn)

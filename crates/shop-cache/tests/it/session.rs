@@ -139,7 +139,7 @@ async fn login_rotates_the_token_and_moves_cart_and_history() {
     carts.set(&old, item(3), 2).await.unwrap();
 
     let user = UserId::new(9).unwrap();
-    let new = sessions.login(&old, user).await.unwrap();
+    let new = sessions.login(&old, user, None).await.unwrap();
     assert_ne!(new, old);
 
     assert_eq!(sessions.check_token(&new).await.unwrap(), Some(user));
@@ -167,7 +167,7 @@ async fn login_from_an_empty_session_works() {
     let (_server, conn) = redis().await;
     let sessions = Sessions::new(conn, keys());
     let old = SessionToken::generate();
-    let new = sessions.login(&old, UserId::new(1).unwrap()).await.unwrap();
+    let new = sessions.login(&old, UserId::new(1).unwrap(), None).await.unwrap();
     assert_eq!(
         sessions.check_token(&new).await.unwrap(),
         Some(UserId::new(1).unwrap())
@@ -182,7 +182,7 @@ async fn logout_removes_the_whole_session() {
     let other = SessionToken::generate();
     sessions.touch(&other, None, Some(item(1))).await.unwrap();
     let t = sessions
-        .login(&SessionToken::generate(), UserId::new(5).unwrap())
+        .login(&SessionToken::generate(), UserId::new(5).unwrap(), None)
         .await
         .unwrap();
     sessions.touch(&t, None, Some(item(1))).await.unwrap();
@@ -216,7 +216,7 @@ async fn prefixed_keys_stay_in_their_namespace() {
     assert_eq!(
         keys.len(),
         5,
-        "recent, login, viewed:<token>, viewed:, viewers:<item>"
+        "recent, login, viewed:<token>, viewed:, viewers:<item>:<window>"
     );
     assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
 }
@@ -249,4 +249,81 @@ async fn a_client_cannot_choose_its_token() {
         sessions.recently_viewed(&issued).await.unwrap(),
         vec![item(1)]
     );
+}
+
+#[tokio::test]
+async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart() {
+    let (_server, conn) = redis().await;
+    let sessions = Sessions::new(conn.clone(), keys());
+    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+    let guest = SessionToken::generate();
+    sessions.touch(&guest, None, None).await.unwrap();
+    carts.set(&guest, item(3), 2).await.unwrap();
+    let user = UserId::new(9).unwrap();
+
+    let first = sessions.login(&guest, user, Some("form-1")).await.unwrap();
+    // The second submit of the same form: the browser still sent the old cookie,
+    // which no longer exists, so it arrives as a fresh guest session.
+    let second_guest = SessionToken::generate();
+    sessions.touch(&second_guest, None, None).await.unwrap();
+    let second = sessions
+        .login(&second_guest, user, Some("form-1"))
+        .await
+        .unwrap();
+    assert_eq!(second, first, "the same form logs in once");
+    assert_eq!(carts.get(&first).await.unwrap().len(), 1, "cart kept");
+    assert_eq!(sessions.check_token(&first).await.unwrap(), Some(user));
+
+    // Another user with the same key gets a session of their own.
+    let other = sessions
+        .login(&second_guest, UserId::new(10).unwrap(), Some("form-1"))
+        .await
+        .unwrap();
+    assert_ne!(other, first);
+    // Without a key every login rotates.
+    let again = sessions.login(&first, user, None).await.unwrap();
+    assert_ne!(again, first);
+    assert_eq!(carts.get(&again).await.unwrap().len(), 1, "cart moved on");
+}
+
+#[tokio::test]
+async fn logging_in_over_another_users_session_does_not_take_their_cart() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn.clone(), keys());
+    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+    let alice = UserId::new(1).unwrap();
+    let bob = UserId::new(2).unwrap();
+    let a = sessions
+        .login(&SessionToken::generate(), alice, None)
+        .await
+        .unwrap();
+    sessions.touch(&a, None, Some(item(7))).await.unwrap();
+    carts.set(&a, item(7), 1).await.unwrap();
+
+    let b = sessions.login(&a, bob, None).await.unwrap();
+    assert_eq!(sessions.check_token(&b).await.unwrap(), Some(bob));
+    assert!(carts.get(&b).await.unwrap().is_empty(), "alice's cart stays hers");
+    assert!(sessions.recently_viewed(&b).await.unwrap().is_empty());
+    assert_eq!(sessions.check_token(&a).await.unwrap(), None);
+    let keys = all_keys(&server).await;
+    assert!(keys.iter().all(|k| !k.contains(a.expose())), "{keys:?}");
+
+    // The same user logging in again keeps the cart.
+    carts.set(&b, item(8), 1).await.unwrap();
+    let b2 = sessions.login(&b, bob, None).await.unwrap();
+    assert_eq!(carts.get(&b2).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn item_viewers_are_counted_in_expiring_windows() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, keys());
+    let t = SessionToken::generate();
+    sessions.touch(&t, None, Some(item(2))).await.unwrap();
+    let window = shop_cache::insights::current_window();
+    let key = format!("viewers:2:{window}");
+    let mut raw = server.conn().await;
+    let ttl: i64 = raw.ttl(&key).await.unwrap();
+    let max = shop_cache::insights::WINDOW_TTL.as_secs() as i64;
+    assert!(ttl > max - 60 && ttl <= max, "ttl {ttl}");
 }
