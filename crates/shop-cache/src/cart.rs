@@ -10,9 +10,9 @@
 use crate::RedisConn;
 
 use crate::domain::{InvalidInput, ItemId};
-use crate::{CacheError, scripts};
 use crate::keys::Keys;
 use crate::session::SessionToken;
+use crate::{CacheError, scripts};
 
 /// The default most of one item a cart may hold.
 pub const DEFAULT_MAX_QUANTITY: u32 = 99;

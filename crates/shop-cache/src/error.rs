@@ -30,4 +30,11 @@ impl CacheError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, CacheError::Redis(_))
     }
+
+    /// True when the command never reached Redis: it was already known to be down
+    /// (the connection's circuit breaker is open). Log these at debug level: the
+    /// outage itself was logged once when it began.
+    pub fn is_failing_fast(&self) -> bool {
+        matches!(self, CacheError::Redis(e) if crate::connection::is_failing_fast(e))
+    }
 }

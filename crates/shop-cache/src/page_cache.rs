@@ -19,11 +19,11 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use crate::RedisConn;
 use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use crate::RedisConn;
 use sha2::{Digest, Sha256};
 
 use crate::domain::ItemId;

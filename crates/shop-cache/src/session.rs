@@ -18,9 +18,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::RedisConn;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use crate::RedisConn;
 
 use crate::domain::{InvalidInput, ItemId, UserId};
 use crate::keys::Keys;
@@ -221,9 +221,9 @@ impl Sessions {
             .arg(LOGIN_ONCE_TTL.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        token
-            .parse()
-            .map_err(|_| CacheError::Corrupt { what: "login-once:" })
+        token.parse().map_err(|_| CacheError::Corrupt {
+            what: "login-once:",
+        })
     }
 
     /// Ends a session: its login, last-seen entry, history and cart are removed

@@ -54,12 +54,7 @@ pub struct SessionCleaner {
 
 impl SessionCleaner {
     /// A cleaner keeping at most `cap` sessions, removing up to `batch` per step.
-    pub fn new(
-        conn: RedisConn,
-        keys: Keys,
-        cap: u64,
-        batch: u32,
-    ) -> Result<Self, BadBatch> {
+    pub fn new(conn: RedisConn, keys: Keys, cap: u64, batch: u32) -> Result<Self, BadBatch> {
         if !(1..=MAX_BATCH).contains(&batch) {
             return Err(BadBatch(batch));
         }

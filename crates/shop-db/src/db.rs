@@ -1,7 +1,18 @@
 //! Opening the database: the URL decides the backend; migrations run at connect.
+//!
+//! A [`Db`] holds two pools. Writes (checkout, flash purchases, new users, seeding,
+//! migrations) go through a small write pool that gives up quickly: SQLite has one
+//! writer per file anyway, and a write lock held elsewhere (another process, a
+//! long maintenance transaction) must turn into a fast "unavailable" (503, retry),
+//! not requests piling up behind a 10 s busy timeout. Reads (item pages, the home
+//! page, logins, the row cache, `/healthz`) go through their own pool, so waiting
+//! writers can never take the connections reads need; under SQLite's WAL mode reads
+//! do not wait for the writer at all.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::Once;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use sqlx::AnyPool;
@@ -18,17 +29,50 @@ pub enum Backend {
     Postgres,
 }
 
-/// A pool of connections to the shop's database. Clone it freely.
+/// The shop's database: a read pool and a write pool. Clone it freely.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pub(crate) pool: AnyPool,
+    /// Statements that change nothing.
+    pub(crate) read: AnyPool,
+    /// Transactions and statements that write.
+    pub(crate) write: AnyPool,
     backend: Backend,
+    /// Argon2 verifications run by `check_password` (see [`Db::password_checks`]).
+    pub(crate) password_checks: Arc<AtomicU64>,
 }
 
-/// How long SQLite waits for another writer before failing with "database is locked".
-const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
-/// How long a caller waits for a free connection before the pool gives up.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// SQLite write connections. One: SQLite admits a single writer per file, so more
+/// connections would only wait for each other inside SQLite's busy handler (which
+/// polls with sleeps) instead of in the pool's fair queue.
+const SQLITE_WRITE_CONNECTIONS: u32 = 1;
+/// SQLite read connections (WAL readers run in parallel with each other and the writer).
+const SQLITE_READ_CONNECTIONS: u32 = 8;
+/// PostgreSQL write connections: enough for row-level concurrency, few enough that
+/// writers queued behind a lock cannot use up the server's connection slots.
+const POSTGRES_WRITE_CONNECTIONS: u32 = 5;
+/// PostgreSQL read connections.
+const POSTGRES_READ_CONNECTIONS: u32 = 10;
+
+/// How long a SQLite write waits for a write lock held elsewhere (another process)
+/// before failing with "database is locked", which callers see as unavailable. Our
+/// own writers queue in the pool instead, so this only covers foreign lock holders,
+/// whose normal transactions (a seed batch, `shop sale start`) take milliseconds.
+const SQLITE_WRITE_BUSY_TIMEOUT_MS: u32 = 1_000;
+/// How long a SQLite read waits on a lock. Under WAL readers only meet one in rare
+/// moments (recovery after a crash, a WAL reset); waiting out those is right.
+const SQLITE_READ_BUSY_TIMEOUT_MS: u32 = 5_000;
+/// How long a PostgreSQL write waits for a row or table lock before giving up
+/// (SQLSTATE 55P03, unavailable): the counterpart of SQLite's write busy timeout.
+const POSTGRES_LOCK_TIMEOUT: &str = "2s";
+/// How long a writer waits for the write connection. Together with the busy timeout
+/// this bounds a write's wait when the database is locked: about 3 s, then 503.
+const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a reader waits for a free read connection before the pool gives up.
+const READ_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the write probe waits for the write connection (see [`Db::probe_write`]).
+const PROBE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long the write probe lets SQLite wait for the write lock.
+const PROBE_BUSY_TIMEOUT_MS: u32 = 100;
 
 static DRIVERS: Once = Once::new();
 
@@ -54,43 +98,47 @@ impl Db {
         } else {
             return Err(DbError::UnsupportedUrl(url.to_owned()));
         };
-        let mut options = AnyPoolOptions::new().acquire_timeout(ACQUIRE_TIMEOUT);
-        if backend == Backend::Sqlite {
-            options = options.max_connections(8).after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    for pragma in [
-                        "PRAGMA journal_mode = WAL".to_owned(),
-                        "PRAGMA synchronous = NORMAL".to_owned(),
-                        "PRAGMA foreign_keys = ON".to_owned(),
-                        format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"),
-                    ] {
-                        sqlx::query(&pragma).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
-            });
-        }
-        let pool = options.connect(&url).await?;
-        let db = Self { pool, backend };
+        // The write pool first: on a new SQLite file it creates the file and turns
+        // WAL on (a persistent setting), which the read connections then find.
+        let write = write_pool(backend).connect(&url).await?;
+        let read = read_pool(backend).connect(&url).await?;
+        let db = Self {
+            read,
+            write,
+            backend,
+            password_checks: Arc::default(),
+        };
         db.migrate().await?;
         Ok(db)
     }
 
     async fn migrate(&self) -> Result<(), DbError> {
         match self.backend {
-            Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&self.pool).await?,
+            Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&self.write).await?,
             Backend::Postgres => {
                 sqlx::migrate!("migrations/postgres")
-                    .run(&self.pool)
+                    .run(&self.write)
                     .await?
             }
         }
         Ok(())
     }
 
-    /// The connection pool, for tools and tests that need SQL of their own.
+    /// The write pool, for tools and tests that need SQL of their own (it can read
+    /// too, but plain reads should use [`Db::read_pool`] so they never queue behind
+    /// writers).
     pub fn pool(&self) -> &AnyPool {
-        &self.pool
+        &self.write
+    }
+
+    /// The pool for statements that write: small, and quick to give up.
+    pub fn write_pool(&self) -> &AnyPool {
+        &self.write
+    }
+
+    /// The pool for statements that only read (read-only on SQLite).
+    pub fn read_pool(&self) -> &AnyPool {
+        &self.read
     }
 
     /// Which database this is.
@@ -100,12 +148,115 @@ impl Db {
 
     /// Closes every connection; later calls fail as if the database were down.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.write.close().await;
+        self.read.close().await;
     }
 
-    /// Answers when the database does (for `/healthz`).
+    /// Answers when the database answers reads (for `/healthz`).
     pub async fn ping(&self) -> Result<(), DbError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
+    }
+
+    /// Answers within about half a second whether a write could start now (for
+    /// `/healthz`, which reports a database that reads but cannot write as degraded).
+    ///
+    /// SQLite: takes the write connection (waiting at most 300 ms) and runs
+    /// `BEGIN IMMEDIATE; ROLLBACK` with a 100 ms busy wait, which fails while another
+    /// process holds the write lock. PostgreSQL: `SELECT 1` on a write connection.
+    /// Errors are those of a write: [`DbError::is_unavailable`] is true for a lock.
+    pub async fn probe_write(&self) -> Result<(), DbError> {
+        // In its own task: a caller that gives up (a health check's timeout) must not
+        // cut the probe between BEGIN and ROLLBACK and hand that connection back.
+        tokio::spawn(probe_write(self.write.clone(), self.backend))
+            .await
+            .map_err(|_| sqlx::Error::WorkerCrashed)?
+    }
+}
+
+async fn probe_write(write: AnyPool, backend: Backend) -> Result<(), DbError> {
+    let mut conn = tokio::time::timeout(PROBE_ACQUIRE_TIMEOUT, write.acquire())
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)??;
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        return Ok(());
+    }
+    sqlx::query(&format!("PRAGMA busy_timeout = {PROBE_BUSY_TIMEOUT_MS}"))
+        .execute(&mut *conn)
+        .await?;
+    let begun = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await;
+    let ended = match begun {
+        Ok(_) => sqlx::query("ROLLBACK").execute(&mut *conn).await.map(drop),
+        Err(_) => Ok(()),
+    };
+    let restored = sqlx::query(&format!(
+        "PRAGMA busy_timeout = {SQLITE_WRITE_BUSY_TIMEOUT_MS}"
+    ))
+    .execute(&mut *conn)
+    .await;
+    if ended.is_err() || restored.is_err() {
+        // A connection left inside a transaction or with the probe's busy timeout
+        // must not serve the next writer.
+        conn.close_on_drop();
+    }
+    begun?;
+    ended?;
+    restored?;
+    Ok(())
+}
+
+/// The write pool's options for `backend` (see the constants above for the sizes).
+fn write_pool(backend: Backend) -> AnyPoolOptions {
+    let options = AnyPoolOptions::new().acquire_timeout(WRITE_ACQUIRE_TIMEOUT);
+    match backend {
+        Backend::Sqlite => options
+            .max_connections(SQLITE_WRITE_CONNECTIONS)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    for pragma in [
+                        "PRAGMA journal_mode = WAL".to_owned(),
+                        "PRAGMA synchronous = NORMAL".to_owned(),
+                        "PRAGMA foreign_keys = ON".to_owned(),
+                        format!("PRAGMA busy_timeout = {SQLITE_WRITE_BUSY_TIMEOUT_MS}"),
+                    ] {
+                        sqlx::query(&pragma).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            }),
+        Backend::Postgres => options
+            .max_connections(POSTGRES_WRITE_CONNECTIONS)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::query(&format!("SET lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'"))
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            }),
+    }
+}
+
+/// The read pool's options for `backend`. SQLite read connections are `query_only`,
+/// so a write sent to the wrong pool fails at once instead of taking the write lock.
+fn read_pool(backend: Backend) -> AnyPoolOptions {
+    let options = AnyPoolOptions::new().acquire_timeout(READ_ACQUIRE_TIMEOUT);
+    match backend {
+        Backend::Sqlite => options
+            .max_connections(SQLITE_READ_CONNECTIONS)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    for pragma in [
+                        "PRAGMA foreign_keys = ON".to_owned(),
+                        format!("PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}"),
+                        "PRAGMA query_only = ON".to_owned(),
+                    ] {
+                        sqlx::query(&pragma).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            }),
+        Backend::Postgres => options.max_connections(POSTGRES_READ_CONNECTIONS),
     }
 }

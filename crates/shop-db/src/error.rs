@@ -24,18 +24,51 @@ pub enum DbError {
 }
 
 impl DbError {
-    /// True when the database is unreachable or overloaded rather than the request
-    /// being wrong: callers answer 503 or retry later.
+    /// True when the database is unreachable, overloaded or locked rather than the
+    /// request being wrong: callers answer 503 or retry later.
+    ///
+    /// Besides lost connections and pool timeouts (every connection busy, or the
+    /// write connection queued behind a lock for longer than its acquire timeout),
+    /// that is a lock wait that ran out: SQLite's `SQLITE_BUSY`/`SQLITE_LOCKED`
+    /// ("database is locked", its busy timeout expired) and PostgreSQL's
+    /// `lock_not_available` (55P03, its `lock_timeout` expired), plus PostgreSQL's
+    /// connection, resource and shutdown classes (08, 53, 57P01-57P03).
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             DbError::Sqlx(
                 sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-                    | sqlx::Error::Tls(_)
-            )
-        )
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Tls(_),
+            ) => true,
+            DbError::Sqlx(sqlx::Error::Database(e)) => database_unavailable(e.as_ref()),
+            _ => false,
+        }
     }
+}
+
+/// SQLite's primary result codes for "the lock could not be had in time".
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_LOCKED: i64 = 6;
+
+fn database_unavailable(e: &dyn sqlx::error::DatabaseError) -> bool {
+    if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        // The code is the extended result code; its low byte is the primary one
+        // (SQLITE_BUSY_SNAPSHOT = 517 is a BUSY, for instance).
+        let primary = e
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map(|c| c & 0xff);
+        return matches!(primary, Some(SQLITE_BUSY | SQLITE_LOCKED))
+            || e.message().contains("database is locked");
+    }
+    if let Some(e) = e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        let state = e.code();
+        return state == "55P03"
+            || state.starts_with("08")
+            || state.starts_with("53")
+            || matches!(state, "57P01" | "57P02" | "57P03");
+    }
+    false
 }

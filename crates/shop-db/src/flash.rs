@@ -88,7 +88,7 @@ impl Db {
         per_user_limit: i64,
         now: i64,
     ) -> Result<BuyOutcome, DbError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
         let fresh = sqlx::query(
             "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
              VALUES ($1, $2, $3, 'pending') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
@@ -218,7 +218,7 @@ impl Db {
         .bind(key)
         .bind(item.to_i64())
         .bind(outcome.code())
-        .execute(&self.pool)
+        .execute(&self.write)
         .await?;
         // A concurrent attempt with the same key may have answered first: its answer wins.
         self.earlier_answer(user, item, key).await
@@ -236,7 +236,7 @@ impl Db {
         )
         .bind(user.to_i64())
         .bind(key)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.read)
         .await?;
         let earlier_item: i64 = row.try_get("item_id")?;
         if earlier_item != item.to_i64() {
@@ -251,7 +251,7 @@ impl Db {
         Ok(
             sqlx::query("SELECT COUNT(*) AS n FROM order_lines WHERE item_id = $1")
                 .bind(item.to_i64())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.read)
                 .await?
                 .try_get("n")?,
         )

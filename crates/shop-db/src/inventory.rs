@@ -46,7 +46,7 @@ impl Db {
              FROM items i JOIN inventory v ON v.item_id = i.id WHERE i.id = $1",
         )
         .bind(id.to_i64())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.read)
         .await?;
         let Some(row) = row else {
             return Ok(None);
@@ -75,7 +75,7 @@ impl Db {
         let done = sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
             .bind(stock)
             .bind(id.to_i64())
-            .execute(&self.pool)
+            .execute(&self.write)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -91,7 +91,7 @@ impl Db {
         .bind(sale.start)
         .bind(sale.end)
         .bind(id.to_i64())
-        .execute(&self.pool)
+        .execute(&self.write)
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -101,7 +101,7 @@ impl Db {
         let rows =
             sqlx::query("SELECT item_id FROM inventory WHERE sale_end > $1 ORDER BY item_id")
                 .bind(now)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.read)
                 .await?;
         rows.iter()
             .map(|r| {

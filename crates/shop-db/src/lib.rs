@@ -1,7 +1,14 @@
 //! The shop's relational store: users, the catalogue, inventory and sale windows,
-//! orders. One repository API over SQLite (the embedded default: a file, WAL mode,
-//! a busy timeout) and PostgreSQL (chosen by a `postgres://` URL), through sqlx's
-//! `Any` driver; each backend has its own migrations, run at connect.
+//! orders. One repository API over SQLite (the embedded default: a file, WAL mode)
+//! and PostgreSQL (chosen by a `postgres://` URL), through sqlx's `Any` driver; each
+//! backend has its own migrations, run at connect.
+//!
+//! Reads and writes use separate pools (see [`Db`]): writes give up within about
+//! three seconds when the database is locked ([`DbError::is_unavailable`], a 503 for
+//! the web tier) and can never take the connections reads need. Lists of ids are
+//! bound at most 500 to a statement, so no caller's list can exceed a database's
+//! parameter limit, and password hashing is bounded in concurrency and memory
+//! ([`users`]).
 //!
 //! SQL here is written once for both backends: `$1, $2, ...` placeholders in order
 //! of first use (SQLite numbers `$N` parameters by first appearance), `BIGINT`-sized

@@ -3,7 +3,11 @@
 //! One transaction: the order row first (its `(user, idempotency key)` uniqueness
 //! makes a repeated checkout return the first order), then per line a conditional
 //! `UPDATE inventory SET stock = stock - q WHERE stock >= q`, so stock never goes
-//! negative and a line that cannot be filled aborts the whole order.
+//! negative and a line that cannot be filled aborts the whole order. The lines'
+//! prices are read before the transaction, in bounded `IN (...)` chunks, so a cart
+//! of any size never exceeds a database's parameter limit.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 use shop_domain::{ItemId, UserId};
@@ -63,7 +67,18 @@ impl Db {
         if lines.is_empty() {
             return Ok(CheckoutOutcome::Empty);
         }
-        let mut tx = self.pool.begin().await?;
+        // Prices first, on the read pool and in bounded `IN (...)` chunks, so the
+        // write connection (SQLite's one writer) is held only for the writes. Prices
+        // never change once an item exists, so reading them outside the transaction
+        // is as good as inside.
+        let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
+        let prices: HashMap<ItemId, i64> = self
+            .items_by_id(&ids)
+            .await?
+            .into_iter()
+            .map(|(id, item)| (id, item.price_cents))
+            .collect();
+        let mut tx = self.write.begin().await?;
         let order = sqlx::query(
             "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
              VALUES ($1, $2, 'cart', 0, $3) ON CONFLICT (user_id, idempotency_key) DO NOTHING \
@@ -81,7 +96,7 @@ impl Db {
             )
             .bind(user.to_i64())
             .bind(key)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.read)
             .await?;
             return Ok(CheckoutOutcome::Placed {
                 order_id: row.try_get("id")?,
@@ -91,15 +106,10 @@ impl Db {
         let order_id: i64 = order.try_get("id")?;
         let mut total = 0i64;
         for &(item, quantity) in lines {
-            let price = sqlx::query("SELECT price_cents FROM items WHERE id = $1")
-                .bind(item.to_i64())
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(price) = price else {
+            let Some(&price) = prices.get(&item) else {
                 tx.rollback().await?;
                 return Ok(CheckoutOutcome::UnknownItem { item_id: item });
             };
-            let price: i64 = price.try_get("price_cents")?;
             let took = sqlx::query(
                 "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3",
             )
@@ -147,7 +157,7 @@ impl Db {
         )
         .bind(user.to_i64())
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.read)
         .await?;
         rows.iter()
             .map(|r| {
@@ -168,7 +178,7 @@ impl Db {
             "SELECT item_id, quantity, price_cents FROM order_lines WHERE order_id = $1 ORDER BY item_id",
         )
         .bind(order_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.read)
         .await?;
         rows.iter()
             .map(|r| {

@@ -119,7 +119,7 @@ impl Db {
         for (name, password) in DEMO_USERS {
             let exists = sqlx::query("SELECT 1 FROM users WHERE name = $1")
                 .bind(name)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.write)
                 .await?
                 .is_some();
             if !exists && self.create_user(name, password).await?.is_some() {
@@ -149,7 +149,7 @@ impl Db {
             "INSERT INTO inventory (item_id, stock) VALUES {} ON CONFLICT (item_id) DO NOTHING",
             values(2)
         );
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
         let mut q = sqlx::query(&items_sql);
         for it in batch {
             q = q

@@ -1,4 +1,7 @@
-//! One keep-alive HTTP/1.1 connection to the shop.
+//! One keep-alive HTTP/1.1 connection to the shop, and the back-off between attempts
+//! to open one.
+
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -18,6 +21,11 @@ pub struct Reply {
     pub body: Bytes,
 }
 
+/// How long opening a connection may take. A target that drops the handshake (a
+/// firewall, a host gone from the network) would otherwise hold a virtual connection
+/// for the kernel's SYN retries, about two minutes, and the run past its end.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A connection.
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
@@ -27,8 +35,10 @@ pub struct Conn {
 impl Conn {
     /// Connects to `host:port`.
     pub async fn open(target: &str) -> anyhow::Result<Self> {
-        let stream = tokio::net::TcpStream::connect(target)
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(target))
             .await
+            .map_err(|_| anyhow::anyhow!("timed out after {CONNECT_TIMEOUT:?}"))
+            .and_then(|connected| connected.map_err(anyhow::Error::from))
             .with_context(|| format!("cannot connect to {target}"))?;
         stream.set_nodelay(true)?;
         let (sender, connection) =
@@ -40,6 +50,12 @@ impl Conn {
             sender,
             host: target.to_owned(),
         })
+    }
+
+    /// The server closed the connection after an answer (`Connection: close`, an idle
+    /// keep-alive timeout): open another, without counting a failure.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
     }
 
     /// Sends one request (a form body makes it a form POST) and reads the answer.
@@ -79,5 +95,60 @@ impl Conn {
             session_cookie,
             body,
         })
+    }
+}
+
+/// Exponential back-off between a virtual connection's attempts to reach the target.
+///
+/// Without it a connection that fails (refused: the target is down) is retried at
+/// once, and a few connections make a million failed attempts a minute: load on the
+/// machine that helps nothing, and a report that drowns the requests that did happen.
+/// The wait doubles from [`Backoff::FIRST`] to [`Backoff::MAX`] and starts over after
+/// an answer; each wait is drawn from its upper half so the connections, all refused
+/// at the same moment, do not come back in lockstep.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    /// The wait after the first failure: short enough that a server restarting, or a
+    /// keep-alive connection closed by the server, costs almost nothing.
+    pub const FIRST: Duration = Duration::from_millis(10);
+    /// The longest wait: a target that comes back is driven again within a second.
+    pub const MAX: Duration = Duration::from_secs(1);
+
+    /// A back-off that has seen no failure.
+    pub fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    /// A failure: how long to wait before the next attempt (`unit` in `[0, 1)` picks
+    /// it within the upper half of the current step), and the next step doubled.
+    pub fn failed(&mut self, unit: f64) -> Duration {
+        let wait = self.next.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0));
+        self.next = (self.next * 2).min(Self::MAX);
+        wait
+    }
+
+    /// An answer: the next failure waits the shortest step again.
+    pub fn succeeded(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets_after_an_answer() {
+        let mut backoff = Backoff::new();
+        let ms: Vec<u128> = (0..10).map(|_| backoff.failed(1.0).as_millis()).collect();
+        assert_eq!(ms, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        assert_eq!(backoff.failed(0.0), Backoff::MAX / 2);
+        backoff.succeeded();
+        assert_eq!(backoff.failed(0.0), Backoff::FIRST / 2);
+        assert_eq!(backoff.failed(0.5), Backoff::FIRST * 2 * 3 / 4);
     }
 }

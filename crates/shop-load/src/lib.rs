@@ -9,6 +9,12 @@
 //! slow server cannot hide queueing). It ends with a [`Report`]: throughput, latency
 //! percentiles from an HDR histogram, status counts, and the page cache's hit ratio
 //! read from the shop's `/metrics`.
+//!
+//! A target that cannot be reached is reported apart from the shop's answers: each
+//! virtual connection backs off exponentially between attempts to connect (see
+//! [`client::Backoff`]), and the report counts connection failures (a connect that
+//! failed, a connection that broke before the answer) separately from HTTP errors
+//! (answers with a 4xx or 5xx status).
 
 mod client;
 mod mix;
@@ -16,17 +22,18 @@ mod report;
 mod rng;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 pub use mix::Mix;
 pub use report::{CacheStats, Report};
 
-use client::{Conn, Reply};
+use client::{Backoff, Conn, Reply};
 use mix::Action;
 use rng::{Rng, Zipf};
 
@@ -95,18 +102,46 @@ struct Shared {
     zipf: Zipf,
     shoppers: Vec<Mutex<Shopper>>,
     issued: AtomicU64,
-    stop: AtomicBool,
+    /// Cancelled when the duration has passed: wakes connections that are backing
+    /// off or connecting.
+    stop: CancellationToken,
+    /// Cancelled when every request of a request count was issued: wakes the
+    /// connections that are backing off (they have nothing left to send), but not
+    /// those connecting to send one of the last requests.
+    drained: CancellationToken,
     started: Instant,
     progress: indicatif::ProgressBar,
 }
 
+/// One second of a tally.
+struct Slot {
+    /// Latency of the requests due in that second and answered.
+    latency: Histogram<u64>,
+    /// Requests due in that second that got no answer: see [`Tally::connection_failures`].
+    connection_failures: u64,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            latency: new_histogram(),
+            connection_failures: 0,
+        }
+    }
+}
+
 /// What one worker measured.
 struct Tally {
+    /// Latency of the answered requests.
     latency: Histogram<u64>,
-    /// Per second since the start: (requests, latency histogram).
-    timeline: Vec<Histogram<u64>>,
+    /// Per second since the start.
+    timeline: Vec<Slot>,
+    /// Answered requests per HTTP status (HTTP errors are the 4xx and 5xx here).
     statuses: std::collections::BTreeMap<u16, u64>,
-    errors: u64,
+    /// Requests that got no answer because no connection could be opened, or the
+    /// connection broke before the answer. Not latencies: a refused connect takes
+    /// microseconds and would flatter the percentiles.
+    connection_failures: u64,
 }
 
 impl Tally {
@@ -115,21 +150,43 @@ impl Tally {
             latency: new_histogram(),
             timeline: Vec::new(),
             statuses: Default::default(),
-            errors: 0,
+            connection_failures: 0,
         }
     }
 
-    fn record(&mut self, second: usize, micros: u64, status: Option<u16>) {
+    fn slot(&mut self, second: usize) -> &mut Slot {
+        while self.timeline.len() <= second {
+            self.timeline.push(Slot::new());
+        }
+        &mut self.timeline[second]
+    }
+
+    /// An answered request.
+    fn answered(&mut self, second: usize, micros: u64, status: u16) {
         let micros = micros.max(1);
         let _ = self.latency.record(micros);
-        while self.timeline.len() <= second {
-            self.timeline.push(new_histogram());
+        let _ = self.slot(second).latency.record(micros);
+        *self.statuses.entry(status).or_default() += 1;
+    }
+
+    /// A request lost to a connection failure.
+    fn connection_failed(&mut self, second: usize) {
+        self.connection_failures += 1;
+        self.slot(second).connection_failures += 1;
+    }
+
+    /// Adds another worker's tally.
+    fn add(&mut self, other: Tally) {
+        self.latency.add(&other.latency).ok();
+        for (i, slot) in other.timeline.into_iter().enumerate() {
+            let mine = self.slot(i);
+            mine.latency.add(&slot.latency).ok();
+            mine.connection_failures += slot.connection_failures;
         }
-        let _ = self.timeline[second].record(micros);
-        match status {
-            Some(s) => *self.statuses.entry(s).or_default() += 1,
-            None => self.errors += 1,
+        for (s, n) in other.statuses {
+            *self.statuses.entry(s).or_default() += n;
         }
+        self.connection_failures += other.connection_failures;
     }
 }
 
@@ -169,7 +226,8 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
             .map(|_| Mutex::new(Shopper::default()))
             .collect(),
         issued: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
+        stop: CancellationToken::new(),
+        drained: CancellationToken::new(),
         started: Instant::now(),
         progress,
         config: config.clone(),
@@ -182,8 +240,16 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let ticker = {
         let shared = shared.clone();
         tokio::spawn(async move {
-            while !shared.stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            while !shared.stop.is_cancelled() {
+                // Wake at the end of the duration, not up to a tick after it.
+                let mut tick = Duration::from_millis(200);
+                if let Some(d) = shared.config.duration {
+                    tick = tick.min(d.saturating_sub(shared.started.elapsed()));
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(tick) => {}
+                    _ = shared.stop.cancelled() => {}
+                }
                 let elapsed = shared.started.elapsed();
                 if shared.config.requests.is_none() {
                     shared.progress.set_position(elapsed.as_secs());
@@ -193,27 +259,16 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
                         .set_position(shared.issued.load(Ordering::Relaxed));
                 }
                 if shared.config.duration.is_some_and(|d| elapsed >= d) {
-                    shared.stop.store(true, Ordering::Relaxed);
+                    shared.stop.cancel();
                 }
             }
         })
     };
     let mut total = Tally::new();
     while let Some(result) = workers.join_next().await {
-        let tally = result.context("a load worker panicked")??;
-        total.latency.add(&tally.latency).ok();
-        for (i, h) in tally.timeline.iter().enumerate() {
-            while total.timeline.len() <= i {
-                total.timeline.push(new_histogram());
-            }
-            total.timeline[i].add(h).ok();
-        }
-        for (s, n) in tally.statuses {
-            *total.statuses.entry(s).or_default() += n;
-        }
-        total.errors += tally.errors;
+        total.add(result.context("a load worker panicked")??);
     }
-    shared.stop.store(true, Ordering::Relaxed);
+    shared.stop.cancel();
     let elapsed = shared.started.elapsed();
     let _ = ticker.await;
     shared.progress.finish_and_clear();
@@ -222,13 +277,18 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         (Some(b), Some(a)) => Some(a.since(&b)),
         _ => None,
     };
+    let timeline: Vec<(&Histogram<u64>, u64)> = total
+        .timeline
+        .iter()
+        .map(|slot| (&slot.latency, slot.connection_failures))
+        .collect();
     Ok(Report::new(
         &config,
         elapsed,
         &total.latency,
-        &total.timeline,
+        &timeline,
         total.statuses,
-        total.errors,
+        total.connection_failures,
         cache,
     ))
 }
@@ -239,12 +299,14 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
     let mut rng = Rng::new(config.seed.wrapping_mul(1_000_003).wrapping_add(worker));
     let mut tally = Tally::new();
     let mut conn: Option<Conn> = None;
+    let mut backoff = Backoff::new();
     loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stop.is_cancelled() {
             break;
         }
         let ticket = shared.issued.fetch_add(1, Ordering::Relaxed);
         if config.requests.is_some_and(|n| ticket >= n) {
+            shared.drained.cancel();
             break;
         }
         // Open loop: wait for this request's turn, and count latency from it.
@@ -256,16 +318,33 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
             }
             None => Instant::now(),
         };
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stop.is_cancelled() {
             break;
+        }
+        let second = due.duration_since(shared.started).as_secs() as usize;
+        if conn.as_ref().is_some_and(Conn::is_closed) {
+            conn = None;
+        }
+        if conn.is_none() {
+            let opened = tokio::select! {
+                opened = Conn::open(&config.target) => opened,
+                _ = shared.stop.cancelled() => break,
+            };
+            match opened {
+                Ok(c) => conn = Some(c),
+                Err(_) => {
+                    tally.connection_failed(second);
+                    if pause(&shared, backoff.failed(rng.unit())).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
         }
         let shopper_index = rng.below(config.shoppers as u64) as usize;
         let mut shopper = shared.shoppers[shopper_index].lock().await;
         let action = config.mix.pick(&mut rng, &shopper);
         let (method, path, form) = request_for(action, &mut rng, &shared, &shopper);
-        if conn.is_none() {
-            conn = Conn::open(&config.target).await.ok();
-        }
         let reply = match conn.as_mut() {
             Some(c) => c
                 .send(method, &path, shopper.cookie.as_deref(), form.as_deref())
@@ -274,20 +353,33 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
             None => None,
         };
         let micros = due.elapsed().as_micros() as u64;
-        let second = due.duration_since(shared.started).as_secs() as usize;
         match reply {
             Some(reply) => {
                 learn(&mut shopper, action, &reply);
-                tally.record(second, micros, Some(reply.status));
+                tally.answered(second, micros, reply.status);
+                backoff.succeeded();
             }
             None => {
-                // A broken connection: count the error, reconnect next time.
+                // A broken connection: count it, back off, reconnect next time.
+                drop(shopper);
                 conn = None;
-                tally.record(second, micros, None);
+                tally.connection_failed(second);
+                if pause(&shared, backoff.failed(rng.unit())).await {
+                    break;
+                }
             }
         }
     }
     Ok(tally)
+}
+
+/// Waits `wait` before a connection's next attempt; true when the run ended meanwhile.
+async fn pause(shared: &Shared, wait: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => shared.stop.is_cancelled(),
+        _ = shared.stop.cancelled() => true,
+        _ = shared.drained.cancelled() => true,
+    }
 }
 
 fn request_for(

@@ -105,9 +105,11 @@ impl Latency {
 pub struct Second {
     /// Seconds since the start.
     pub second: usize,
-    /// Requests due in that second.
+    /// Requests due in that second and answered.
     pub requests: u64,
-    /// Their median latency, microseconds.
+    /// Requests due in that second lost to connection failures.
+    pub connection_failures: u64,
+    /// The answered ones' median latency, microseconds (0 when none was answered).
     pub p50_us: u64,
     /// Their 99th percentile latency, microseconds.
     pub p99_us: u64,
@@ -128,11 +130,16 @@ pub struct Report {
     pub duration_s: f64,
     /// Requests answered (any status).
     pub requests: u64,
-    /// Requests that got no answer (connection errors).
-    pub errors: u64,
+    /// Answered requests whose status was an error: 4xx or 5xx. They count in
+    /// `requests` and in `statuses` too.
+    pub http_errors: u64,
+    /// Requests that got no answer: the connection could not be opened, or broke
+    /// before the answer. Not in `requests`; each virtual connection backs off
+    /// (10 ms doubling to 1 s) after one, so a target that is down is not hammered.
+    pub connection_failures: u64,
     /// Answered requests per second.
     pub requests_per_second: f64,
-    /// Latency over all requests, microseconds.
+    /// Latency over the answered requests, microseconds.
     pub latency_us: Latency,
     /// Count per HTTP status.
     pub statuses: BTreeMap<u16, u64>,
@@ -147,12 +154,17 @@ impl Report {
         config: &LoadConfig,
         elapsed: Duration,
         latency: &Histogram<u64>,
-        timeline: &[Histogram<u64>],
+        timeline: &[(&Histogram<u64>, u64)],
         statuses: BTreeMap<u16, u64>,
-        errors: u64,
+        connection_failures: u64,
         cache: Option<CacheStats>,
     ) -> Self {
         let requests: u64 = statuses.values().sum();
+        let http_errors: u64 = statuses
+            .iter()
+            .filter(|(status, _)| **status >= 400)
+            .map(|(_, n)| n)
+            .sum();
         let secs = elapsed.as_secs_f64().max(1e-9);
         Self {
             target: config.target.clone(),
@@ -166,7 +178,8 @@ impl Report {
             target_rate: config.rate,
             duration_s: secs,
             requests,
-            errors,
+            http_errors,
+            connection_failures,
             requests_per_second: requests as f64 / secs,
             latency_us: Latency::of(latency),
             statuses,
@@ -174,10 +187,11 @@ impl Report {
             timeline: timeline
                 .iter()
                 .enumerate()
-                .filter(|(_, h)| !h.is_empty())
-                .map(|(second, h)| Second {
+                .filter(|(_, (h, failures))| !h.is_empty() || *failures > 0)
+                .map(|(second, (h, failures))| Second {
                     second,
                     requests: h.len(),
+                    connection_failures: *failures,
                     p50_us: h.value_at_quantile(0.5),
                     p99_us: h.value_at_quantile(0.99),
                 })
@@ -201,18 +215,32 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "requests   {} answered, {} errors, {:.0} req/s",
-            self.requests, self.errors, self.requests_per_second
+            "requests   {} answered ({} HTTP errors), {:.0} req/s",
+            self.requests, self.http_errors, self.requests_per_second
         );
         let _ = writeln!(
             out,
-            "latency    p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
-            ms(l.p50),
-            ms(l.p90),
-            ms(l.p99),
-            ms(l.p999),
-            ms(l.max)
+            "failures   {} connection failures{}",
+            self.connection_failures,
+            if self.connection_failures > 0 {
+                " (could not connect, or the connection broke; retried with back-off)"
+            } else {
+                ""
+            }
         );
+        if self.requests == 0 {
+            out.push_str("latency    (no request was answered)\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "latency    p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+                ms(l.p50),
+                ms(l.p90),
+                ms(l.p99),
+                ms(l.p999),
+                ms(l.max)
+            );
+        }
         let statuses: Vec<String> = self
             .statuses
             .iter()
@@ -263,6 +291,7 @@ impl Report {
         let line = |pick: fn(&Second) -> u64| {
             self.timeline
                 .iter()
+                .filter(|s| s.requests > 0)
                 .map(|s| format!("{:.1},{:.1}", x(s.second), y(pick(s) as f64 / 1000.0)))
                 .collect::<Vec<_>>()
                 .join(" ")

@@ -62,7 +62,7 @@ function fillItemLinks(ul, items) {
   }
   const p = document.createElement('p');
   p.className = 'viewed-bought';
-  p.textContent = data.viewed_then_bought_percent + '% of shoppers who viewed this item bought it.';
+  p.textContent = data.viewed_then_bought_percent + '% of shoppers who viewed this item ' + data.window + ' bought it.';
   box.appendChild(p);
   if (data.also_bought.length) {
     const h = document.createElement('h2');

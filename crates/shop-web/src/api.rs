@@ -1,8 +1,9 @@
 //! The JSON API for pages' scripts:
 //! - `GET /api/me`: the per-user parts of every page (who is logged in, the cart,
 //!   recently viewed items), so page HTML can be shared and cached;
-//! - `GET /api/items/{id}/insights`: viewed-then-bought and also-bought
-//!   (see `shop_cache::insights`).
+//! - `GET /api/items/{id}/insights`: viewed-then-bought (over the current week and
+//!   the one before, stated in the answer's `window`) and also-bought (see
+//!   `shop_cache::insights`).
 
 use std::sync::atomic::Ordering;
 
@@ -84,6 +85,8 @@ async fn insights(
         "viewers": found.viewers,
         "buyers": found.buyers,
         "viewed_then_bought_percent": (found.viewed_then_bought_percent() * 10.0).round() / 10.0,
+        // The window the two counts cover (see shop_cache::insights).
+        "window": "in the last two weeks",
         "also_bought": also,
     });
     Ok(Json(body).into_response())

@@ -1,8 +1,10 @@
 //! The cart page, the cart form and checkout.
 //!
 //! A form POST answers with a redirect (303); the same POST with
-//! `Accept: application/json` answers JSON. Bad input (a count that is not a whole
-//! number, negative, above the maximum; an unknown item) is a 4xx and changes nothing.
+//! `Accept: application/json` answers JSON. A count of 0 or less removes the line
+//! (DESIGN: "count <= 0 removes"). Bad input (a count that is not a whole number or
+//! is above the maximum, an unknown item, a new line for a full cart) is a 4xx and
+//! changes nothing.
 
 use std::collections::HashMap;
 
@@ -41,11 +43,13 @@ async fn show(State(state): State<AppState>, session: Session) -> Result<Respons
     let cart = state.carts.get(&session.token).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let items = state.db.items(&ids).await?;
+    let by_id: std::collections::HashMap<ItemId, &shop_db::items::Item> =
+        items.iter().map(|it| (it.id, it)).collect();
     let mut total = 0;
     let lines = cart
         .iter()
         .filter_map(|(id, qty)| {
-            let item = items.iter().find(|it| it.id == *id)?;
+            let item = *by_id.get(id)?;
             total += item.price_cents * i64::from(qty.get());
             Some(CartLineView {
                 item: ItemView::from(item),
@@ -80,12 +84,7 @@ async fn update(
         .trim()
         .parse()
         .map_err(|_| WebError::bad_request("count must be a whole number"))?;
-    if count < 0 {
-        return Err(WebError::bad_request(
-            "count cannot be negative (0 removes the item)",
-        ));
-    }
-    if state.db.item(item).await?.is_none() {
+    if count > 0 && state.db.item(item).await?.is_none() {
         return Err(WebError::not_found("there is no such item"));
     }
     state.carts.set(&session.token, item, count).await?;

@@ -9,6 +9,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Serialize;
 use shop_cache::CacheError;
+use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
 
 use crate::cart::wants_json;
@@ -20,6 +21,8 @@ pub struct WebError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds for a `Retry-After` header (429 and 503 answers).
+    retry_after: Option<u64>,
 }
 
 impl WebError {
@@ -29,6 +32,7 @@ impl WebError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -42,6 +46,13 @@ impl WebError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 429: too many attempts; the answer says when to try again (`Retry-After`).
+    pub fn too_many_requests(message: impl Into<String>, retry_after: std::time::Duration) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message);
+        e.retry_after = Some(retry_after.as_secs().max(1));
+        e
+    }
+
     /// 401: this needs a logged-in user.
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "login_required", "log in first")
@@ -49,11 +60,13 @@ impl WebError {
 
     /// 503: a store is down; try again.
     fn unavailable() -> Self {
-        Self::new(
+        let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "the shop is busy or partly down; try again shortly",
-        )
+        );
+        e.retry_after = Some(1);
+        e
     }
 
     /// 500: a bug or an unexpected state; details are in the log, not the answer.
@@ -88,6 +101,10 @@ impl IntoResponse for WebError {
             message: &self.message,
         });
         let mut resp = (self.status, body).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+        }
         resp.extensions_mut().insert(ErrorMessage(self.message));
         resp
     }
@@ -110,7 +127,15 @@ pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
         message: &message,
     };
     match page.render() {
-        Ok(html) => (status, Html(html)).into_response(),
+        Ok(html) => {
+            let mut page = (status, Html(html)).into_response();
+            // A 503's (or 429's) `Retry-After` holds for the page as for the JSON.
+            if let Some(retry) = resp.headers().get(http::header::RETRY_AFTER) {
+                page.headers_mut()
+                    .insert(http::header::RETRY_AFTER, retry.clone());
+            }
+            page
+        }
         Err(_) => resp,
     }
 }
@@ -136,9 +161,16 @@ pub fn idempotency_key(raw: Option<&str>) -> Result<&str, WebError> {
 impl From<CacheError> for WebError {
     fn from(error: CacheError) -> Self {
         match error {
+            CacheError::Invalid(invalid @ InvalidInput::CartFull { .. }) => {
+                WebError::new(StatusCode::CONFLICT, "cart_full", invalid.to_string())
+            }
             CacheError::Invalid(invalid) => WebError::bad_request(invalid.to_string()),
             CacheError::Redis(ref e) => {
-                tracing::warn!(error = %e, "redis unavailable");
+                if error.is_failing_fast() {
+                    tracing::debug!(error = %e, "redis unavailable");
+                } else {
+                    tracing::warn!(error = %e, "redis unavailable");
+                }
                 WebError::unavailable()
             }
             CacheError::Corrupt { what } => {

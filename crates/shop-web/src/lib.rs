@@ -16,6 +16,7 @@ pub mod csrf;
 pub mod error;
 pub mod flash;
 pub mod health;
+pub mod http_limits;
 pub mod metrics;
 pub mod page_cache;
 pub mod pages;
@@ -27,11 +28,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
-use redis::aio::ConnectionManager;
+use shop_cache::RedisConn;
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
+use shop_cache::login_limit::{LoginLimiter, LoginLimits};
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
@@ -52,6 +54,10 @@ pub struct WebConfig {
     pub page_ttl: Duration,
     /// Only items ranked below this in views have their pages cached.
     pub rank_limit: u64,
+    /// Most lines (different items) a cart may hold.
+    pub max_cart_lines: u32,
+    /// Login attempts allowed per client address and per account name.
+    pub login_limits: LoginLimits,
 }
 
 impl Default for WebConfig {
@@ -62,6 +68,8 @@ impl Default for WebConfig {
             max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
             page_ttl: shop_cache::page_cache::DEFAULT_TTL,
             rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+            max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
+            login_limits: LoginLimits::default(),
         }
     }
 }
@@ -97,6 +105,10 @@ pub struct AppParts {
     pub insights: Insights,
     /// Where whole pages are cached.
     pub pages: PageStore,
+    /// Login attempt counters.
+    pub login_limiter: LoginLimiter,
+    /// The shared Redis handle (its circuit breaker's state, for health and metrics).
+    pub redis: RedisConn,
     /// Counters for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// Settings.
@@ -105,11 +117,14 @@ pub struct AppParts {
 
 impl AppState {
     /// Every Redis-backed part over one shared connection, under `keys`.
-    pub fn new(db: Db, conn: ConnectionManager, keys: Keys, config: WebConfig) -> Self {
+    pub fn new(db: Db, conn: RedisConn, keys: Keys, config: WebConfig) -> Self {
         Self::from_parts(AppParts {
             db,
             sessions: Sessions::new(conn.clone(), keys.clone()),
-            carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity),
+            carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
+                .with_max_lines(config.max_cart_lines),
+            login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),
+            redis: conn.clone(),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone()),
@@ -125,7 +140,8 @@ impl AppState {
     }
 }
 
-/// The whole application.
+/// The whole application, wrapped last (outermost) in [`http_limits::harden`]:
+/// request timeout, body limit, panic catching and a request trace.
 pub fn router(state: AppState) -> Router {
     let timed = || from_fn_with_state(state.clone(), metrics::record);
     // What visitors use: every request is a session's.
@@ -147,9 +163,10 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(assets::router())
         .route_layer(timed());
-    visitors
+    let app = visitors
         .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
         .layer(from_fn(csrf::protect))
-        .layer(from_fn(error::as_html_for_pages))
+        .layer(from_fn(error::as_html_for_pages));
+    http_limits::harden(app, &http_limits::HttpLimits::default())
 }

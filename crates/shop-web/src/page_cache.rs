@@ -5,6 +5,9 @@
 //! Which requests qualify (the book's `can_cache`, stricter):
 //! - `GET` or `HEAD`, without an `Authorization` header, without a `_` query
 //!   parameter (the book's mark of a dynamic request);
+//! - the key covers the path, the query parameters the page reads
+//!   ([`PageCacheConfig::params`], none by default) and the headers it varies on:
+//!   other parameters cannot change the page, so they do not make a new entry;
 //! - for [`Pages::Items`], only `/items/{id}` with a valid id whose item ranks below
 //!   the limit in `viewed:` (rank 9,999 is cached, 10,000 is not, no views is not);
 //!   for [`Pages::Shared`] (pages the same for everyone, like the flash-sale shell)
@@ -94,6 +97,12 @@ pub struct PageCacheConfig {
     pub pages: Pages,
     /// Request headers the pages vary on: each value is part of the key.
     pub vary: Vec<HeaderName>,
+    /// Query parameters the pages read: only these are part of the key. Others are
+    /// ignored (the page is the same with or without them), so random parameters
+    /// cannot bust the cache. Ignored rather than passed through uncached: passing
+    /// them through would let any client skip the cache, and its stampede
+    /// protection, by adding `?r=<random>`.
+    pub params: Vec<&'static str>,
     /// The longest a request waits for another's render before rendering itself.
     pub wait: Duration,
     /// How often a request polls Redis for a page another process is rendering.
@@ -107,6 +116,7 @@ impl Default for PageCacheConfig {
         Self {
             pages: Pages::Items,
             vary: Vec::new(),
+            params: Vec::new(),
             wait: Duration::from_secs(2),
             poll: Duration::from_millis(20),
             max_body: 4 << 20,
@@ -255,7 +265,11 @@ impl Shared {
             Err(error) => {
                 bump(&self.stats.errors);
                 bump(&self.stats.bypasses);
-                tracing::warn!(%error, "page cache lookup failed; rendering");
+                if error.is_failing_fast() {
+                    tracing::debug!(%error, "page cache lookup failed; rendering");
+                } else {
+                    tracing::warn!(%error, "page cache lookup failed; rendering");
+                }
                 labelled(call(inner, req).await, "BYPASS")
             }
         }
@@ -277,6 +291,7 @@ impl Shared {
         if page.has_param("_") {
             return None;
         }
+        page = page.only_params(&self.config.params);
         for name in &self.config.vary {
             let value = req.headers().get(name).map(|v| v.as_bytes()).unwrap_or(b"");
             page = page.vary_on(name.as_str(), value);

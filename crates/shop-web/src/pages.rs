@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde::Deserialize;
 use shop_cache::domain::ItemId;
+use shop_cache::session::SessionToken;
 
 use crate::AppState;
 use crate::error::WebError;
@@ -74,20 +75,37 @@ pub struct Next {
     next: Option<String>,
 }
 
-/// A local path to go to after logging in, never another site.
-pub fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
-        _ => "/".to_owned(),
+/// Checks where to go after logging in: a path on this site, or `/` when none is
+/// given. Anything else is refused (a 400 before anything changes), not quietly
+/// replaced: browsers strip tabs and newlines from URLs and read `\` as `/`, so
+/// `/\t/evil.host/x` and `/\\evil.host` are other sites to a browser. Allowed: a
+/// `/` not followed by `/` or `\`, then visible ASCII only (no control characters,
+/// spaces, backslashes or non-ASCII, which would also make an invalid `Location`).
+pub fn local_path(next: Option<&str>) -> Result<String, WebError> {
+    let Some(next) = next.filter(|n| !n.is_empty()) else {
+        return Ok("/".to_owned());
+    };
+    let bytes = next.as_bytes();
+    let ok = bytes[0] == b'/'
+        && !matches!(bytes.get(1), Some(b'/' | b'\\'))
+        && bytes.len() <= 2_000
+        && bytes.iter().all(|&b| b.is_ascii_graphic() && b != b'\\');
+    if ok {
+        Ok(next.to_owned())
+    } else {
+        Err(WebError::bad_request(
+            "next must be a path on this site, like /cart",
+        ))
     }
 }
 
 async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
     let page = LoginPage {
-        next: safe_next(q.next.as_deref()),
+        next: local_path(q.next.as_deref())?,
         message: None,
+        key: SessionToken::generate().expose().to_owned(),
     };
-    Ok(views::render(&page)?.into_response())
+    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
 }
 
 async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
@@ -113,21 +131,30 @@ async fn account(State(state): State<AppState>, session: Session) -> Result<Resp
 
 #[cfg(test)]
 mod tests {
-    use super::safe_next;
+    use super::local_path;
 
     #[test]
     fn next_stays_on_this_site() {
-        assert_eq!(safe_next(Some("/cart")), "/cart");
-        assert_eq!(safe_next(Some("/account?x=1")), "/account?x=1");
+        assert_eq!(local_path(Some("/cart")).unwrap(), "/cart");
+        assert_eq!(local_path(Some("/account?x=1")).unwrap(), "/account?x=1");
+        assert_eq!(local_path(Some("/a%2F%2Fb")).unwrap(), "/a%2F%2Fb");
+        assert_eq!(local_path(Some("")).unwrap(), "/");
+        assert_eq!(local_path(None).unwrap(), "/");
         for bad in [
             "//evil.example",
             "https://evil.example",
             "evil",
             "/\\evil",
-            "",
+            "\\/evil",
+            "/\t/evil.host/x",
+            "/\n/evil.host",
+            "/x\ty",
+            "/ /evil",
+            "/caf\u{e9}",
+            "/\u{7f}",
+            "/a\\b",
         ] {
-            assert_eq!(safe_next(Some(bad)), "/", "{bad}");
+            assert!(local_path(Some(bad)).is_err(), "{bad:?}");
         }
-        assert_eq!(safe_next(None), "/");
     }
 }

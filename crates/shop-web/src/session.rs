@@ -130,18 +130,26 @@ async fn identify(
             Ok(Touched::Known(user)) => return (Session { token, user }, false),
             Ok(Touched::Unknown) => {}
             Err(error) => {
-                state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%error, "session store unavailable; serving as a guest");
+                session_error(state, &error);
                 return (Session { token, user: None }, false);
             }
         }
     }
     let token = SessionToken::generate();
     if let Err(error) = state.sessions.touch(&token, None, item).await {
-        state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%error, "session store unavailable; serving as a guest");
+        session_error(state, &error);
     }
     (Session { token, user: None }, true)
+}
+
+/// Counts and logs a failed touch (quietly while Redis is known to be down).
+fn session_error(state: &AppState, error: &shop_cache::CacheError) {
+    state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+    if error.is_failing_fast() {
+        tracing::debug!(%error, "session store unavailable; serving as a guest");
+    } else {
+        tracing::warn!(%error, "session store unavailable; serving as a guest");
+    }
 }
 
 /// The `Set-Cookie` value for a session token.

@@ -85,6 +85,8 @@ pub struct LoginPage {
     pub next: String,
     /// Why the last attempt failed.
     pub message: Option<String>,
+    /// The form's one-time key: submitting the same form twice logs in once.
+    pub key: String,
 }
 
 /// One order on the account page.

@@ -104,6 +104,20 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_quantity: u32,
+    /// Most lines (different items) a cart may hold.
+    #[arg(long, env = "SHOP_MAX_CART_LINES", default_value_t = shop_cache::cart::DEFAULT_MAX_LINES,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_cart_lines: u32,
+    /// Login attempts one client address may make per minute.
+    #[arg(long, env = "SHOP_LOGIN_LIMIT_ADDRESS",
+          default_value_t = shop_cache::login_limit::LoginLimits::default().per_address,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub login_limit_address: u32,
+    /// Login attempts on one account name per minute, from all addresses.
+    #[arg(long, env = "SHOP_LOGIN_LIMIT_NAME",
+          default_value_t = shop_cache::login_limit::LoginLimits::default().per_name,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub login_limit_name: u32,
     /// Seconds a cached page is kept.
     #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -118,6 +132,18 @@ pub struct ServeArgs {
     /// default address. Without REDIS_URL, one is started anyway when none answers.
     #[arg(long, env = "SHOP_MANAGED_REDIS")]
     pub managed_redis: bool,
+    /// Seconds a client has to send a request's head (and an idle keep-alive
+    /// connection stays open) before its connection is closed.
+    #[arg(long, env = "SHOP_HEADER_TIMEOUT",
+          default_value_t = crate::server::DEFAULT_HEADER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub header_timeout: u64,
+    /// Seconds requests in flight may still run after SIGINT/SIGTERM before the
+    /// server closes their connections and exits.
+    #[arg(long, env = "SHOP_SHUTDOWN_GRACE",
+          default_value_t = crate::server::DEFAULT_SHUTDOWN_GRACE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub shutdown_grace: u64,
     /// Redis settings.
     #[command(flatten)]
     pub redis: RedisArgs,

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod managed_redis;
 pub mod sale;
+pub mod server;
 pub mod shutdown;
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use redis::aio::ConnectionManager;
+use shop_cache::RedisConn;
 use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
@@ -44,14 +45,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// Connects to Redis as configured, with a message that says what to do if it fails.
-pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(ConnectionManager, Keys)> {
+pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
     connect_redis_at(redis.url(), redis).await
 }
 
-async fn connect_redis_at(
-    url: &str,
-    redis: &RedisArgs,
-) -> anyhow::Result<(ConnectionManager, Keys)> {
+async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
     let conn = shop_cache::connect(url).await.with_context(|| {
         format!(
             "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
@@ -105,7 +103,7 @@ pub fn row_source(db: Db) -> impl RowSource + 'static {
 /// Returns the session cleaner's removal counter, for metrics.
 pub fn spawn_daemons(
     set: &mut JoinSet<()>,
-    conn: &ConnectionManager,
+    conn: &RedisConn,
     keys: &Keys,
     db: &Db,
     workers: &WorkerArgs,
@@ -164,6 +162,12 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         max_quantity: args.max_quantity,
         page_ttl: Duration::from_secs(args.page_ttl),
         rank_limit: args.rank_limit,
+        max_cart_lines: args.max_cart_lines,
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: args.login_limit_address,
+            per_name: args.login_limit_name,
+            ..Default::default()
+        },
     };
     let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
     let metrics = state.metrics.clone();
@@ -180,14 +184,16 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     }
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
-    axum::serve(listener, shop_web::router(state))
-        .with_graceful_shutdown(async move {
-            shutdown::signal().await;
-            tracing::info!("shutting down");
-            stop.cancel();
-        })
-        .await
-        .context("the web server failed")?;
+    let options = server::ServeOptions {
+        header_timeout: Duration::from_secs(args.header_timeout),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+    };
+    server::serve(listener, shop_web::router(state), &options, async move {
+        shutdown::signal().await;
+        tracing::info!("shutting down");
+        stop.cancel();
+    })
+    .await;
     shutdown.cancel();
     join_all(daemons).await
 }

@@ -162,7 +162,11 @@ async fn a_decay_that_failed_is_finished_by_the_next_step_halving_no_list_twice(
     let nine: Option<f64> = raw.zscore("also:9", 1).await.unwrap();
     assert_eq!(nine, Some(4.0), "the list the failure left is halved now");
     let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();
-    assert_eq!(one, Some(4.0), "8 halved once, whether or not it was done before");
+    assert_eq!(
+        one,
+        Some(4.0),
+        "8 halved once, whether or not it was done before"
+    );
     // And nothing more until the next rescale.
     rescaler.step().await.unwrap();
     let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();

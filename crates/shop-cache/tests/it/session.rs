@@ -167,7 +167,10 @@ async fn login_from_an_empty_session_works() {
     let (_server, conn) = redis().await;
     let sessions = Sessions::new(conn, keys());
     let old = SessionToken::generate();
-    let new = sessions.login(&old, UserId::new(1).unwrap(), None).await.unwrap();
+    let new = sessions
+        .login(&old, UserId::new(1).unwrap(), None)
+        .await
+        .unwrap();
     assert_eq!(
         sessions.check_token(&new).await.unwrap(),
         Some(UserId::new(1).unwrap())
@@ -302,7 +305,10 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart() {
 
     let b = sessions.login(&a, bob, None).await.unwrap();
     assert_eq!(sessions.check_token(&b).await.unwrap(), Some(bob));
-    assert!(carts.get(&b).await.unwrap().is_empty(), "alice's cart stays hers");
+    assert!(
+        carts.get(&b).await.unwrap().is_empty(),
+        "alice's cart stays hers"
+    );
     assert!(sessions.recently_viewed(&b).await.unwrap().is_empty());
     assert_eq!(sessions.check_token(&a).await.unwrap(), None);
     let keys = all_keys(&server).await;

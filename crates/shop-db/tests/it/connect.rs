@@ -4,25 +4,44 @@ use sqlx::Row;
 
 use crate::databases;
 
+async fn busy_timeout(pool: &sqlx::AnyPool) -> i64 {
+    sqlx::query("PRAGMA busy_timeout")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap()
+}
+
 #[tokio::test]
-async fn sqlite_runs_in_wal_mode_with_a_busy_timeout() {
+async fn sqlite_runs_in_wal_mode_with_busy_timeouts_per_pool() {
     let test_db = TestDb::sqlite();
     let db = Db::connect(test_db.url()).await.unwrap();
     assert_eq!(db.backend(), Backend::Sqlite);
     let mode: String = sqlx::query("PRAGMA journal_mode")
-        .fetch_one(db.pool())
+        .fetch_one(db.read_pool())
         .await
         .unwrap()
         .try_get(0)
         .unwrap();
     assert_eq!(mode, "wal");
-    let timeout: i64 = sqlx::query("PRAGMA busy_timeout")
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
-    assert_eq!(timeout, 10_000);
+    // Writes give up on a foreign lock after a second (then 503); reads barely
+    // ever meet a lock under WAL and may wait longer when they do.
+    assert_eq!(busy_timeout(db.write_pool()).await, 1_000);
+    assert_eq!(busy_timeout(db.read_pool()).await, 5_000);
+    assert_eq!(db.pool().options().get_max_connections(), 1, "one writer");
+}
+
+#[tokio::test]
+async fn sqlite_reads_cannot_write() {
+    let test_db = TestDb::sqlite();
+    let db = Db::connect(test_db.url()).await.unwrap();
+    let err =
+        sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES ('x', 'x', 0)")
+            .execute(db.read_pool())
+            .await
+            .unwrap_err();
+    assert!(err.to_string().contains("readonly"), "{err}");
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 
 mod connect;
 mod flash;
+mod items;
+mod locks;
 mod seed;
 mod users;
 

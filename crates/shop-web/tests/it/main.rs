@@ -1,4 +1,7 @@
 //! Integration tests of the web tier, each against its own `redis-server`.
 
+mod db_faults;
+mod fuzz;
+mod layers;
 mod page_cache;
 mod routes;

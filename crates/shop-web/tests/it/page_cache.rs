@@ -67,8 +67,9 @@ struct Shop {
 }
 
 impl Shop {
+    /// A layer over the test handler, keyed on the parameters it reads.
     async fn start() -> Self {
-        Self::with(PageCacheConfig::default(), Duration::ZERO).await
+        Self::with(reads_params(), Duration::ZERO).await
     }
 
     async fn with(config: PageCacheConfig, delay: Duration) -> Self {
@@ -125,6 +126,14 @@ impl Shop {
     async fn stored_pages(&self) -> usize {
         let keys: Vec<String> = self.server.conn().await.keys("cache:*").await.unwrap();
         keys.len()
+    }
+}
+
+/// The test handler reads `mode` (and the key tests use `a` and `b`).
+fn reads_params() -> PageCacheConfig {
+    PageCacheConfig {
+        params: vec!["a", "b", "mode"],
+        ..PageCacheConfig::default()
     }
 }
 
@@ -208,7 +217,24 @@ async fn an_item_with_no_views_is_not_cached() {
 }
 
 #[tokio::test]
-async fn an_underscore_parameter_bypasses_and_other_parameters_are_part_of_the_key() {
+async fn parameters_the_page_does_not_read_do_not_make_new_entries() {
+    // The cache-busting drill: `/items/1?r=<random>` made one entry and one render
+    // per request. Item pages read no parameter, so they all share one entry.
+    let shop = Shop::with(PageCacheConfig::default(), Duration::ZERO).await;
+    shop.rank_items(5).await;
+    assert_eq!(x_cache(&shop.get("/items/1").await), "MISS");
+    for r in 0..50 {
+        let resp = shop.get(&format!("/items/1?r={r}&utm_source=x{r}")).await;
+        assert_eq!(x_cache(&resp), "HIT", "r={r}");
+    }
+    assert_eq!(shop.renders(), 1);
+    assert_eq!(shop.stored_pages().await, 1);
+    // The book's `_` marker still bypasses.
+    assert_eq!(x_cache(&shop.get("/items/1?_=1").await), "BYPASS");
+}
+
+#[tokio::test]
+async fn an_underscore_parameter_bypasses_and_read_parameters_are_part_of_the_key() {
     let shop = Shop::start().await;
     shop.rank_items(5).await;
     assert_eq!(x_cache(&shop.get("/items/1?_=123").await), "BYPASS");
@@ -225,6 +251,11 @@ async fn an_underscore_parameter_bypasses_and_other_parameters_are_part_of_the_k
         x_cache(&shop.get("/items/1?a=2&b=2").await),
         "MISS",
         "values do"
+    );
+    assert_eq!(
+        x_cache(&shop.get("/items/1?a=2&b=2&unread=9").await),
+        "HIT",
+        "parameters the page does not read do not"
     );
 }
 

@@ -304,7 +304,6 @@ async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
     let before = app.me(&cookie).await["cart"].clone();
     for (form, status, says) in [
         ("item=3&count=abc", 400, "whole number"),
-        ("item=3&count=-1", 400, "negative"),
         ("item=3&count=100", 400, "at most 99"),
         ("item=3&count=99999999999999999999999", 400, "whole number"),
         ("item=999&count=1", 404, "no such item"),
@@ -439,17 +438,18 @@ async fn login_rotates_the_token_and_keeps_the_cart() {
     let old = json(old).await;
     assert_eq!(old["user"], serde_json::Value::Null);
     assert_eq!(old["cart"]["count"], 0);
-    // An outside `next` is ignored.
+    // An outside `next` is refused before anything changes.
     app.db.create_user("vera", "pw").await.unwrap().unwrap();
     let resp = app
         .post(
             "/login",
-            Some(&guest),
+            Some(&user),
             "name=vera&password=pw&next=//evil.example",
             false,
         )
         .await;
-    assert_eq!(resp.headers()[header::LOCATION], "/");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.me(&user).await["user"]["name"], "walt", "still walt");
 }
 
 #[tokio::test]
@@ -647,7 +647,8 @@ async fn insights_come_from_views_and_orders() {
     assert_eq!(
         empty,
         serde_json::json!({"item": 9, "viewers": 0, "buyers": 0,
-            "viewed_then_bought_percent": 0.0, "also_bought": []})
+            "viewed_then_bought_percent": 0.0, "also_bought": [],
+            "window": "in the last two weeks"})
     );
 
     // Four shoppers view item 2; one of them buys it with item 4.
@@ -691,7 +692,10 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
         .redis
         .conn()
         .await
-        .set("buyers:3", "not a hyperloglog")
+        .set(
+            format!("buyers:3:{}", shop_cache::insights::current_window()),
+            "not a hyperloglog",
+        )
         .await
         .unwrap();
     let resp = app.post("/checkout", Some(&user), "key=k-ins", true).await;
@@ -699,4 +703,221 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
     assert_eq!(json(resp).await["outcome"], "placed");
     let metrics = text(app.get("/metrics", None).await).await;
     assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn zero_and_negative_counts_remove_the_line() {
+    let app = app().await;
+    let cookie = app.visitor().await;
+    app.post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    app.post("/cart", Some(&cookie), "item=5&count=1", false)
+        .await;
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=-1", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        json(resp).await["cart"],
+        serde_json::json!([{"item": 5, "quantity": 1}])
+    );
+    let resp = app
+        .post("/cart", Some(&cookie), "item=5&count=-99999", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 0);
+    // Removing an item that is not there (or does not exist) is harmless.
+    let resp = app
+        .post("/cart", Some(&cookie), "item=999&count=0", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_full_cart_refuses_another_item_with_409() {
+    let app = app_with(WebConfig {
+        max_cart_lines: 3,
+        ..WebConfig::default()
+    })
+    .await;
+    let cookie = app.visitor().await;
+    for item in 1..=3 {
+        let resp = app
+            .post(
+                "/cart",
+                Some(&cookie),
+                &format!("item={item}&count=1"),
+                true,
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let resp = app
+        .post("/cart", Some(&cookie), "item=4&count=1", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body = json(resp).await;
+    assert_eq!(body["error"], "cart_full");
+    assert!(body["message"].as_str().unwrap().contains("at most 3"));
+    assert_eq!(
+        app.me(&cookie).await["cart"]["lines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // Changing a line already there still works.
+    let resp = app
+        .post("/cart", Some(&cookie), "item=2&count=5", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn random_query_parameters_do_not_bust_the_item_page_cache() {
+    let app = app().await;
+    // Item 4 must rank for its page to be cached.
+    let _: () = app
+        .redis
+        .conn()
+        .await
+        .zadd("viewed:", 4, -10)
+        .await
+        .unwrap();
+    let first = app.get("/items/4", None).await;
+    assert_eq!(first.headers()["x-cache"], "MISS");
+    for r in 0..20 {
+        let resp = app.get(&format!("/items/4?r={r}"), None).await;
+        assert_eq!(resp.headers()["x-cache"], "HIT", "r={r}");
+    }
+    let pages: Vec<String> = app.redis.conn().await.keys("cache:*").await.unwrap();
+    assert_eq!(pages.len(), 1, "{pages:?}");
+}
+
+#[tokio::test]
+async fn next_must_be_a_path_on_this_site() {
+    let app = app().await;
+    app.db
+        .create_user("nina", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=7&count=2", false)
+        .await;
+    for next in [
+        "%2F%09%2Fevil.host%2Fx",
+        "%2F%0A%2Fevil.host",
+        "%2F%5Cevil.host",
+        "%2F%2Fevil.host",
+        "https%3A%2F%2Fevil.host",
+        "%2Fa%0Db",
+    ] {
+        let form = format!("name=nina&password=right-pw&next={next}");
+        let resp = app.post("/login", Some(&guest), &form, false).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{next}");
+        assert!(resp.headers().get(header::LOCATION).is_none());
+        assert!(cookie_of(&resp).is_none(), "{next}: no login happened");
+        let form_page = app.get(&format!("/login?next={next}"), None).await;
+        assert_eq!(form_page.status(), StatusCode::BAD_REQUEST, "{next}");
+    }
+    // Nothing changed: still the same guest, cart intact.
+    let me = app.me(&guest).await;
+    assert_eq!(me["user"], serde_json::Value::Null);
+    assert_eq!(me["cart"]["count"], 2);
+}
+
+#[tokio::test]
+async fn a_double_submitted_login_form_gives_both_answers_the_same_session() {
+    let app = app().await;
+    app.db
+        .create_user("olga", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=7&count=2", false)
+        .await;
+    let form = text(app.get("/login", Some(&guest)).await).await;
+    let key = form
+        .split("name=\"key\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the login form has a one-time key")
+        .to_owned();
+    let body = format!("name=olga&password=right-pw&key={key}");
+    let first = app.post("/login", Some(&guest), &body, false).await;
+    let second = app.post("/login", Some(&guest), &body, false).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert_eq!(second.status(), StatusCode::SEE_OTHER);
+    let (a, b) = (cookie_of(&first).unwrap(), cookie_of(&second).unwrap());
+    assert_eq!(a, b, "one login, one session");
+    assert_eq!(
+        app.me(&a).await["cart"]["count"],
+        2,
+        "the cart is not orphaned"
+    );
+}
+
+#[tokio::test]
+async fn logging_in_as_someone_else_does_not_take_the_cart() {
+    let app = app().await;
+    let alice = app.logged_in("alice2").await;
+    app.post("/cart", Some(&alice), "item=7&count=2", false)
+        .await;
+    app.db.create_user("bob2", "bob-pw").await.unwrap().unwrap();
+    let resp = app
+        .post("/login", Some(&alice), "name=bob2&password=bob-pw", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let bob = cookie_of(&resp).unwrap();
+    let me = app.me(&bob).await;
+    assert_eq!(me["user"]["name"], "bob2");
+    assert_eq!(me["cart"]["count"], 0, "alice's cart is not bob's");
+}
+
+#[tokio::test]
+async fn login_attempts_are_limited_with_429_before_any_hashing() {
+    let app = app_with(WebConfig {
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: 100,
+            per_name: 3,
+            window: std::time::Duration::from_secs(60),
+        },
+        ..WebConfig::default()
+    })
+    .await;
+    app.db
+        .create_user("pat", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = app.visitor().await;
+    for _ in 0..3 {
+        let resp = app
+            .post("/login", Some(&guest), "name=pat&password=wrong", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+    let resp = app
+        .post("/login", Some(&guest), "name=pat&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = resp.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(cookie_of(&resp).is_none(), "not logged in");
+    // Other accounts are not affected.
+    app.db
+        .create_user("quin", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let resp = app
+        .post("/login", Some(&guest), "name=quin&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
 }

@@ -175,7 +175,10 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     wait_text(&client, "#cart-count", |t| t == "0").await;
     // The insights, filled in by the page's script.
     let pct = wait_text(&client, "#insights .viewed-bought", |t| t.contains('%')).await;
-    assert_eq!(pct, "30% of shoppers who viewed this item bought it.");
+    assert_eq!(
+        pct,
+        "30% of shoppers who viewed this item in the last two weeks bought it."
+    );
     let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
     let first = also.lines().next().unwrap_or_default().to_owned();
     assert!(first.ends_with(" 4"), "item 4 first: {also}");

@@ -20,14 +20,14 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn header(&self, name: &str) -> Option<String> {
+    pub fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
         })
     }
 
-    fn session_cookie(&self) -> Option<String> {
+    pub fn session_cookie(&self) -> Option<String> {
         self.head
             .lines()
             .filter_map(|l| l.split_once(':'))
@@ -46,6 +46,18 @@ pub fn request(
     cookie: Option<&str>,
     form: Option<&str>,
 ) -> Reply {
+    request_with(addr, method, path, cookie, form, &[])
+}
+
+/// [`request`] with extra request headers.
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Reply {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -53,6 +65,9 @@ pub fn request(
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(c) = cookie {
         req.push_str(&format!("Cookie: {c}\r\n"));
+    }
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = form.unwrap_or("");
     if form.is_some() {
@@ -122,8 +137,12 @@ pub fn serve(mut cmd: Command, extra: &[&str]) -> (Child, String) {
             break rest.trim_end_matches('/').to_owned();
         }
     };
-    // Keep draining stdout so the server never blocks on a full pipe.
+    // Keep draining stdout and stderr so the server never blocks on a full pipe
+    // (a drill makes it log).
     std::thread::spawn(move || for _ in lines {});
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+    }
     (child, addr)
 }
 

@@ -19,7 +19,7 @@ struct Shop {
     _redis: TestRedis,
     _db_dir: TestDb,
     db: Db,
-    conn: redis::aio::ConnectionManager,
+    conn: shop_cache::RedisConn,
     state: AppState,
     app: Router,
 }
@@ -83,7 +83,7 @@ impl Shop {
         let token = self
             .state
             .sessions
-            .login(&SessionToken::generate(), user)
+            .login(&SessionToken::generate(), user, None)
             .await
             .unwrap();
         format!("shop_session={}", token.expose())

@@ -33,14 +33,21 @@ fn two_seconds_of_load_give_a_well_formed_report() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for part in ["req/s", "p99", "statuses", "page cache"] {
+    for part in [
+        "req/s",
+        "HTTP errors",
+        "0 connection failures",
+        "p99",
+        "statuses",
+        "page cache",
+    ] {
         assert!(stdout.contains(part), "{part}: {stdout}");
     }
 
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let requests = report["requests"].as_u64().unwrap();
     assert!(requests > 0, "{report}");
-    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["connection_failures"], 0, "{report}");
     let statuses: u64 = report["statuses"]
         .as_object()
         .unwrap()
@@ -48,6 +55,14 @@ fn two_seconds_of_load_give_a_well_formed_report() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(statuses, requests);
+    let http_errors: u64 = report["statuses"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(status, _)| status.parse::<u16>().unwrap() >= 400)
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(report["http_errors"], http_errors, "{report}");
     assert!(
         report["statuses"].get("500").is_none(),
         "no server errors: {report}"

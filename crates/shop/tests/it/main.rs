@@ -3,10 +3,12 @@
 
 mod browser;
 mod cli;
+mod drills;
 mod e2e;
 mod flash;
 mod load;
 mod row_cache;
+mod serve_limits;
 mod work;
 
 use std::process::{Command, Stdio};

@@ -20,7 +20,7 @@ fn item(n: u64) -> ItemId {
 struct Setup {
     redis: TestRedis,
     rows: RowCache,
-    conn: redis::aio::ConnectionManager,
+    conn: shop_cache::RedisConn,
 }
 
 async fn setup() -> Setup {

@@ -1,0 +1,85 @@
+use shop_domain::{ItemId, UserId};
+
+use crate::databases;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+#[tokio::test]
+async fn five_thousand_ids_are_looked_up_in_bounded_chunks() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        db.seed(5_000, 3, &|_| {}).await.unwrap();
+        // Newest first, so the answer's order is the question's, not the table's.
+        let ids: Vec<ItemId> = (1..=5_000).rev().map(item).collect();
+        let found = db.items(&ids).await.unwrap();
+        assert_eq!(found.len(), 5_000, "{kind}");
+        assert!(
+            found.iter().zip(&ids).all(|(it, id)| it.id == *id),
+            "{kind}"
+        );
+        assert_eq!(found[4_999], db.item(item(1)).await.unwrap().unwrap());
+
+        // Missing ids are left out and repeated ones answered again, across chunks.
+        let mut asked: Vec<ItemId> = (4_001..=6_000).map(item).collect();
+        asked.extend((1..=600).map(item));
+        asked.push(item(4_500));
+        let found = db.items(&asked).await.unwrap();
+        let got: Vec<u64> = found.iter().map(|it| it.id.get()).collect();
+        let want: Vec<u64> = (4_001..=5_000).chain(1..=600).chain([4_500]).collect();
+        assert_eq!(got, want, "{kind}");
+        assert!(db.items(&[]).await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_checkout_of_more_lines_than_one_chunk_is_placed() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        db.seed(1_200, 3, &|_| {}).await.unwrap();
+        let user: i64 =
+            sqlx::query_scalar("INSERT INTO users (name, password_hash, created_at) VALUES ('ivy', 'x', 0) RETURNING id")
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        let user = UserId::from_i64(user).unwrap();
+        sqlx::query("UPDATE inventory SET stock = 5")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        let lines: Vec<(ItemId, u32)> = (1..=1_200).map(|id| (item(id), 1)).collect();
+        let prices: i64 = db
+            .items(&lines.iter().map(|l| l.0).collect::<Vec<_>>())
+            .await
+            .unwrap()
+            .iter()
+            .map(|it| it.price_cents)
+            .sum();
+        let placed = db.checkout(user, &lines, "big", 1).await.unwrap();
+        assert!(
+            matches!(placed, shop_db::orders::CheckoutOutcome::Placed { total_cents, .. } if total_cents == prices),
+            "{kind}: {placed:?}"
+        );
+        assert_eq!(
+            db.inventory_row(item(1_200)).await.unwrap().unwrap().stock,
+            4
+        );
+
+        // An unknown item beyond the first chunk still refuses the whole order.
+        let mut bad = lines.clone();
+        bad.push((item(9_999), 1));
+        assert_eq!(
+            db.checkout(user, &bad, "bad", 1).await.unwrap(),
+            shop_db::orders::CheckoutOutcome::UnknownItem {
+                item_id: item(9_999)
+            },
+            "{kind}"
+        );
+        assert_eq!(
+            db.inventory_row(item(1)).await.unwrap().unwrap().stock,
+            4,
+            "{kind}"
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! The load generator's tests against real sockets.
+
+mod target_down;

@@ -1,0 +1,155 @@
+//! The outermost layers of the HTTP stack: what bounds one request's cost and
+//! keeps a bug in one handler from taking the connection (or a secret) with it.
+//!
+//! [`harden`] wraps a router, outermost first, in:
+//! - a trace span per request recording its method, path (no query string), status
+//!   and latency, and nothing else: never headers, so never the session cookie;
+//! - errors in the shop's shape ([`error::as_html_for_pages`]), including the
+//!   answers of the layers below, which would otherwise be empty or plain text;
+//! - panic catching: a panicking handler answers the generic 500, never the panic
+//!   text, and the connection lives on;
+//! - a request timeout ([`TIMEOUT_STATUS`] after [`HttpLimits::request_timeout`],
+//!   counting the time spent reading the body, so a trickling upload is bounded too);
+//! - a request body limit (413 beyond [`HttpLimits::body_limit`]), checked against
+//!   `Content-Length` before any handler, session lookup or Redis call runs.
+
+use std::any::Any;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{from_fn, map_response};
+use axum::response::{IntoResponse, Response};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use tracing::Span;
+
+use crate::error::{self, WebError};
+
+/// How long one request may take, body reading included. The shop's slowest
+/// honest request (a checkout: a database transaction and a few Redis calls)
+/// takes milliseconds; ten seconds is far past anything but a stuck store or a
+/// client trickling its body, and short enough that such requests do not pile up.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request body accepted. The shop's forms (cart line, login,
+/// checkout key) are tens of bytes; 64 KiB leaves room for anything reasonable
+/// while a client cannot make the server buffer megabytes per request.
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// What a request that ran out of time answers: 503, as the shop answers when a
+/// store is slow or down, so a client retries it the same way.
+pub const TIMEOUT_STATUS: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
+
+/// The bounds [`harden`] enforces. They are constants rather than settings: no
+/// deployment has needed other values, and [`crate::WebConfig`] stays small.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// How long one request may take before it answers [`TIMEOUT_STATUS`].
+    pub request_timeout: Duration,
+    /// The largest request body accepted, in bytes.
+    pub body_limit: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+/// Wraps `router` in the layers listed in the module doc; apply it last, so they
+/// are outermost and cover every route, fallback and inner layer.
+pub fn harden(router: Router, limits: &HttpLimits) -> Router {
+    router
+        .layer(RequestBodyLimitLayer::new(limits.body_limit))
+        .layer(TimeoutLayer::with_status_code(
+            TIMEOUT_STATUS,
+            limits.request_timeout,
+        ))
+        .layer(CatchPanicLayer::custom(answer_panic))
+        .layer(map_response(in_shop_shape))
+        .layer(from_fn(error::as_html_for_pages))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(record_response)
+                .on_failure(record_failure),
+        )
+}
+
+/// The span of one request. Only these fields, by design: headers carry the
+/// session cookie (a bearer credential) and the query string may carry anything.
+fn request_span(req: &Request) -> Span {
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        status = tracing::field::Empty,
+        latency_us = tracing::field::Empty,
+    )
+}
+
+fn record_response<B>(resp: &Response<B>, latency: Duration, span: &Span) {
+    span.record("status", resp.status().as_u16());
+    span.record("latency_us", as_micros(latency));
+    tracing::debug!("answered");
+}
+
+fn as_micros(latency: Duration) -> u64 {
+    u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A 5xx answer. Most already logged why (a store down, a panic); a timeout did
+/// not, so this is where it shows.
+fn record_failure(failure: ServerErrorsFailureClass, _latency: Duration, _span: &Span) {
+    tracing::warn!(%failure, "request failed");
+}
+
+/// A panicking handler's answer: the generic 500. The panic's text goes to the
+/// log (it names the bug), never to the client.
+fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let text = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(a panic without a message)");
+    tracing::error!(panic = text, "a request handler panicked; answered 500");
+    WebError::internal().into_response()
+}
+
+/// Gives the answers of the layers below [`harden`]'s error shaping, and of
+/// axum's body extractors when the body limit cuts a body short, the shop's error
+/// shape. They are recognised by what no [`WebError`] has: an empty body (the
+/// timeout) or a body that is not JSON (the body limit).
+async fn in_shop_shape(resp: Response) -> Response {
+    let status = resp.status();
+    let empty = http_body::Body::is_end_stream(resp.body());
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v == HeaderValue::from_static("application/json"));
+    if status == TIMEOUT_STATUS && empty {
+        WebError::new(
+            TIMEOUT_STATUS,
+            "timeout",
+            "the shop took too long to answer; try again shortly",
+        )
+        .into_response()
+    } else if status == StatusCode::PAYLOAD_TOO_LARGE && !json {
+        WebError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the request is too large",
+        )
+        .into_response()
+    } else {
+        resp
+    }
+}

@@ -1,0 +1,349 @@
+//! The outermost layers ([`shop_web::http_limits`]): a panicking handler, a slow
+//! handler, an oversized body, and what the request trace writes to the log.
+//! Driven without a socket; the real router runs over its own redis-server.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use axum::response::Response;
+use axum::routing::get;
+use http_body_util::BodyExt;
+use shop_cache::keys::Keys;
+use shop_db::Db;
+use shop_testkit::{TestDb, TestRedis};
+use shop_web::http_limits::{self, HttpLimits};
+use shop_web::{AppState, WebConfig};
+use tower::ServiceExt;
+
+const PANIC_TEXT: &str = "the secret detail of a bug";
+
+async fn send(app: &Router, req: Request<Body>) -> Response {
+    app.clone().oneshot(req).await.unwrap()
+}
+
+async fn text(resp: Response) -> String {
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn get_json(uri: &str) -> Request<Body> {
+    Request::get(uri)
+        .header(header::ACCEPT, "application/json")
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// A router of test handlers behind [`http_limits::harden`].
+fn hardened(limits: &HttpLimits) -> Router {
+    let routes = Router::new()
+        .route(
+            "/boom",
+            get(|| async {
+                panic!("{PANIC_TEXT}");
+                #[allow(unreachable_code)]
+                ""
+            }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late"
+            }),
+        );
+    http_limits::harden(routes, limits)
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_the_generic_500_and_never_the_panic_text() {
+    let app = hardened(&HttpLimits::default());
+
+    let resp = send(&app, get_json("/boom")).await;
+    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"error": "internal", "message": "something went wrong on our side"})
+    );
+
+    // A person gets the shop's error page, with the same generic message.
+    let resp = send(&app, Request::get("/boom").body(Body::empty()).unwrap()).await;
+    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let page = text(resp).await;
+    assert!(page.contains("something went wrong on our side"), "{page}");
+    assert!(!page.contains(PANIC_TEXT), "{page}");
+
+    // The router (and so the connection) lives on.
+    let resp = send(&app, get_json("/no-such-route")).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_slow_handler_answers_the_timeout_status_promptly() {
+    let limits = HttpLimits {
+        request_timeout: Duration::from_millis(200),
+        ..HttpLimits::default()
+    };
+    let app = hardened(&limits);
+    let started = Instant::now();
+    let resp = send(&app, get_json("/slow")).await;
+    let took = started.elapsed();
+    assert_eq!(resp.status(), http_limits::TIMEOUT_STATUS);
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(2),
+        "answered after {took:?}"
+    );
+    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    assert_eq!(body["error"], "timeout", "{body}");
+}
+
+/// The real router over its own Redis and SQLite file.
+struct Shop {
+    redis: TestRedis,
+    _db_dir: TestDb,
+    db: Db,
+    app: Router,
+}
+
+async fn shop() -> Shop {
+    let redis = TestRedis::start();
+    let conn = shop_cache::connect(&redis.url()).await.unwrap();
+    let test_db = TestDb::sqlite();
+    let db = Db::connect(test_db.url()).await.unwrap();
+    db.seed(30, 1, &|_| {}).await.unwrap();
+    let state = AppState::new(db.clone(), conn, Keys::default(), WebConfig::default());
+    Shop {
+        redis,
+        _db_dir: test_db,
+        db,
+        app: shop_web::router(state),
+    }
+}
+
+/// The `name=value` of the session cookie a response sets.
+fn cookie_of(resp: &Response) -> Option<String> {
+    resp.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("shop_session="))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+}
+
+/// Every key in Redis with its serialised value, to compare before and after.
+async fn redis_snapshot(redis: &TestRedis) -> Vec<(String, Vec<u8>)> {
+    let mut conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut snapshot = Vec::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        snapshot.push((key, dump));
+    }
+    snapshot
+}
+
+fn cart_post(cookie: &str, body: Body, length: Option<usize>) -> Request<Body> {
+    let mut req = Request::post("/cart")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ACCEPT, "application/json")
+        .header(header::COOKIE, cookie);
+    if let Some(length) = length {
+        req = req.header(header::CONTENT_LENGTH, length);
+    }
+    req.body(body).unwrap()
+}
+
+#[tokio::test]
+async fn a_one_mebibyte_cart_post_is_refused_and_changes_nothing() {
+    let shop = shop().await;
+    let cookie = cookie_of(&send(&shop.app, get_json("/api/me")).await).unwrap();
+    let mut form = String::from("item=5&count=2&pad=");
+    form.push_str(&"x".repeat(1024 * 1024));
+
+    // Declared size: refused before any handler, session lookup or Redis call.
+    let before = redis_snapshot(&shop.redis).await;
+    let resp = send(
+        &shop.app,
+        cart_post(&cookie, Body::from(form.clone()), Some(form.len())),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    assert_eq!(body["error"], "too_large", "{body}");
+    assert_eq!(
+        redis_snapshot(&shop.redis).await,
+        before,
+        "Redis is untouched"
+    );
+
+    // Undeclared size (chunked): cut short while the form is read; no cart line.
+    let chunks: Vec<Result<String, std::io::Error>> = form
+        .as_bytes()
+        .chunks(16 * 1024)
+        .map(|c| Ok(String::from_utf8(c.to_vec()).unwrap()))
+        .collect();
+    let resp = send(
+        &shop.app,
+        cart_post(
+            &cookie,
+            Body::from_stream(futures::stream::iter(chunks)),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let me: serde_json::Value =
+        serde_json::from_str(&text(send(&shop.app, cart_req_me(&cookie)).await).await).unwrap();
+    assert_eq!(me["cart"]["lines"], serde_json::json!([]), "{me}");
+
+    // A normal form still works.
+    let small = "item=5&count=2";
+    let resp = send(
+        &shop.app,
+        cart_post(&cookie, Body::from(small), Some(small.len())),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{}", text(resp).await);
+}
+
+fn cart_req_me(cookie: &str) -> Request<Body> {
+    Request::get("/api/me")
+        .header(header::COOKIE, cookie)
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// A log writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime is single-threaded: every task logs through this default.
+    let _default = tracing::subscriber::set_default(subscriber);
+    // `tracing` caches per call site whether any subscriber wants it. With just
+    // one subscriber registered it asks the default of whichever thread reaches
+    // the call site first: a test running in parallel (no subscriber) would switch
+    // the trace layer's call sites off for good. With a second one registered it
+    // asks every registered subscriber, and this test's thread gets its events.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+
+    let shop = shop().await;
+    shop.db
+        .create_user("dora", "secret-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = cookie_of(&send(&shop.app, get_json("/api/me")).await).unwrap();
+    let mut requests = vec![
+        Request::get("/cart?coupon=query-secret"),
+        Request::get("/items/3"),
+        Request::get("/api/me"),
+        Request::get("/no-such-page"),
+    ];
+    let form = "item=5&count=1";
+    requests.push(
+        Request::post("/cart")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::CONTENT_LENGTH, form.len()),
+    );
+    for req in requests {
+        let body = if req.method_ref() == Some(&Method::POST) {
+            form
+        } else {
+            ""
+        };
+        let req = req
+            .header(header::COOKIE, &guest)
+            .body(Body::from(body))
+            .unwrap();
+        send(&shop.app, req).await;
+    }
+    let login = "name=dora&password=secret-pw";
+    let resp = send(
+        &shop.app,
+        Request::post("/login")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::COOKIE, &guest)
+            .body(Body::from(login))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let user = cookie_of(&resp).expect("login issues a new token");
+    send(
+        &shop.app,
+        Request::get("/account")
+            .header(header::COOKIE, &user)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+
+    let log = capture.text();
+    for cookie in [&guest, &user] {
+        let token = cookie.strip_prefix("shop_session=").unwrap();
+        assert!(token.len() >= 16, "{cookie}");
+        assert!(
+            !log.contains(token),
+            "a session token is in the log:\n{log}"
+        );
+    }
+    for expected in [
+        "path=/cart",
+        "path=/items/3",
+        "path=/account",
+        "method=POST",
+        "status=200",
+        "status=303",
+        "status=404",
+        "latency_us=",
+    ] {
+        assert!(log.contains(expected), "no {expected:?} in the log:\n{log}");
+    }
+    assert!(
+        !log.contains("query-secret"),
+        "a query string is in the log"
+    );
+}

@@ -1,0 +1,165 @@
+//! The HTTP serve loop: accepts connections, serves each with hyper, and stops
+//! within a known time when asked to.
+//!
+//! It replaces `axum::serve`, which has no header-read timeout and no shutdown
+//! deadline: a client that sends half a request head held its connection open
+//! indefinitely, and kept the process alive long after SIGTERM. Here:
+//! - a connection must deliver each request head within
+//!   [`ServeOptions::header_timeout`] of starting to read it, which also closes
+//!   idle keep-alive connections after that long;
+//! - on the stop signal the listener is closed, idle connections are closed, those
+//!   mid-request finish their request (the graceful part), and whatever is still
+//!   open after [`ServeOptions::shutdown_grace`] is dropped, so [`serve`] returns;
+//! - each request carries its peer's address as
+//!   [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo), for handlers and
+//!   layers that limit by client (the login rate limiter).
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// How long a client has to send a request head. Real browsers send it in one
+/// packet; ten seconds covers a slow mobile link many times over, and bounds what
+/// a slow-loris client (a head sent a byte at a time, or never finished) costs.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long requests in flight may run after the stop signal. As long as the
+/// request timeout of the web tier, so any request it would let finish can; well
+/// inside the 30 s most service managers wait before SIGKILL.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long to wait after the listener fails with something other than a
+/// connection's own error (typically out of file descriptors) before accepting
+/// again, so the loop does not spin while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The serve loop's bounds.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long a client may take to send a request head (also: the keep-alive
+    /// idle timeout).
+    pub header_timeout: Duration,
+    /// How long connections may stay open after the stop signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// How the serve loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every connection finished within the grace period.
+    Drained,
+    /// The grace period passed; this many connections were still open and were
+    /// closed without an answer.
+    DeadlinePassed {
+        /// Connections dropped at the deadline.
+        dropped: usize,
+    },
+}
+
+/// Serves `app` on `listener` until `signal` resolves, then shuts down as the
+/// module doc says. Returns once every connection is closed, at most
+/// [`ServeOptions::shutdown_grace`] after the signal.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    options: &ServeOptions,
+    signal: impl Future<Output = ()>,
+) -> Stopped {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_timeout)
+        .keep_alive(true);
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            () = &mut signal => break,
+            Some(ended) = connections.join_next() => {
+                if let Err(error) = ended {
+                    tracing::error!(%error, "a connection task failed");
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let app = app.clone();
+                    let service = service_fn(move |mut req: hyper::Request<Incoming>| {
+                        req.extensions_mut().insert(ConnectInfo(peer));
+                        // A router is always ready, and its future owns what it needs.
+                        tower::Service::call(&mut app.clone(), req)
+                    });
+                    let conn = http.serve_connection(TokioIo::new(stream), service);
+                    let conn = graceful.watch(conn);
+                    connections.spawn(async move {
+                        if let Err(error) = conn.await {
+                            tracing::debug!(%error, %peer, "connection closed with an error");
+                        }
+                    });
+                }
+                Err(error) if is_connection_error(&error) => {
+                    tracing::debug!(%error, "a connection failed before it was accepted");
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot accept connections; retrying");
+                    tokio::select! {
+                        () = &mut signal => break,
+                        () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    tracing::info!(
+        open = graceful.count(),
+        grace = ?options.shutdown_grace,
+        "stopped accepting; finishing the requests in flight"
+    );
+    if tokio::time::timeout(options.shutdown_grace, graceful.shutdown())
+        .await
+        .is_ok()
+    {
+        tracing::info!("every connection closed");
+        return Stopped::Drained;
+    }
+    connections.abort_all();
+    let mut dropped = 0;
+    while let Some(ended) = connections.join_next().await {
+        if ended.is_err_and(|e| e.is_cancelled()) {
+            dropped += 1;
+        }
+    }
+    tracing::warn!(
+        dropped,
+        "shutdown grace passed; closed the connections still open"
+    );
+    Stopped::DeadlinePassed { dropped }
+}
+
+/// Errors of one connection (reset before `accept` returned it), as opposed to
+/// errors of the listener.
+fn is_connection_error(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    )
+}

@@ -1,0 +1,490 @@
+//! Fault drills against the real `shop serve` under `shop load`: Redis stopped for
+//! 5 s, and the SQLite database write-locked by another process for 20 s. Each drill
+//! prints its figures (copied into BENCHMARKS.md, "Fault drills") and asserts what
+//! the shop promises: pages keep being served at their normal pace, writes fail
+//! fast with 503, nothing answers 500, and service is whole again within a second of
+//! the fault ending.
+//!
+//! Probes are plain blocking HTTP clients on threads, one request per connection,
+//! each request timed and stamped with the moment it started, so the figures split
+//! into "before", "during" and "after" the fault.
+
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::e2e::{Reply, TestShop, request, request_with, stop};
+
+/// One request a probe made.
+#[derive(Debug, Clone)]
+struct Sample {
+    /// Which probe: "page", "cart", "inventory", "checkout", "buy".
+    kind: &'static str,
+    /// When it started, from the drill's start.
+    at: Duration,
+    took: Duration,
+    status: u16,
+}
+
+/// A probe thread: calls `send` in a loop until `until`, recording each answer.
+fn probe(
+    kind: &'static str,
+    start: Instant,
+    until: Instant,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    pause: Duration,
+    mut send: impl FnMut(u64) -> Reply + Send + 'static,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut n = 0;
+        while Instant::now() < until {
+            let began = Instant::now();
+            let reply = send(n);
+            samples.lock().unwrap().push(Sample {
+                kind,
+                at: began - start,
+                took: began.elapsed(),
+                status: reply.status,
+            });
+            n += 1;
+            thread::sleep(pause);
+        }
+    })
+}
+
+/// Percentile of latencies in milliseconds.
+fn pct(samples: &[&Sample], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut ms: Vec<f64> = samples.iter().map(|s| s.took.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let i = ((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1;
+    ms[i]
+}
+
+fn select<'a>(all: &'a [Sample], kind: &str, from: Duration, to: Duration) -> Vec<&'a Sample> {
+    all.iter()
+        .filter(|s| s.kind == kind && s.at >= from && s.at < to)
+        .collect()
+}
+
+fn summary(all: &[Sample], kind: &str, from: Duration, to: Duration) -> String {
+    let s = select(all, kind, from, to);
+    let mut statuses: Vec<(u16, usize)> = Vec::new();
+    for x in &s {
+        match statuses.iter_mut().find(|(st, _)| *st == x.status) {
+            Some((_, n)) => *n += 1,
+            None => statuses.push((x.status, 1)),
+        }
+    }
+    statuses.sort();
+    format!(
+        "{kind:>9}: n={:>4} p50={:>7.1} ms p99={:>7.1} ms max={:>7.1} ms statuses={statuses:?}",
+        s.len(),
+        pct(&s, 0.50),
+        pct(&s, 0.99),
+        pct(&s, 1.0),
+    )
+}
+
+/// `shop load` against `addr` for `secs` seconds in the background.
+fn background_load(shop: &TestShop, addr: &str, secs: u64) -> Child {
+    let mut cmd: Command = shop.command();
+    cmd.args([
+        "load",
+        "--target",
+        addr,
+        "--duration",
+        &secs.to_string(),
+        "--connections",
+        "8",
+        "--rate",
+        "200",
+        "--items",
+        "200",
+        "--quiet",
+    ]);
+    cmd.spawn().unwrap()
+}
+
+fn load_report(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Views items 1..=n twice, so they rank in `viewed:` and their pages get cached.
+fn warm_item_pages(addr: &str, n: u64) {
+    for _ in 0..2 {
+        for i in 1..=n {
+            assert_eq!(
+                request(addr, "GET", &format!("/items/{i}"), None, None).status,
+                200
+            );
+        }
+    }
+}
+
+#[test]
+fn redis_stopped_for_five_seconds() {
+    let mut shop = TestShop::seeded("200");
+    let (child, addr) = shop.serve(&[]);
+    warm_item_pages(&addr, 20);
+
+    let start = Instant::now();
+    let (down_at, up_at, end_at) = (
+        Duration::from_secs(3),
+        Duration::from_secs(8),
+        Duration::from_secs(12),
+    );
+    let until = start + end_at;
+    let load = background_load(&shop, &addr, end_at.as_secs());
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let mut probes = Vec::new();
+    for p in 0..2u64 {
+        let a = addr.clone();
+        probes.push(probe(
+            "page",
+            start,
+            until,
+            samples.clone(),
+            Duration::from_millis(5),
+            move |n| {
+                request(
+                    &a,
+                    "GET",
+                    &format!("/items/{}", 1 + (n + p * 7) % 20),
+                    None,
+                    None,
+                )
+            },
+        ));
+    }
+    let a = addr.clone();
+    let mut cookie: Option<String> = None;
+    probes.push(probe(
+        "cart",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(10),
+        move |n| {
+            let form = format!("item={}&count=1", 1 + n % 5);
+            let reply = request(&a, "POST", "/cart", cookie.as_deref(), Some(&form));
+            if let Some(c) = reply.session_cookie() {
+                cookie = Some(c);
+            }
+            reply
+        },
+    ));
+
+    thread::sleep(down_at.saturating_sub(start.elapsed()));
+    shop.redis.kill();
+    thread::sleep(up_at.saturating_sub(start.elapsed()));
+    shop.redis.restart();
+    let restarted = start.elapsed();
+    for p in probes {
+        p.join().unwrap();
+    }
+    let report = load_report(load);
+    assert!(stop(child).success());
+
+    let all = samples.lock().unwrap().clone();
+    // Requests that started during the outage, less its first half second (requests
+    // in flight when Redis died wait out their own command) and its last second (a
+    // request started then may be answered after Redis is back).
+    let outage = (
+        down_at + Duration::from_millis(500),
+        up_at - Duration::from_secs(1),
+    );
+    // Service is whole again when every cart write from then on succeeds.
+    let carts: Vec<&Sample> = select(&all, "cart", restarted, end_at);
+    let first_good_after = carts
+        .iter()
+        .rposition(|s| s.status != 303)
+        .map_or(0, |i| i + 1);
+    let recovered_at = carts
+        .get(first_good_after)
+        .map(|s| s.at)
+        .expect("cart writes succeed again after Redis returns");
+    let recovery = recovered_at.saturating_sub(restarted);
+
+    println!(
+        "DRILL redis stopped {down_at:?}..{restarted:?} (restart took effect at {restarted:?})"
+    );
+    println!(
+        "  before  {}",
+        summary(&all, "page", Duration::ZERO, down_at)
+    );
+    println!("  outage  {}", summary(&all, "page", outage.0, outage.1));
+    println!("  after   {}", summary(&all, "page", restarted, end_at));
+    println!(
+        "  before  {}",
+        summary(&all, "cart", Duration::ZERO, down_at)
+    );
+    println!("  outage  {}", summary(&all, "cart", outage.0, outage.1));
+    println!("  after   {}", summary(&all, "cart", restarted, end_at));
+    println!("  full service {recovery:?} after Redis returned");
+    println!("  shop load over the whole drill:\n{report}");
+
+    let pages_before = select(&all, "page", Duration::ZERO, down_at);
+    let pages_out = select(&all, "page", outage.0, outage.1);
+    let carts_out = select(&all, "cart", outage.0, outage.1);
+    assert!(!pages_out.is_empty() && !carts_out.is_empty());
+    assert!(
+        all.iter()
+            .filter(|s| s.kind == "page")
+            .all(|s| s.status == 200),
+        "item pages are served from the database throughout"
+    );
+    assert!(
+        carts_out.iter().all(|s| s.status == 503),
+        "cart writes answer 503 while Redis is down"
+    );
+    // Fail fast: no request waits out a Redis timeout (2 s) during the outage.
+    assert!(pct(&pages_out, 1.0) < 1_000.0, "{}", pct(&pages_out, 1.0));
+    assert!(pct(&carts_out, 1.0) < 1_000.0, "{}", pct(&carts_out, 1.0));
+    // Pages keep their pace: p99 within 2x of normal (with a floor for the noise of
+    // a debug build sharing two cores with the load generator).
+    let (normal, during) = (pct(&pages_before, 0.99), pct(&pages_out, 0.99));
+    assert!(
+        during <= (2.0 * normal).max(50.0),
+        "p99 {normal} -> {during} ms"
+    );
+    assert!(
+        recovery <= Duration::from_secs(1),
+        "recovered after {recovery:?}"
+    );
+}
+
+/// Holds SQLite's write lock (`BEGIN IMMEDIATE`) from another connection, as another
+/// process writing would, until dropped.
+struct WriteLock {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    holder: Option<thread::JoinHandle<()>>,
+}
+
+impl WriteLock {
+    fn take(db_url: &str) -> Self {
+        let path = db_url
+            .strip_prefix("sqlite://")
+            .or_else(|| db_url.strip_prefix("sqlite:"))
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                use sqlx::Connection;
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+                    .await
+                    .unwrap();
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                taken_tx.send(()).unwrap();
+                let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
+                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+            });
+        });
+        taken_rx.recv().unwrap();
+        Self {
+            release: Some(release),
+            holder: Some(holder),
+        }
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(h) = self.holder.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[test]
+fn database_write_locked_for_twenty_seconds() {
+    let shop = TestShop::seeded("200");
+    // Item 1 on sale (its stock cached in Redis by the row refresher).
+    let out = shop
+        .command()
+        .args([
+            "sale",
+            "start",
+            "1",
+            "--stock",
+            "1000",
+            "--price-cents",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (child, addr) = shop.serve(&[]);
+    warm_item_pages(&addr, 20);
+    let login = request(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=alice&password=alice-password"),
+    );
+    let alice = login.session_cookie().expect("alice logs in");
+    assert_eq!(
+        request(&addr, "POST", "/cart", Some(&alice), Some("item=3&count=1")).status,
+        303
+    );
+    // The sale's row is in Redis before the lock.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while request(&addr, "GET", "/api/inventory/1", None, None).status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the sale row never reached Redis"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+
+    let start = Instant::now();
+    let (lock_at, unlock_at, end_at) = (
+        Duration::from_secs(2),
+        Duration::from_secs(22),
+        Duration::from_secs(25),
+    );
+    let until = start + end_at;
+    let load = background_load(&shop, &addr, end_at.as_secs());
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let mut probes = Vec::new();
+    let a = addr.clone();
+    probes.push(probe(
+        "page",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(5),
+        move |n| request(&a, "GET", &format!("/items/{}", 1 + n % 20), None, None),
+    ));
+    let a = addr.clone();
+    probes.push(probe(
+        "uncached",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(20),
+        move |n| request(&a, "GET", &format!("/items/{}", 100 + n % 100), None, None),
+    ));
+    let a = addr.clone();
+    probes.push(probe(
+        "inventory",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(10),
+        move |_| request(&a, "GET", "/api/inventory/1", None, None),
+    ));
+    let a = addr.clone();
+    let c = alice.clone();
+    probes.push(probe(
+        "checkout",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(200),
+        move |n| {
+            let form = format!("key=drill-{n}");
+            let reply = request(&a, "POST", "/checkout", Some(&c), Some(&form));
+            // Put something back in the cart, so the next checkout has work to do.
+            request(&a, "POST", "/cart", Some(&c), Some("item=3&count=1"));
+            reply
+        },
+    ));
+    let a = addr.clone();
+    probes.push(probe(
+        "buy",
+        start,
+        until,
+        samples.clone(),
+        Duration::from_millis(200),
+        move |n| {
+            let key = format!("buy-{n}");
+            request_with(
+                &a,
+                "POST",
+                "/api/flash/1/buy",
+                Some(&alice),
+                Some(""),
+                &[("Idempotency-Key", &key)],
+            )
+        },
+    ));
+
+    thread::sleep(lock_at.saturating_sub(start.elapsed()));
+    let lock = WriteLock::take(shop.db.url());
+    let locked = start.elapsed();
+    thread::sleep(unlock_at.saturating_sub(start.elapsed()));
+    drop(lock);
+    let unlocked = start.elapsed();
+    for p in probes {
+        p.join().unwrap();
+    }
+    let report = load_report(load);
+    assert!(stop(child).success());
+
+    let all = samples.lock().unwrap().clone();
+    // Requests started while the lock was held, less the last 3 s (a write started
+    // then waits its ~2 s and may find the lock gone).
+    let during = (
+        locked + Duration::from_millis(500),
+        unlocked - Duration::from_secs(3),
+    );
+    println!("DRILL database write-locked {locked:?}..{unlocked:?}");
+    for kind in ["page", "uncached", "inventory", "checkout", "buy"] {
+        println!("  before  {}", summary(&all, kind, Duration::ZERO, locked));
+        println!("  locked  {}", summary(&all, kind, during.0, during.1));
+        println!("  after   {}", summary(&all, kind, unlocked, end_at));
+    }
+    println!("  shop load over the whole drill:\n{report}");
+
+    for kind in ["page", "uncached", "inventory"] {
+        let s = select(&all, kind, during.0, during.1);
+        assert!(!s.is_empty(), "{kind}");
+        assert!(s.iter().all(|x| x.status == 200), "{kind} keeps serving");
+        assert!(pct(&s, 0.99) < 1_000.0, "{kind} p99 {}", pct(&s, 0.99));
+    }
+    for kind in ["checkout", "buy"] {
+        let s = select(&all, kind, during.0, during.1);
+        assert!(!s.is_empty(), "{kind}");
+        assert!(
+            s.iter().all(|x| x.status == 503),
+            "{kind} answers 503 while the database is locked: {s:?}"
+        );
+        assert!(
+            pct(&s, 1.0) < 3_000.0,
+            "{kind} fails fast: {}",
+            pct(&s, 1.0)
+        );
+        assert!(
+            all.iter()
+                .filter(|x| x.kind == kind)
+                .all(|x| x.status < 500 || x.status == 503),
+            "{kind}: never a 500"
+        );
+    }
+    // Writes work again once the lock is gone.
+    let after = select(&all, "checkout", unlocked + Duration::from_secs(1), end_at);
+    assert!(after.iter().any(|x| x.status == 303), "{after:?}");
+}

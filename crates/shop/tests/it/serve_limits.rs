@@ -1,0 +1,307 @@
+//! The serve loop's bounds (`shop::server`): a half-sent request head is cut off
+//! after the header timeout, SIGTERM stops the process within the shutdown grace
+//! whatever the clients do, requests in flight at SIGTERM still get their answer,
+//! and every request carries its peer's address.
+//!
+//! The process tests run the real `shop serve` with a 1 s header timeout and a
+//! 2 s grace, and print what they measured (`--nocapture` shows it).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use shop::server::{ServeOptions, Stopped};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::e2e::TestShop;
+use crate::shop;
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(2);
+/// Scheduling, process start-up and teardown on a loaded two-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
+
+fn serve_quick(shop: &TestShop) -> (Child, String) {
+    shop.serve(&[
+        "--no-workers",
+        "--header-timeout",
+        &HEADER_TIMEOUT.as_secs().to_string(),
+        "--shutdown-grace",
+        &GRACE.as_secs().to_string(),
+    ])
+}
+
+/// A connection that sent half a request head and nothing more.
+fn half_sent_head(addr: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    stream
+}
+
+/// A cart form POST whose head and first half of its body are sent; the handler
+/// is running, waiting for the rest.
+fn mid_request(addr: &str) -> (TcpStream, &'static [u8]) {
+    let body: &'static [u8] = b"item=5&count=2";
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /cart HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body[..6]).unwrap();
+    (stream, &body[6..])
+}
+
+/// Reads until the server closes the connection (or `limit` passes); returns
+/// what was read and when the read ended.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Instant) {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut raw = Vec::new();
+    let result = stream.read_to_end(&mut raw);
+    let ended = Instant::now();
+    match result {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!(
+            "the connection was still open after {limit:?} ({e}); read so far: {:?}",
+            String::from_utf8_lossy(&raw)
+        ),
+    }
+    (String::from_utf8_lossy(&raw).into_owned(), ended)
+}
+
+/// Sends SIGTERM and waits for the process to exit; returns its status and how
+/// long it took, or fails after `limit`.
+fn terminate(mut child: Child, limit: Duration) -> (ExitStatus, Duration) {
+    let sent = Instant::now();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, sent.elapsed());
+        }
+        if sent.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("shop serve was still running {limit:?} after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
+    let shop = TestShop::seeded("10");
+    let (child, addr) = serve_quick(&shop);
+
+    let started = Instant::now();
+    let mut stream = half_sent_head(&addr);
+    let (_, closed) = read_until_closed(&mut stream, HEADER_TIMEOUT + MARGIN);
+    let lived = closed - started;
+    eprintln!("a half-sent request head kept its connection open for {lived:?}");
+    assert!(
+        lived >= HEADER_TIMEOUT - Duration::from_millis(100),
+        "closed too early: {lived:?}"
+    );
+
+    // An idle keep-alive connection is closed the same way, after its answer.
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let (reply, closed) = read_until_closed(&mut stream, HEADER_TIMEOUT + MARGIN);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    eprintln!(
+        "an idle keep-alive connection was closed after {:?}",
+        closed - started
+    );
+
+    let (status, took) = terminate(child, GRACE + MARGIN);
+    assert!(status.success(), "{status}");
+    eprintln!("SIGTERM with no connection open: exited in {took:?}");
+}
+
+#[test]
+fn sigterm_stops_the_process_within_the_grace_whatever_clients_do() {
+    let shop = TestShop::seeded("10");
+    let (child, addr) = serve_quick(&shop);
+    let _half = half_sent_head(&addr);
+    // Headers and half a body: the handler waits for a rest that never comes.
+    let (mut stalled, _rest) = mid_request(&addr);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let (status, took) = terminate(child, GRACE + MARGIN);
+    eprintln!("SIGTERM with a stalled request and a half-sent head open: exited in {took:?}");
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= GRACE - Duration::from_millis(100),
+        "the request in flight was not given its grace: {took:?}"
+    );
+    let (reply, _) = read_until_closed(&mut stalled, MARGIN);
+    assert_eq!(reply, "", "the stalled request got no answer");
+}
+
+#[test]
+fn a_request_in_flight_at_sigterm_still_gets_its_answer() {
+    let shop = TestShop::seeded("10");
+    let (child, addr) = serve_quick(&shop);
+    let _half = half_sent_head(&addr);
+    let (mut in_flight, rest) = mid_request(&addr);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let sent = Instant::now();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        TcpStream::connect(&addr).is_err(),
+        "the listener is closed at SIGTERM"
+    );
+    in_flight.write_all(rest).unwrap();
+    let (reply, _) = read_until_closed(&mut in_flight, GRACE + MARGIN);
+    assert!(reply.starts_with("HTTP/1.1 303"), "{reply}");
+    assert!(
+        reply.to_ascii_lowercase().contains("connection: close"),
+        "{reply}"
+    );
+
+    let mut child = child;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < GRACE + MARGIN,
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    eprintln!(
+        "SIGTERM with a request in flight (answered) and a half-sent head: exited in {:?}",
+        sent.elapsed()
+    );
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn bad_timeouts_are_refused_with_the_flag_named() {
+    for (args, env, setting) in [
+        (
+            vec!["serve", "--header-timeout", "0"],
+            None,
+            "--header-timeout",
+        ),
+        (
+            vec!["serve", "--shutdown-grace=-1"],
+            None,
+            "--shutdown-grace",
+        ),
+        (
+            vec!["serve"],
+            Some(("SHOP_HEADER_TIMEOUT", "soon")),
+            "--header-timeout",
+        ),
+        (
+            vec!["serve"],
+            Some(("SHOP_SHUTDOWN_GRACE", "99999")),
+            "--shutdown-grace",
+        ),
+    ] {
+        let mut cmd = shop();
+        cmd.args(&args);
+        if let Some((name, value)) = env {
+            cmd.env(name, value);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} {env:?}");
+        assert!(stderr.contains(setting), "{args:?} {env:?}: {stderr}");
+    }
+}
+
+/// The serve loop in-process, over a router that answers with the peer address
+/// it was given.
+async fn serve_echo(
+    options: ServeOptions,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Stopped>,
+) {
+    let app = Router::new().route(
+        "/peer",
+        get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        shop::server::serve(listener, app, &options, async move {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    (addr, stop, server)
+}
+
+#[tokio::test]
+async fn every_request_carries_its_peer_address() {
+    let (addr, stop, server) = serve_echo(ServeOptions::default()).await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let me = stream.local_addr().unwrap();
+    stream
+        .write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.ends_with(&me.to_string()), "{me}: {reply}");
+
+    stop.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), Stopped::Drained);
+}
+
+#[tokio::test]
+async fn connections_still_open_at_the_deadline_are_dropped() {
+    let options = ServeOptions {
+        header_timeout: Duration::from_secs(60),
+        shutdown_grace: Duration::from_millis(300),
+    };
+    let (addr, stop, server) = serve_echo(options).await;
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let started = Instant::now();
+    stop.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("serve returns after the grace")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(stopped, Stopped::DeadlinePassed { dropped: 1 });
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(2), half.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection is closed"
+    );
+}
