@@ -108,9 +108,9 @@ fn default_config() -> ConnectionManagerConfig {
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let probe = self.breaker.admit()?;
+            let _probe = self.breaker.admit()?;
             let result = self.inner.req_packed_command(cmd).await;
-            self.breaker.record(probe, result.as_ref().err());
+            self.breaker.record(result.as_ref().err());
             result
         })
     }
@@ -122,12 +122,12 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let probe = self.breaker.admit()?;
+            let _probe = self.breaker.admit()?;
             let result = self
                 .inner
                 .req_packed_commands(pipeline, offset, count)
                 .await;
-            self.breaker.record(probe, result.as_ref().err());
+            self.breaker.record(result.as_ref().err());
             result
         })
     }
@@ -138,6 +138,7 @@ impl ConnectionLike for RedisConn {
 }
 
 /// The breaker's state, shared by every clone of a handle.
+#[derive(Debug)]
 struct Breaker {
     /// Milliseconds since `epoch` until which commands fail fast; 0 = closed.
     open_until_ms: AtomicU64,
@@ -149,11 +150,28 @@ struct Breaker {
     fast_failures: AtomicU64,
 }
 
-/// Whether an admitted command is the breaker's probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Admitted {
-    Normal,
-    Probe,
+/// A command let through. For the probe, dropping it (when the command finished,
+/// or when its caller gave up on it mid-way: a client that went away, a request
+/// timeout) lets the next probe go, so a cancelled probe cannot leave the breaker
+/// open for good.
+#[derive(Debug)]
+struct Admitted<'a> {
+    probe: Option<&'a Breaker>,
+}
+
+impl Admitted<'_> {
+    #[cfg(test)]
+    fn is_probe(&self) -> bool {
+        self.probe.is_some()
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.probe {
+            breaker.probing.store(false, Ordering::Release);
+        }
+    }
 }
 
 impl Breaker {
@@ -174,10 +192,10 @@ impl Breaker {
     }
 
     /// Lets a command through, or fails it at once while the breaker is open.
-    fn admit(&self) -> Result<Admitted, RedisError> {
+    fn admit(&self) -> Result<Admitted<'_>, RedisError> {
         let until = self.open_until_ms.load(Ordering::Acquire);
         if until == 0 {
-            return Ok(Admitted::Normal);
+            return Ok(Admitted { probe: None });
         }
         if self.now_ms() >= until
             && self
@@ -185,14 +203,14 @@ impl Breaker {
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            return Ok(Admitted::Probe);
+            return Ok(Admitted { probe: Some(self) });
         }
         self.fast_failures.fetch_add(1, Ordering::Relaxed);
         Err(RedisError::from((ErrorKind::Io, FAILING_FAST)))
     }
 
     /// Learns from a command's outcome.
-    fn record(&self, admitted: Admitted, error: Option<&RedisError>) {
+    fn record(&self, error: Option<&RedisError>) {
         match error {
             Some(e) if unreachable(e) => {
                 let until = self.now_ms() + self.backoff.as_millis() as u64;
@@ -206,9 +224,6 @@ impl Breaker {
                     tracing::info!("redis answers again");
                 }
             }
-        }
-        if admitted == Admitted::Probe {
-            self.probing.store(false, Ordering::Release);
         }
     }
 }
@@ -235,16 +250,17 @@ mod tests {
     fn opens_on_unreachable_and_fails_fast_until_the_backoff_ends() {
         let b = Breaker::new(Duration::from_millis(50));
         assert!(b.admit().is_ok());
-        b.record(Admitted::Normal, Some(&io_error()));
+        b.record(Some(&io_error()));
         let fast = b.admit().expect_err("open: fail fast");
         assert!(is_failing_fast(&fast));
         assert!(!is_failing_fast(&io_error()));
         assert_eq!(b.trips.load(Ordering::Relaxed), 1);
         std::thread::sleep(Duration::from_millis(60));
         let probe = b.admit().expect("a probe after the back-off");
-        assert!(probe == Admitted::Probe);
+        assert!(probe.is_probe());
         assert!(b.admit().is_err(), "one probe at a time");
-        b.record(probe, None);
+        b.record(None);
+        drop(probe);
         assert!(b.admit().is_ok(), "closed after a good probe");
         assert_eq!(b.open_until_ms.load(Ordering::Relaxed), 0);
     }
@@ -252,10 +268,11 @@ mod tests {
     #[test]
     fn a_failed_probe_opens_it_again() {
         let b = Breaker::new(Duration::from_millis(30));
-        b.record(Admitted::Normal, Some(&io_error()));
+        b.record(Some(&io_error()));
         std::thread::sleep(Duration::from_millis(40));
         let probe = b.admit().unwrap();
-        b.record(probe, Some(&io_error()));
+        b.record(Some(&io_error()));
+        drop(probe);
         assert!(b.admit().is_err());
         assert_eq!(b.trips.load(Ordering::Relaxed), 1, "still the same outage");
     }
@@ -264,7 +281,20 @@ mod tests {
     fn answers_that_are_errors_do_not_open_it() {
         let b = Breaker::new(Duration::from_millis(30));
         let wrong_type = RedisError::from((ErrorKind::UnexpectedReturnType, "x"));
-        b.record(Admitted::Normal, Some(&wrong_type));
+        b.record(Some(&wrong_type));
         assert!(b.admit().is_ok());
+    }
+
+    #[test]
+    fn a_probe_given_up_on_lets_the_next_one_go() {
+        let b = Breaker::new(Duration::from_millis(20));
+        b.record(Some(&io_error()));
+        std::thread::sleep(Duration::from_millis(30));
+        let probe = b.admit().unwrap();
+        assert!(probe.is_probe());
+        // The caller's future is dropped mid-command: nothing is recorded.
+        drop(probe);
+        let next = b.admit().expect("another probe, not a breaker stuck open");
+        assert!(next.is_probe());
     }
 }

@@ -214,6 +214,47 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     assert!(price.starts_with("$4.99"), "{price}");
     screenshot(&client, "flash.png").await;
 
+    // An open redirect the drills found: `next=/<TAB>/evil.host/x` was sent back as
+    // `Location: /\t/evil.host/x`, which Chromium (dropping the tab) followed to
+    // another origin. Now the login is refused before anything happens, and the
+    // browser stays on the shop.
+    client.goto(&format!("{base}/login")).await.unwrap();
+    client
+        .execute(
+            "document.querySelector('form[action=\"/login\"] input[name=next]').value = \
+             '/\\t/evil.host/x';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let form = client
+        .find(Locator::Css("form[action=\"/login\"]"))
+        .await
+        .unwrap();
+    form.find(Locator::Css("input[name=name]"))
+        .await
+        .unwrap()
+        .send_keys("alice")
+        .await
+        .unwrap();
+    form.find(Locator::Css("input[name=password]"))
+        .await
+        .unwrap()
+        .send_keys("alice-password")
+        .await
+        .unwrap();
+    form.find(Locator::Css("button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "body", |t| t.contains("next must be a path")).await;
+    let landed = client.current_url().await.unwrap();
+    assert_eq!(landed.host_str(), Some("127.0.0.1"), "{landed}");
+    assert_eq!(landed.path(), "/login");
+    screenshot(&client, "open-redirect-refused.png").await;
+
     client.close().await.unwrap();
     assert!(stop(server).success());
     drop(driver);

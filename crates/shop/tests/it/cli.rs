@@ -107,7 +107,7 @@ fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     let health = request(&addr, "GET", "/healthz", None, None);
     assert_eq!(health.status, 200, "{}", health.body);
     assert!(
-        health.body.contains("\"redis\":true") && health.body.contains("\"database\":true"),
+        health.body.contains("\"redis\":true") && health.body.contains("\"database\":\"ok\""),
         "{}",
         health.body
     );
