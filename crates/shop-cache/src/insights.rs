@@ -169,6 +169,45 @@ impl Insights {
         })
     }
 
+    /// Removes the viewer and buyer counts of the layout before windows
+    /// (`viewers:<item>`, `buyers:<item>`: no window, no expiry, so they would stay
+    /// for ever). The rescaler runs this once when it starts; it walks the keyspace
+    /// with `SCAN`, so it never blocks Redis. Returns how many keys it removed.
+    pub async fn remove_unwindowed_counts(&self) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let mut removed = 0;
+        for prefix in [self.keys.viewers_prefix(), self.keys.buyers_prefix()] {
+            let pattern = format!("{prefix}*");
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await?;
+                let old: Vec<&String> = found
+                    .iter()
+                    .filter(|k| {
+                        k.strip_prefix(prefix.as_str())
+                            .is_some_and(|rest| rest.parse::<ItemId>().is_ok())
+                    })
+                    .collect();
+                if !old.is_empty() {
+                    let n: u64 = redis::cmd("UNLINK").arg(&old).query_async(&mut conn).await?;
+                    removed += n;
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Brings every also-bought list to the latest view rescale: each rescale since
     /// the list's last decay halves its counts (dropping those below one half), as
     /// the view rescale halves view counts. Does nothing when the last decay
@@ -214,10 +253,12 @@ impl Insights {
             cursor = next;
         }
         // Only now is the decay of this rescale done; a failure above leaves it due.
-        redis::cmd("SET")
-            .arg(self.keys.also_bought_decayed())
+        // Raised, never set back: a slow worker finishing an older rescale's pass
+        // must not mark a newer one as still due.
+        scripts::RAISE_TO
+            .key(self.keys.also_bought_decayed())
             .arg(epoch)
-            .exec_async(&mut conn)
+            .invoke_async::<i64>(&mut conn)
             .await?;
         Ok(lists)
     }

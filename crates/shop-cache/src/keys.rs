@@ -95,12 +95,22 @@ impl Keys {
     /// HyperLogLog: the distinct sessions that viewed the item in one insights
     /// window (`window` counts windows since the Unix epoch; the key expires).
     pub fn viewers(&self, item: ItemId, window: u64) -> String {
-        format!("{}viewers:{item}:{window}", self.0.prefix)
+        format!("{}{item}:{window}", self.viewers_prefix())
+    }
+
+    /// What [`Keys::viewers`] puts before the item id.
+    pub fn viewers_prefix(&self) -> String {
+        format!("{}viewers:", self.0.prefix)
     }
 
     /// HyperLogLog: the distinct sessions that bought the item in one insights window.
     pub fn buyers(&self, item: ItemId, window: u64) -> String {
-        format!("{}buyers:{item}:{window}", self.0.prefix)
+        format!("{}{item}:{window}", self.buyers_prefix())
+    }
+
+    /// What [`Keys::buyers`] puts before the item id.
+    pub fn buyers_prefix(&self) -> String {
+        format!("{}buyers:", self.0.prefix)
     }
 
     /// String: the rescale number (incremented by each view rescale) the also-bought

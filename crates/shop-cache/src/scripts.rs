@@ -52,3 +52,7 @@ pub static CART_SET: LazyLock<Script> =
 /// Counts one login attempt in a fixed window and says whether it is allowed.
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));
+
+/// Raises a progress marker, never lowering it.
+pub static RAISE_TO: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/raise_to.lua")));

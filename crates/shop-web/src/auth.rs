@@ -35,10 +35,10 @@ use crate::views::{self, LoginPage};
 /// Names and passwords longer than this are refused before any hashing.
 const MAX_FIELD: usize = 200;
 
-/// The client's address, when the server recorded it (`ConnectInfo`); `None` when
-/// the router is driven without a socket (tests). Behind a reverse proxy this is the
-/// proxy's address: the per-address limit then applies to the proxy as a whole, and
-/// the per-name limit still protects each account.
+/// The peer's address, when the server recorded it (`ConnectInfo`); `None` when
+/// the router is driven without a socket (tests, or an app that serves it without
+/// connect info: then only the per-name limit applies). Behind a reverse proxy the
+/// peer is the proxy: set `WebConfig::trust_forwarded_for` (see [`client_address`]).
 pub struct PeerAddr(pub Option<std::net::IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for PeerAddr {
@@ -52,6 +52,41 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerAddr {
                 .map(|ConnectInfo(addr)| addr.ip()),
         ))
     }
+}
+
+/// The address login attempts are counted under: the peer's, or, when the shop is
+/// told it sits behind a reverse proxy, the last `X-Forwarded-For` entry (the one
+/// the proxy itself added; earlier entries are the client's to forge). IPv6
+/// addresses count per /64, the block one subscriber usually holds, so rotating
+/// addresses inside it buys no more attempts.
+pub fn client_address(
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+    trust_forwarded_for: bool,
+) -> Option<String> {
+    let forwarded = trust_forwarded_for
+        .then(|| {
+            headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .next_back()?
+                .to_str()
+                .ok()?
+                .rsplit(',')
+                .next()?
+                .trim()
+                .parse::<std::net::IpAddr>()
+                .ok()
+        })
+        .flatten();
+    let ip = forwarded.or(peer)?.to_canonical();
+    Some(match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    })
 }
 
 /// The login and logout routes.
@@ -79,15 +114,22 @@ async fn login(
     {
         return Err(WebError::bad_request("enter a name and a password"));
     }
+    // The one-time key is bound to the cookie the browser presented: a double
+    // submit carries the same (old) cookie, while another device reusing the key
+    // (a JSON client with a fixed Idempotency-Key) gets a session of its own.
     let once = match form
         .get("key")
         .map(String::as_str)
         .or_else(|| headers.get("idempotency-key").and_then(|v| v.to_str().ok()))
     {
-        Some(raw) => Some(idempotency_key(Some(raw))?),
+        Some(raw) => {
+            let key = idempotency_key(Some(raw))?;
+            let presented = crate::session::token(&headers).unwrap_or_else(|| session.token.clone());
+            Some(format!("{key}\n{}", presented.expose()))
+        }
         None => None,
     };
-    let address = peer.map(|ip| ip.to_string());
+    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
     if let Attempt::Refused { retry_after } = state
         .login_limiter
         .attempt(address.as_deref(), name)
@@ -113,7 +155,10 @@ async fn login(
         };
         return Ok((StatusCode::UNAUTHORIZED, views::render(&page)?).into_response());
     };
-    let token = state.sessions.login(&session.token, user, once).await?;
+    let token = state
+        .sessions
+        .login(&session.token, user, once.as_deref())
+        .await?;
     let mut resp = if wants_json(&headers) {
         Json(json!({ "user": user.get() })).into_response()
     } else {
@@ -138,4 +183,31 @@ async fn logout(
     };
     resp.extensions_mut().insert(NewToken(guest));
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn the_address_counted_is_the_peer_or_the_proxys_last_entry() {
+        let peer = Some("10.0.0.9".parse().unwrap());
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("6.6.6.6, 203.0.113.7"),
+        );
+        assert_eq!(client_address(peer, &h, false).unwrap(), "10.0.0.9");
+        assert_eq!(client_address(peer, &h, true).unwrap(), "203.0.113.7");
+        h.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
+        assert_eq!(client_address(peer, &h, true).unwrap(), "10.0.0.9");
+        assert_eq!(client_address(None, &HeaderMap::new(), true), None);
+        let a = client_address(Some("2001:db8:1:2:aaaa::1".parse().unwrap()), &h, false);
+        let b = client_address(Some("2001:db8:1:2:bbbb::9".parse().unwrap()), &h, false);
+        assert_eq!(a, b);
+        assert_eq!(a.unwrap(), "2001:db8:1:2::/64");
+        let mapped = client_address(Some("::ffff:192.0.2.1".parse().unwrap()), &h, false);
+        assert_eq!(mapped.unwrap(), "192.0.2.1");
+    }
 }

@@ -58,6 +58,9 @@ pub struct WebConfig {
     pub max_cart_lines: u32,
     /// Login attempts allowed per client address and per account name.
     pub login_limits: LoginLimits,
+    /// The shop sits behind a reverse proxy that appends the client's address to
+    /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
+    pub trust_forwarded_for: bool,
 }
 
 impl Default for WebConfig {
@@ -70,6 +73,7 @@ impl Default for WebConfig {
             rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
+            trust_forwarded_for: false,
         }
     }
 }
@@ -109,6 +113,8 @@ pub struct AppParts {
     pub login_limiter: LoginLimiter,
     /// The shared Redis handle (its circuit breaker's state, for health and metrics).
     pub redis: RedisConn,
+    /// The last `/healthz` answer, reused for a second.
+    pub health: health::HealthCache,
     /// Counters for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// Settings.
@@ -125,6 +131,7 @@ impl AppState {
                 .with_max_lines(config.max_cart_lines),
             login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),
             redis: conn.clone(),
+            health: health::HealthCache::default(),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone()),

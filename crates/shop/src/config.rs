@@ -118,6 +118,10 @@ pub struct ServeArgs {
           default_value_t = shop_cache::login_limit::LoginLimits::default().per_name,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub login_limit_name: u32,
+    /// The shop is behind a reverse proxy that appends the client's address to
+    /// X-Forwarded-For: count login attempts per that address (its last entry).
+    #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
     /// Seconds a cached page is kept.
     #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]

@@ -168,6 +168,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
             per_name: args.login_limit_name,
             ..Default::default()
         },
+        trust_forwarded_for: args.trust_forwarded_for,
     };
     let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
     let metrics = state.metrics.clone();

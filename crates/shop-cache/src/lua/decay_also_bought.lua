@@ -15,7 +15,9 @@ for i = 2, #KEYS do
     redis.call('ZINTERSTORE', KEYS[i], 1, KEYS[i], 'WEIGHTS', weight)
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(0.5')
     halved = halved + 1
+    -- Only forwards: a slow worker still on an older rescale must not mark a list
+    -- as behind a newer one it was already brought to.
+    redis.call('HSET', KEYS[1], item, cur)
   end
-  redis.call('HSET', KEYS[1], item, cur)
 end
 return halved

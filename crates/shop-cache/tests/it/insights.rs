@@ -207,3 +207,32 @@ async fn buyers_are_counted_in_expiring_windows() {
         .unwrap();
     assert_eq!(insights.get(item(4)).await.unwrap().buyers, 2);
 }
+
+#[tokio::test]
+async fn counts_of_the_old_unexpiring_layout_are_removed() {
+    let (server, conn) = redis().await;
+    let insights = Insights::new(conn, keys());
+    let mut raw = server.conn().await;
+    let window = shop_cache::insights::current_window();
+    for key in [
+        "viewers:1".to_owned(),
+        "buyers:1".to_owned(),
+        "viewers:22".to_owned(),
+        format!("viewers:1:{window}"),
+        format!("buyers:1:{window}"),
+    ] {
+        let _: () = redis::cmd("PFADD")
+            .arg(&key)
+            .arg("AAAAAAAAAAAAAAAAAAAAAA")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    assert_eq!(insights.remove_unwindowed_counts().await.unwrap(), 3);
+    let mut left: Vec<String> = raw.keys("*").await.unwrap();
+    left.sort();
+    assert_eq!(
+        left,
+        vec![format!("buyers:1:{window}"), format!("viewers:1:{window}")]
+    );
+}
