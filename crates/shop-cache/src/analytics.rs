@@ -140,7 +140,10 @@ impl Daemon for Rescaler {
                 .remove_unwindowed_counts()
                 .await?;
             if removed > 0 {
-                tracing::info!(removed, "removed insight counts of the old, unexpiring layout");
+                tracing::info!(
+                    removed,
+                    "removed insight counts of the old, unexpiring layout"
+                );
             }
             self.upgraded = true;
         }

@@ -196,7 +196,10 @@ impl Insights {
                     })
                     .collect();
                 if !old.is_empty() {
-                    let n: u64 = redis::cmd("UNLINK").arg(&old).query_async(&mut conn).await?;
+                    let n: u64 = redis::cmd("UNLINK")
+                        .arg(&old)
+                        .query_async(&mut conn)
+                        .await?;
                     removed += n;
                 }
                 if next == 0 {

@@ -1,10 +1,14 @@
-//! A private database per test: a SQLite file, or a fresh PostgreSQL database.
+//! A private database per test: a SQLite file, or a fresh PostgreSQL database; and
+//! SQLite's write lock held as another process would hold it.
 
+use std::thread;
 use std::time::Duration;
 
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tempfile::TempDir;
+use tokio::sync::oneshot;
 
 /// The environment variable naming the PostgreSQL server tests create databases on.
 pub const POSTGRES_ENV: &str = "SHOP_TEST_POSTGRES_URL";
@@ -95,6 +99,109 @@ impl TestDb {
     /// `"sqlite"` or `"postgres"`, for assertion messages.
     pub fn kind(&self) -> &'static str {
         self.kind
+    }
+
+    /// Takes this SQLite database's write lock from a connection of its own, as
+    /// another process writing would, and holds it until the guard is released or
+    /// dropped. Returns once the lock is held. For tests without a runtime: from
+    /// async code use [`TestDb::hold_write_lock_async`] (this one panics there).
+    pub fn hold_write_lock(&self) -> SqliteWriteLock {
+        let (lock, taken) = SqliteWriteLock::start(self.sqlite_path());
+        lock.wait(taken.blocking_recv())
+    }
+
+    /// [`TestDb::hold_write_lock`] for async tests: waits for the lock without
+    /// blocking the test's runtime.
+    pub async fn hold_write_lock_async(&self) -> SqliteWriteLock {
+        let (lock, taken) = SqliteWriteLock::start(self.sqlite_path());
+        lock.wait(taken.await)
+    }
+
+    fn sqlite_path(&self) -> String {
+        assert_eq!(self.kind, "sqlite", "a write lock is for a SQLite database");
+        self.url
+            .strip_prefix("sqlite:")
+            .expect("a SQLite URL")
+            .to_owned()
+    }
+}
+
+/// SQLite's write lock (`BEGIN IMMEDIATE`) held by a connection outside the code
+/// under test, until [`SqliteWriteLock::release`] or drop rolls it back.
+///
+/// The connection lives on a thread with a runtime of its own, so the lock is the
+/// same from a test without a runtime (the drills) and from an async test on any
+/// runtime: holding it never depends on the test's runtime making progress.
+pub struct SqliteWriteLock {
+    release: Option<oneshot::Sender<()>>,
+    holder: Option<thread::JoinHandle<()>>,
+}
+
+impl SqliteWriteLock {
+    /// Starts the holder; the receiver hears when the lock is taken.
+    fn start(path: String) -> (Self, oneshot::Receiver<()>) {
+        let (taken_tx, taken_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel::<()>();
+        let holder = thread::Builder::new()
+            .name("sqlite-write-lock".to_owned())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for the write lock's connection");
+                rt.block_on(async move {
+                    let options = SqliteConnectOptions::new().filename(&path);
+                    let mut conn = SqliteConnection::connect_with(&options)
+                        .await
+                        .unwrap_or_else(|e| panic!("connect to {path}: {e}"));
+                    sqlx::query("BEGIN IMMEDIATE")
+                        .execute(&mut conn)
+                        .await
+                        .expect("take SQLite's write lock");
+                    let _ = taken_tx.send(());
+                    // Released, or the guard is gone: either way, let go.
+                    let _ = release_rx.await;
+                    sqlx::query("ROLLBACK")
+                        .execute(&mut conn)
+                        .await
+                        .expect("release SQLite's write lock");
+                    let _ = conn.close().await;
+                });
+            })
+            .expect("spawn the write lock's thread");
+        let lock = Self {
+            release: Some(release_tx),
+            holder: Some(holder),
+        };
+        (lock, taken_rx)
+    }
+
+    /// The lock once taken, or the holder's panic (it could not take it).
+    fn wait(mut self, taken: Result<(), oneshot::error::RecvError>) -> Self {
+        if taken.is_err() {
+            if let Some(Err(panic)) = self.holder.take().map(thread::JoinHandle::join) {
+                std::panic::resume_unwind(panic);
+            }
+            panic!("the write lock's thread ended without taking the lock");
+        }
+        self
+    }
+
+    /// Rolls back and returns once the lock is gone (a rollback: milliseconds, on
+    /// the holder's thread). Dropping the guard does the same.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for SqliteWriteLock {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(Err(panic)) = self.holder.take().map(thread::JoinHandle::join)
+            && !thread::panicking()
+        {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 

@@ -5,9 +5,10 @@
 //! test therefore cannot see another test's keys, nor the Redis on port 6379.
 //! [`TestDb`] gives a test its own database: a SQLite file in a temporary directory,
 //! or a PostgreSQL database created for it on the local server and dropped after.
+//! [`SqliteWriteLock`] holds a SQLite file's write lock as another process would.
 
 mod database;
 mod redis_server;
 
-pub use database::TestDb;
+pub use database::{SqliteWriteLock, TestDb};
 pub use redis_server::TestRedis;

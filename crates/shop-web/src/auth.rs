@@ -124,7 +124,8 @@ async fn login(
     {
         Some(raw) => {
             let key = idempotency_key(Some(raw))?;
-            let presented = crate::session::token(&headers).unwrap_or_else(|| session.token.clone());
+            let presented =
+                crate::session::token(&headers).unwrap_or_else(|| session.token.clone());
             Some(format!("{key}\n{}", presented.expose()))
         }
         None => None,

@@ -23,8 +23,8 @@
 //! takes the database's write connection for a moment: unthrottled, a flood of
 //! health checks would crowd out checkouts.
 
-use std::time::Instant;
 use std::time::Duration;
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};

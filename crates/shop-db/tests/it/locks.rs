@@ -73,16 +73,7 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
 
     // "Another process": a connection of its own, outside the shop's pools, holding
     // SQLite's write lock.
-    let path = test_db.url().strip_prefix("sqlite:").unwrap();
-    let mut other = sqlx::SqliteConnection::connect_with(
-        &sqlx::sqlite::SqliteConnectOptions::new().filename(path),
-    )
-    .await
-    .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let lock = test_db.hold_write_lock_async().await;
 
     let checkout = {
         let db = db.clone();
@@ -119,7 +110,7 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
     unavailable("flash purchase", outcome, took);
 
     // The lock goes; writing works again, and nothing half-done was left behind.
-    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    lock.release();
     db.probe_write().await.unwrap();
     assert!(matches!(
         db.checkout(user, &[(item(2), 1)], "k1", NOW).await.unwrap(),

@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Instant;
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Method, Request, header};
 use http_body_util::BodyExt;
@@ -24,17 +23,12 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
 use shop_cache::session::{SessionToken, Sessions};
-use shop_db::Db;
-use shop_db::inventory::Sale;
-use shop_testkit::{TestDb, TestRedis};
-use shop_web::{AppState, WebConfig};
-use tower::ServiceExt;
+use shop_web::WebConfig;
+
+use crate::support::{App, ITEMS, RedisWaits};
 
 /// Cases per run: about 2,000 keeps the test well under a minute in a debug build.
 const CASES: u32 = 2_000;
-
-/// Items in the catalogue; ids above it are unknown items.
-const ITEMS: u64 = 30;
 
 /// The item on flash sale (and with a cached inventory row).
 const SALE_ITEM: u64 = 2;
@@ -522,10 +516,7 @@ fn bookkeeping(key: &str) -> bool {
 }
 
 struct Shop {
-    _redis: TestRedis,
-    _db_dir: TestDb,
-    db: Db,
-    app: Router,
+    app: App,
     raw: redis::aio::MultiplexedConnection,
     /// For the test's own sessions, beside the router's.
     sessions: Sessions,
@@ -540,40 +531,29 @@ struct Shop {
 
 impl Shop {
     async fn start() -> Self {
-        let redis = TestRedis::start();
-        let conn = shop_cache::connect(&redis.url()).await.unwrap();
-        let test_db = TestDb::sqlite();
-        let db = Db::connect(test_db.url()).await.unwrap();
-        db.seed(ITEMS, 1, &|_| {}).await.unwrap();
+        let app = App::start(RedisWaits::Shop, WebConfig::default()).await;
         let mut user_id = None;
         for u in 0..USERS {
-            let id = db.create_user(&format!("fuzz{u}"), PASSWORD).await.unwrap();
+            let id = app
+                .db
+                .create_user(&format!("fuzz{u}"), PASSWORD)
+                .await
+                .unwrap();
             user_id = user_id.or(id);
         }
+        app.start_sale(SALE_ITEM, 5, 100).await;
         let sale_item = ItemId::new(SALE_ITEM).unwrap();
-        let now = shop_db::unix_now();
-        let sale = Sale {
-            stock: 5,
-            price_cents: 100,
-            start: now - 60,
-            end: now + 3_600,
-        };
-        assert!(db.set_sale(sale_item, sale).await.unwrap());
-        let mut raw = redis.conn().await;
-        let row = db.inventory_json(sale_item).await.unwrap().unwrap();
+        let mut raw = app.redis.conn().await;
+        let row = app.db.inventory_json(sale_item).await.unwrap().unwrap();
         let _: () = redis::cmd("SET")
             .arg(Keys::default().inventory(sale_item))
             .arg(row)
             .query_async(&mut raw)
             .await
             .unwrap();
-        let sessions = Sessions::new(conn.clone(), Keys::default());
-        let state = AppState::new(db.clone(), conn, Keys::default(), WebConfig::default());
+        let sessions = Sessions::new(app.conn.clone(), Keys::default());
         Self {
-            _redis: redis,
-            _db_dir: test_db,
-            db,
-            app: shop_web::router(state),
+            app,
             raw,
             sessions,
             user_id: user_id.unwrap(),
@@ -585,7 +565,7 @@ impl Shop {
     }
 
     async fn send(&self, req: Request<Body>) -> (u16, Vec<u8>) {
-        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let resp = self.app.send(req).await;
         let status = resp.status().as_u16();
         let body = resp
             .into_body()
@@ -760,7 +740,7 @@ impl Shop {
             }
         }
         let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
-            .fetch_one(self.db.pool())
+            .fetch_one(self.app.db.pool())
             .await
             .unwrap();
         Snapshot { redis, orders }

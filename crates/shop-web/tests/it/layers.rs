@@ -9,26 +9,14 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use axum::response::Response;
 use axum::routing::get;
-use http_body_util::BodyExt;
-use shop_cache::keys::Keys;
-use shop_db::Db;
-use shop_testkit::{TestDb, TestRedis};
+use shop_testkit::TestRedis;
+use shop_web::WebConfig;
 use shop_web::http_limits::{self, HttpLimits};
-use shop_web::{AppState, WebConfig};
-use tower::ServiceExt;
+
+use crate::support::{App, PASSWORD, RedisWaits, cookie_of, form_post, json, send, text};
 
 const PANIC_TEXT: &str = "the secret detail of a bug";
-
-async fn send(app: &Router, req: Request<Body>) -> Response {
-    app.clone().oneshot(req).await.unwrap()
-}
-
-async fn text(resp: Response) -> String {
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 fn get_json(uri: &str) -> Request<Body> {
     Request::get(uri)
@@ -64,7 +52,7 @@ async fn a_panicking_handler_answers_the_generic_500_and_never_the_panic_text() 
 
     let resp = send(&app, get_json("/boom")).await;
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    let body = json(resp).await;
     assert_eq!(
         body,
         serde_json::json!({"error": "internal", "message": "something went wrong on our side"})
@@ -97,41 +85,13 @@ async fn a_slow_handler_answers_the_timeout_status_promptly() {
         took >= Duration::from_millis(200) && took < Duration::from_secs(2),
         "answered after {took:?}"
     );
-    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    let body = json(resp).await;
     assert_eq!(body["error"], "timeout", "{body}");
 }
 
 /// The real router over its own Redis and SQLite file.
-struct Shop {
-    redis: TestRedis,
-    _db_dir: TestDb,
-    db: Db,
-    app: Router,
-}
-
-async fn shop() -> Shop {
-    let redis = TestRedis::start();
-    let conn = shop_cache::connect(&redis.url()).await.unwrap();
-    let test_db = TestDb::sqlite();
-    let db = Db::connect(test_db.url()).await.unwrap();
-    db.seed(30, 1, &|_| {}).await.unwrap();
-    let state = AppState::new(db.clone(), conn, Keys::default(), WebConfig::default());
-    Shop {
-        redis,
-        _db_dir: test_db,
-        db,
-        app: shop_web::router(state),
-    }
-}
-
-/// The `name=value` of the session cookie a response sets.
-fn cookie_of(resp: &Response) -> Option<String> {
-    resp.headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("shop_session="))
-        .map(|v| v.split(';').next().unwrap().to_owned())
+async fn shop() -> App {
+    App::start(RedisWaits::Shop, WebConfig::default()).await
 }
 
 /// Every key in Redis with its serialised value, to compare before and after.
@@ -160,10 +120,7 @@ async fn redis_snapshot(redis: &TestRedis) -> Vec<(String, Vec<u8>)> {
 }
 
 fn cart_post(cookie: &str, body: Body, length: Option<usize>) -> Request<Body> {
-    let mut req = Request::post("/cart")
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::ACCEPT, "application/json")
-        .header(header::COOKIE, cookie);
+    let mut req = form_post("/cart", Some(cookie), true);
     if let Some(length) = length {
         req = req.header(header::CONTENT_LENGTH, length);
     }
@@ -173,19 +130,21 @@ fn cart_post(cookie: &str, body: Body, length: Option<usize>) -> Request<Body> {
 #[tokio::test]
 async fn a_one_mebibyte_cart_post_is_refused_and_changes_nothing() {
     let shop = shop().await;
-    let cookie = cookie_of(&send(&shop.app, get_json("/api/me")).await).unwrap();
+    let cookie = cookie_of(&shop.send(get_json("/api/me")).await).unwrap();
     let mut form = String::from("item=5&count=2&pad=");
     form.push_str(&"x".repeat(1024 * 1024));
 
     // Declared size: refused before any handler, session lookup or Redis call.
     let before = redis_snapshot(&shop.redis).await;
-    let resp = send(
-        &shop.app,
-        cart_post(&cookie, Body::from(form.clone()), Some(form.len())),
-    )
-    .await;
+    let resp = shop
+        .send(cart_post(
+            &cookie,
+            Body::from(form.clone()),
+            Some(form.len()),
+        ))
+        .await;
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    let body: serde_json::Value = serde_json::from_str(&text(resp).await).unwrap();
+    let body = json(resp).await;
     assert_eq!(body["error"], "too_large", "{body}");
     assert_eq!(
         redis_snapshot(&shop.redis).await,
@@ -199,35 +158,23 @@ async fn a_one_mebibyte_cart_post_is_refused_and_changes_nothing() {
         .chunks(16 * 1024)
         .map(|c| Ok(String::from_utf8(c.to_vec()).unwrap()))
         .collect();
-    let resp = send(
-        &shop.app,
-        cart_post(
+    let resp = shop
+        .send(cart_post(
             &cookie,
             Body::from_stream(futures::stream::iter(chunks)),
             None,
-        ),
-    )
-    .await;
+        ))
+        .await;
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    let me: serde_json::Value =
-        serde_json::from_str(&text(send(&shop.app, cart_req_me(&cookie)).await).await).unwrap();
+    let me = shop.me(&cookie).await;
     assert_eq!(me["cart"]["lines"], serde_json::json!([]), "{me}");
 
     // A normal form still works.
     let small = "item=5&count=2";
-    let resp = send(
-        &shop.app,
-        cart_post(&cookie, Body::from(small), Some(small.len())),
-    )
-    .await;
+    let resp = shop
+        .send(cart_post(&cookie, Body::from(small), Some(small.len())))
+        .await;
     assert_eq!(resp.status(), StatusCode::OK, "{}", text(resp).await);
-}
-
-fn cart_req_me(cookie: &str) -> Request<Body> {
-    Request::get("/api/me")
-        .header(header::COOKIE, cookie)
-        .body(Body::empty())
-        .unwrap()
 }
 
 /// A log writer into a shared buffer.
@@ -271,11 +218,11 @@ async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
 
     let shop = shop().await;
     shop.db
-        .create_user("dora", "secret-pw")
+        .create_user("dora", PASSWORD)
         .await
         .unwrap()
         .unwrap();
-    let guest = cookie_of(&send(&shop.app, get_json("/api/me")).await).unwrap();
+    let guest = cookie_of(&shop.send(get_json("/api/me")).await).unwrap();
     let mut requests = vec![
         Request::get("/cart?coupon=query-secret"),
         Request::get("/items/3"),
@@ -298,28 +245,13 @@ async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
             .header(header::COOKIE, &guest)
             .body(Body::from(body))
             .unwrap();
-        send(&shop.app, req).await;
+        shop.send(req).await;
     }
-    let login = "name=dora&password=secret-pw";
-    let resp = send(
-        &shop.app,
-        Request::post("/login")
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(header::COOKIE, &guest)
-            .body(Body::from(login))
-            .unwrap(),
-    )
-    .await;
+    let login = format!("name=dora&password={PASSWORD}");
+    let resp = shop.post("/login", Some(&guest), &login, false).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     let user = cookie_of(&resp).expect("login issues a new token");
-    send(
-        &shop.app,
-        Request::get("/account")
-            .header(header::COOKIE, &user)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    shop.get("/account", Some(&user)).await;
 
     let log = capture.text();
     for cookie in [&guest, &user] {

@@ -5,3 +5,4 @@ mod fuzz;
 mod layers;
 mod page_cache;
 mod routes;
+mod support;

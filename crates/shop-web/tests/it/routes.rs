@@ -1,138 +1,30 @@
 //! The whole router, without a socket: every route, cookies, forms, login, checkout,
 //! errors, and Redis going away. Each test has its own redis-server and SQLite file.
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
-use http_body_util::BodyExt;
 use redis::AsyncCommands;
-use shop_cache::keys::Keys;
 use shop_cache::session::SessionToken;
-use shop_db::Db;
-use shop_testkit::{TestDb, TestRedis};
-use shop_web::{AppState, WebConfig};
-use tower::ServiceExt;
+use shop_web::WebConfig;
 
-struct App {
-    redis: TestRedis,
-    _db_dir: TestDb,
-    db: Db,
-    app: Router,
-}
-
-async fn app_with(config: WebConfig) -> App {
-    let redis = TestRedis::start();
-    let quick = redis::aio::ConnectionManagerConfig::new()
-        .set_response_timeout(Some(std::time::Duration::from_millis(300)))
-        .set_connection_timeout(Some(std::time::Duration::from_millis(200)))
-        .set_number_of_retries(1);
-    let conn = shop_cache::connect_with(&redis.url(), quick).await.unwrap();
-    let test_db = TestDb::sqlite();
-    let db = Db::connect(test_db.url()).await.unwrap();
-    db.seed(30, 1, &|_| {}).await.unwrap();
-    let state = AppState::new(db.clone(), conn, Keys::default(), config);
-    App {
-        redis,
-        _db_dir: test_db,
-        db,
-        app: shop_web::router(state),
-    }
-}
-
-async fn app() -> App {
-    app_with(WebConfig::default()).await
-}
-
-impl App {
-    async fn send(&self, req: Request<Body>) -> Response {
-        self.app.clone().oneshot(req).await.unwrap()
-    }
-
-    async fn get(&self, uri: &str, cookie: Option<&str>) -> Response {
-        let mut req = Request::get(uri);
-        if let Some(c) = cookie {
-            req = req.header(header::COOKIE, c);
-        }
-        self.send(req.body(Body::empty()).unwrap()).await
-    }
-
-    async fn post(&self, uri: &str, cookie: Option<&str>, form: &str, json: bool) -> Response {
-        let mut req =
-            Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-        if let Some(c) = cookie {
-            req = req.header(header::COOKIE, c);
-        }
-        if json {
-            req = req.header(header::ACCEPT, "application/json");
-        }
-        self.send(req.body(Body::from(form.to_owned())).unwrap())
-            .await
-    }
-
-    /// A new visitor's cookie, as the shop issues it.
-    async fn visitor(&self) -> String {
-        let resp = self.get("/", None).await;
-        cookie_of(&resp).expect("a new visitor gets a cookie")
-    }
-
-    /// A cookie logged in as a new user `name`.
-    async fn logged_in(&self, name: &str) -> String {
-        self.db
-            .create_user(name, "secret-pw")
-            .await
-            .unwrap()
-            .unwrap();
-        let guest = self.visitor().await;
-        let resp = self
-            .post(
-                "/login",
-                Some(&guest),
-                &format!("name={name}&password=secret-pw"),
-                false,
-            )
-            .await;
-        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
-        cookie_of(&resp).expect("login issues a new cookie")
-    }
-
-    async fn me(&self, cookie: &str) -> serde_json::Value {
-        json(self.get("/api/me", Some(cookie)).await).await
-    }
-}
-
-/// The `name=value` of the session cookie a response sets.
-fn cookie_of(resp: &Response) -> Option<String> {
-    resp.headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("shop_session="))
-        .map(|v| v.split(';').next().unwrap().to_owned())
-}
-
-async fn text(resp: Response) -> String {
-    String::from_utf8(
-        resp.into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap()
-}
-
-async fn json(resp: Response) -> serde_json::Value {
-    let body = text(resp).await;
-    serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"))
-}
+use crate::support::{App, app, app_with, cookie_of, json, text};
 
 fn content_type(resp: &Response) -> &str {
     resp.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
+}
+
+/// A guest cookie with two of item 7 in its cart, about to log in to the new
+/// account `name` (password `right-pw`).
+async fn guest_with_two_of_item_7(app: &App, name: &str) -> String {
+    app.db.create_user(name, "right-pw").await.unwrap().unwrap();
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=7&count=2", false)
+        .await;
+    guest
 }
 
 #[tokio::test]
@@ -386,14 +278,7 @@ async fn cross_site_posts_are_refused() {
 #[tokio::test]
 async fn login_rotates_the_token_and_keeps_the_cart() {
     let app = app().await;
-    app.db
-        .create_user("walt", "right-pw")
-        .await
-        .unwrap()
-        .unwrap();
-    let guest = app.visitor().await;
-    app.post("/cart", Some(&guest), "item=7&count=2", false)
-        .await;
+    let guest = guest_with_two_of_item_7(&app, "walt").await;
 
     let wrong = app
         .post("/login", Some(&guest), "name=walt&password=nope", false)
@@ -797,14 +682,7 @@ async fn random_query_parameters_do_not_bust_the_item_page_cache() {
 #[tokio::test]
 async fn next_must_be_a_path_on_this_site() {
     let app = app().await;
-    app.db
-        .create_user("nina", "right-pw")
-        .await
-        .unwrap()
-        .unwrap();
-    let guest = app.visitor().await;
-    app.post("/cart", Some(&guest), "item=7&count=2", false)
-        .await;
+    let guest = guest_with_two_of_item_7(&app, "nina").await;
     for next in [
         "%2F%09%2Fevil.host%2Fx",
         "%2F%0A%2Fevil.host",
@@ -830,14 +708,7 @@ async fn next_must_be_a_path_on_this_site() {
 #[tokio::test]
 async fn a_double_submitted_login_form_gives_both_answers_the_same_session() {
     let app = app().await;
-    app.db
-        .create_user("olga", "right-pw")
-        .await
-        .unwrap()
-        .unwrap();
-    let guest = app.visitor().await;
-    app.post("/cart", Some(&guest), "item=7&count=2", false)
-        .await;
+    let guest = guest_with_two_of_item_7(&app, "olga").await;
     let form = text(app.get("/login", Some(&guest)).await).await;
     let key = form
         .split("name=\"key\" value=\"")
@@ -899,10 +770,12 @@ async fn login_attempts_are_limited_with_429_before_any_hashing() {
             .await;
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     }
+    let checks = app.db.password_checks();
     let resp = app
         .post("/login", Some(&guest), "name=pat&password=right-pw", true)
         .await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(app.db.password_checks(), checks, "refused before hashing");
     let wait: u64 = resp.headers()[header::RETRY_AFTER]
         .to_str()
         .unwrap()

@@ -27,32 +27,6 @@ struct Sample {
     status: u16,
 }
 
-/// A probe thread: calls `send` in a loop until `until`, recording each answer.
-fn probe(
-    kind: &'static str,
-    start: Instant,
-    until: Instant,
-    samples: Arc<Mutex<Vec<Sample>>>,
-    pause: Duration,
-    mut send: impl FnMut(u64) -> Reply + Send + 'static,
-) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        let mut n = 0;
-        while Instant::now() < until {
-            let began = Instant::now();
-            let reply = send(n);
-            samples.lock().unwrap().push(Sample {
-                kind,
-                at: began - start,
-                took: began.elapsed(),
-                status: reply.status,
-            });
-            n += 1;
-            thread::sleep(pause);
-        }
-    })
-}
-
 /// Percentile of latencies in milliseconds.
 fn pct(samples: &[&Sample], p: f64) -> f64 {
     if samples.is_empty() {
@@ -89,29 +63,92 @@ fn summary(all: &[Sample], kind: &str, from: Duration, to: Duration) -> String {
     )
 }
 
-/// `shop load` against `addr` for `secs` seconds in the background.
-fn background_load(shop: &TestShop, addr: &str, secs: u64) -> Child {
-    let mut cmd: Command = shop.command();
-    cmd.args([
-        "load",
-        "--target",
-        addr,
-        "--duration",
-        &secs.to_string(),
-        "--connections",
-        "8",
-        "--rate",
-        "200",
-        "--items",
-        "200",
-        "--quiet",
-    ]);
-    cmd.spawn().unwrap()
+/// One drill: its clock, `shop load` in the background, and the probes, each
+/// recording its answers until the drill ends.
+struct Drill {
+    start: Instant,
+    end_at: Duration,
+    addr: String,
+    load: Child,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    probes: Vec<thread::JoinHandle<()>>,
 }
 
-fn load_report(child: Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+impl Drill {
+    /// Starts the clock, and `shop load` against `addr` until `end_at`.
+    fn start(shop: &TestShop, addr: &str, end_at: Duration) -> Self {
+        let start = Instant::now();
+        let mut cmd: Command = shop.command();
+        cmd.args([
+            "load",
+            "--target",
+            addr,
+            "--duration",
+            &end_at.as_secs().to_string(),
+            "--connections",
+            "8",
+            "--rate",
+            "200",
+            "--items",
+            "200",
+            "--quiet",
+        ]);
+        Self {
+            start,
+            end_at,
+            addr: addr.to_owned(),
+            load: cmd.spawn().unwrap(),
+            samples: Arc::default(),
+            probes: Vec::new(),
+        }
+    }
+
+    /// A probe thread: calls `send` (with the shop's address and a counter), then
+    /// sleeps `pause`, until the drill ends, recording each answer.
+    fn probe(
+        &mut self,
+        kind: &'static str,
+        pause: Duration,
+        mut send: impl FnMut(&str, u64) -> Reply + Send + 'static,
+    ) {
+        let (start, until) = (self.start, self.start + self.end_at);
+        let (addr, samples) = (self.addr.clone(), self.samples.clone());
+        self.probes.push(thread::spawn(move || {
+            let mut n = 0;
+            while Instant::now() < until {
+                let began = Instant::now();
+                let reply = send(&addr, n);
+                samples.lock().unwrap().push(Sample {
+                    kind,
+                    at: began - start,
+                    took: began.elapsed(),
+                    status: reply.status,
+                });
+                n += 1;
+                thread::sleep(pause);
+            }
+        }));
+    }
+
+    /// Time on the drill's clock.
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Sleeps until `at` on the drill's clock.
+    fn sleep_until(&self, at: Duration) {
+        thread::sleep(at.saturating_sub(self.elapsed()));
+    }
+
+    /// Waits for the probes and the load to end: every sample, and the load's report.
+    fn finish(self) -> (Vec<Sample>, String) {
+        for p in self.probes {
+            p.join().unwrap();
+        }
+        let out = self.load.wait_with_output().unwrap();
+        let all = self.samples.lock().unwrap().clone();
+        (all, String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }
 
 /// Views items 1..=n twice, so they rank in `viewed:` and their pages get cached.
@@ -132,65 +169,41 @@ fn redis_stopped_for_five_seconds() {
     let (child, addr) = shop.serve(&[]);
     warm_item_pages(&addr, 20);
 
-    let start = Instant::now();
     let (down_at, up_at, end_at) = (
         Duration::from_secs(3),
         Duration::from_secs(8),
         Duration::from_secs(12),
     );
-    let until = start + end_at;
-    let load = background_load(&shop, &addr, end_at.as_secs());
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let mut probes = Vec::new();
+    let mut drill = Drill::start(&shop, &addr, end_at);
     for p in 0..2u64 {
-        let a = addr.clone();
-        probes.push(probe(
-            "page",
-            start,
-            until,
-            samples.clone(),
-            Duration::from_millis(5),
-            move |n| {
-                request(
-                    &a,
-                    "GET",
-                    &format!("/items/{}", 1 + (n + p * 7) % 20),
-                    None,
-                    None,
-                )
-            },
-        ));
+        drill.probe("page", Duration::from_millis(5), move |a, n| {
+            request(
+                a,
+                "GET",
+                &format!("/items/{}", 1 + (n + p * 7) % 20),
+                None,
+                None,
+            )
+        });
     }
-    let a = addr.clone();
     let mut cookie: Option<String> = None;
-    probes.push(probe(
-        "cart",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(10),
-        move |n| {
-            let form = format!("item={}&count=1", 1 + n % 5);
-            let reply = request(&a, "POST", "/cart", cookie.as_deref(), Some(&form));
-            if let Some(c) = reply.session_cookie() {
-                cookie = Some(c);
-            }
-            reply
-        },
-    ));
+    drill.probe("cart", Duration::from_millis(10), move |a, n| {
+        let form = format!("item={}&count=1", 1 + n % 5);
+        let reply = request(a, "POST", "/cart", cookie.as_deref(), Some(&form));
+        if let Some(c) = reply.session_cookie() {
+            cookie = Some(c);
+        }
+        reply
+    });
 
-    thread::sleep(down_at.saturating_sub(start.elapsed()));
+    drill.sleep_until(down_at);
     shop.redis.kill();
-    thread::sleep(up_at.saturating_sub(start.elapsed()));
+    drill.sleep_until(up_at);
     shop.redis.restart();
-    let restarted = start.elapsed();
-    for p in probes {
-        p.join().unwrap();
-    }
-    let report = load_report(load);
+    let restarted = drill.elapsed();
+    let (all, report) = drill.finish();
     assert!(stop(child).success());
 
-    let all = samples.lock().unwrap().clone();
     // Requests that started during the outage, less its first half second (requests
     // in flight when Redis died wait out their own command) and its last second (a
     // request started then may be answered after Redis is back).
@@ -258,61 +271,6 @@ fn redis_stopped_for_five_seconds() {
     );
 }
 
-/// Holds SQLite's write lock (`BEGIN IMMEDIATE`) from another connection, as another
-/// process writing would, until dropped.
-struct WriteLock {
-    release: Option<std::sync::mpsc::Sender<()>>,
-    holder: Option<thread::JoinHandle<()>>,
-}
-
-impl WriteLock {
-    fn take(db_url: &str) -> Self {
-        let path = db_url
-            .strip_prefix("sqlite://")
-            .or_else(|| db_url.strip_prefix("sqlite:"))
-            .unwrap()
-            .split('?')
-            .next()
-            .unwrap()
-            .to_owned();
-        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
-        let (release, release_rx) = std::sync::mpsc::channel::<()>();
-        let holder = thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                use sqlx::Connection;
-                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
-                    .await
-                    .unwrap();
-                sqlx::query("BEGIN IMMEDIATE")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                taken_tx.send(()).unwrap();
-                let _ = tokio::task::spawn_blocking(move || release_rx.recv()).await;
-                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
-            });
-        });
-        taken_rx.recv().unwrap();
-        Self {
-            release: Some(release),
-            holder: Some(holder),
-        }
-    }
-}
-
-impl Drop for WriteLock {
-    fn drop(&mut self) {
-        drop(self.release.take());
-        if let Some(h) = self.holder.take() {
-            let _ = h.join();
-        }
-    }
-}
-
 #[test]
 fn database_write_locked_for_twenty_seconds() {
     let shop = TestShop::seeded("200");
@@ -359,92 +317,50 @@ fn database_write_locked_for_twenty_seconds() {
         thread::sleep(Duration::from_millis(100));
     }
 
-    let start = Instant::now();
     let (lock_at, unlock_at, end_at) = (
         Duration::from_secs(2),
         Duration::from_secs(22),
         Duration::from_secs(25),
     );
-    let until = start + end_at;
-    let load = background_load(&shop, &addr, end_at.as_secs());
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let mut probes = Vec::new();
-    let a = addr.clone();
-    probes.push(probe(
-        "page",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(5),
-        move |n| request(&a, "GET", &format!("/items/{}", 1 + n % 20), None, None),
-    ));
-    let a = addr.clone();
-    probes.push(probe(
-        "uncached",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(20),
-        move |n| request(&a, "GET", &format!("/items/{}", 100 + n % 100), None, None),
-    ));
-    let a = addr.clone();
-    probes.push(probe(
-        "inventory",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(10),
-        move |_| request(&a, "GET", "/api/inventory/1", None, None),
-    ));
-    let a = addr.clone();
+    let mut drill = Drill::start(&shop, &addr, end_at);
+    drill.probe("page", Duration::from_millis(5), |a, n| {
+        request(a, "GET", &format!("/items/{}", 1 + n % 20), None, None)
+    });
+    drill.probe("uncached", Duration::from_millis(20), |a, n| {
+        request(a, "GET", &format!("/items/{}", 100 + n % 100), None, None)
+    });
+    drill.probe("inventory", Duration::from_millis(10), |a, _| {
+        request(a, "GET", "/api/inventory/1", None, None)
+    });
     let c = alice.clone();
-    probes.push(probe(
-        "checkout",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(200),
-        move |n| {
-            let form = format!("key=drill-{n}");
-            let reply = request(&a, "POST", "/checkout", Some(&c), Some(&form));
-            // Put something back in the cart, so the next checkout has work to do.
-            request(&a, "POST", "/cart", Some(&c), Some("item=3&count=1"));
-            reply
-        },
-    ));
-    let a = addr.clone();
-    probes.push(probe(
-        "buy",
-        start,
-        until,
-        samples.clone(),
-        Duration::from_millis(200),
-        move |n| {
-            let key = format!("buy-{n}");
-            request_with(
-                &a,
-                "POST",
-                "/api/flash/1/buy",
-                Some(&alice),
-                Some(""),
-                &[("Idempotency-Key", &key)],
-            )
-        },
-    ));
+    drill.probe("checkout", Duration::from_millis(200), move |a, n| {
+        let form = format!("key=drill-{n}");
+        let reply = request(a, "POST", "/checkout", Some(&c), Some(&form));
+        // Put something back in the cart, so the next checkout has work to do.
+        request(a, "POST", "/cart", Some(&c), Some("item=3&count=1"));
+        reply
+    });
+    drill.probe("buy", Duration::from_millis(200), move |a, n| {
+        let key = format!("buy-{n}");
+        request_with(
+            a,
+            "POST",
+            "/api/flash/1/buy",
+            Some(&alice),
+            Some(""),
+            &[("Idempotency-Key", &key)],
+        )
+    });
 
-    thread::sleep(lock_at.saturating_sub(start.elapsed()));
-    let lock = WriteLock::take(shop.db.url());
-    let locked = start.elapsed();
-    thread::sleep(unlock_at.saturating_sub(start.elapsed()));
-    drop(lock);
-    let unlocked = start.elapsed();
-    for p in probes {
-        p.join().unwrap();
-    }
-    let report = load_report(load);
+    drill.sleep_until(lock_at);
+    let lock = shop.db.hold_write_lock();
+    let locked = drill.elapsed();
+    drill.sleep_until(unlock_at);
+    lock.release();
+    let unlocked = drill.elapsed();
+    let (all, report) = drill.finish();
     assert!(stop(child).success());
 
-    let all = samples.lock().unwrap().clone();
     // Requests started while the lock was held, less the last 3 s (a write started
     // then waits its ~2 s and may find the lock gone).
     let during = (
