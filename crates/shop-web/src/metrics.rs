@@ -190,9 +190,17 @@ pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> 
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let sessions = state.sessions.count().await.ok();
     let lag = state.rows.lag().await.ok().flatten();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(sessions, lag),
-    )
-        .into_response()
+    let mut out = state.metrics.render(sessions, lag);
+    // The Redis handle's circuit breaker (see shop_cache::connection).
+    let redis = &state.redis;
+    let _ = writeln!(
+        out,
+        "# TYPE shop_redis_failing_fast gauge\nshop_redis_failing_fast {}\n\
+         # TYPE shop_redis_breaker_trips_total counter\nshop_redis_breaker_trips_total {}\n\
+         # TYPE shop_redis_fast_failures_total counter\nshop_redis_fast_failures_total {}",
+        u8::from(redis.is_failing_fast()),
+        redis.trips(),
+        redis.fast_failures(),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -491,6 +491,13 @@ async fn with_redis_down_pages_render_and_writes_say_503() {
         app.get("/healthz", None).await.status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
+    // The breaker says so on /metrics.
+    let metrics = text(app.get("/metrics", None).await).await;
+    assert!(metrics.contains("shop_redis_failing_fast 1"), "{metrics}");
+    assert!(
+        metrics.contains("shop_redis_breaker_trips_total 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -677,6 +684,17 @@ async fn random_query_parameters_do_not_bust_the_item_page_cache() {
     }
     let pages: Vec<String> = app.redis.conn().await.keys("cache:*").await.unwrap();
     assert_eq!(pages.len(), 1, "{pages:?}");
+    // The flash-sale shell reads no parameter either.
+    assert_eq!(
+        app.get("/flash?r=a", None).await.headers()["x-cache"],
+        "MISS"
+    );
+    for r in ["b", "c", "d"] {
+        let resp = app.get(&format!("/flash?r={r}"), None).await;
+        assert_eq!(resp.headers()["x-cache"], "HIT", "r={r}");
+    }
+    let pages: Vec<String> = app.redis.conn().await.keys("cache:*").await.unwrap();
+    assert_eq!(pages.len(), 2, "{pages:?}");
 }
 
 #[tokio::test]
