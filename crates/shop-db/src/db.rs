@@ -206,6 +206,17 @@ async fn probe_write(write: AnyPool, backend: Backend) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Runs a new SQLite connection's settings, in order.
+async fn pragmas<const N: usize>(
+    conn: &mut sqlx::AnyConnection,
+    pragmas: [String; N],
+) -> Result<(), sqlx::Error> {
+    for pragma in pragmas {
+        sqlx::query(&pragma).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// The write pool's options for `backend` (see the constants above for the sizes).
 fn write_pool(backend: Backend) -> AnyPoolOptions {
     let options = AnyPoolOptions::new().acquire_timeout(WRITE_ACQUIRE_TIMEOUT);
@@ -213,17 +224,15 @@ fn write_pool(backend: Backend) -> AnyPoolOptions {
         Backend::Sqlite => options
             .max_connections(SQLITE_WRITE_CONNECTIONS)
             .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    for pragma in [
+                Box::pin(pragmas(
+                    conn,
+                    [
                         "PRAGMA journal_mode = WAL".to_owned(),
                         "PRAGMA synchronous = NORMAL".to_owned(),
                         "PRAGMA foreign_keys = ON".to_owned(),
                         format!("PRAGMA busy_timeout = {SQLITE_WRITE_BUSY_TIMEOUT_MS}"),
-                    ] {
-                        sqlx::query(&pragma).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
+                    ],
+                ))
             }),
         Backend::Postgres => options
             .max_connections(POSTGRES_WRITE_CONNECTIONS)
@@ -246,16 +255,14 @@ fn read_pool(backend: Backend) -> AnyPoolOptions {
         Backend::Sqlite => options
             .max_connections(SQLITE_READ_CONNECTIONS)
             .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    for pragma in [
+                Box::pin(pragmas(
+                    conn,
+                    [
                         "PRAGMA foreign_keys = ON".to_owned(),
                         format!("PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}"),
                         "PRAGMA query_only = ON".to_owned(),
-                    ] {
-                        sqlx::query(&pragma).execute(&mut *conn).await?;
-                    }
-                    Ok(())
-                })
+                    ],
+                ))
             }),
         Backend::Postgres => options.max_connections(POSTGRES_READ_CONNECTIONS),
     }

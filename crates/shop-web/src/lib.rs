@@ -1,8 +1,9 @@
 //! The shop's HTTP tier: axum routes and the tower layers around them.
 //!
 //! Each route module exports a `router()`; [`router`] merges them over one
-//! [`AppState`] and wraps them in the shop's layers, outermost first:
-//! errors as HTML pages for people ([`error::as_html_for_pages`]), cross-site
+//! [`AppState`] and wraps them in the shop's layers, outermost first: the request
+//! trace, errors as HTML pages for people ([`error::as_html_for_pages`]), the
+//! limits (panic catching, timeout, body size: [`http_limits`]), cross-site
 //! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
 //! on probes, `/metrics` or static files), then per route the metrics and,
 //! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
@@ -173,7 +174,8 @@ pub fn router(state: AppState) -> Router {
     let app = visitors
         .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
-        .layer(from_fn(csrf::protect))
-        .layer(from_fn(error::as_html_for_pages));
+        .layer(from_fn(csrf::protect));
+    // `harden` puts the error pages (`error::as_html_for_pages`) outside its own
+    // limits, so they cover every answer, the limits' included: no second copy here.
     http_limits::harden(app, &http_limits::HttpLimits::default())
 }
