@@ -110,9 +110,9 @@ async fn ceiling() {
                 let viewed = k.viewed_by(&token);
                 let mut conn = c[caller].clone();
                 redis::pipe()
-                    .hset(k.login(), token.expose(), user)
+                    .hset(k.login_of(&token), token.expose(), user)
                     .ignore()
-                    .zadd(k.recent(), token.expose(), now)
+                    .zadd(k.recent_of(&token), token.expose(), now)
                     .ignore()
                     .zadd(&viewed, item, now)
                     .ignore()
@@ -155,9 +155,9 @@ async fn populate(conn: &mut MultiplexedConnection, keys: &Keys, n: usize) {
         let mut pipe = redis::pipe();
         for &i in chunk {
             let token = SessionToken::generate();
-            pipe.hset(keys.login(), token.expose(), i + 1)
+            pipe.hset(keys.login_of(&token), token.expose(), i + 1)
                 .ignore()
-                .zadd(keys.recent(), token.expose(), i as f64)
+                .zadd(keys.recent_of(&token), token.expose(), i as f64)
                 .ignore()
                 .zadd_multiple(keys.viewed_by(&token), &[(1.0, 1), (2.0, 2), (3.0, 3)])
                 .ignore()
@@ -240,9 +240,9 @@ async fn memory() {
             let cart: Vec<(u64, u32)> = (0..3)
                 .map(|c| ((i as u64 * 31 + c * 997) % 100_000 + 1, 1 + c as u32))
                 .collect();
-            pipe.hset(keys.login(), token.expose(), i + 1)
+            pipe.hset(keys.login_of(&token), token.expose(), i + 1)
                 .ignore()
-                .zadd(keys.recent(), token.expose(), 1.7e9 + i as f64)
+                .zadd(keys.recent_of(&token), token.expose(), 1.7e9 + i as f64)
                 .ignore()
                 .zadd_multiple(keys.viewed_by(&token), &viewed)
                 .ignore()

@@ -21,13 +21,13 @@ pub async fn update_token(
 ) -> Result<(), CacheError> {
     let now = unix_now();
     redis::cmd("HSET")
-        .arg(keys.login())
+        .arg(keys.login_of(token))
         .arg(token.expose())
         .arg(user)
         .exec_async(conn)
         .await?;
     redis::cmd("ZADD")
-        .arg(keys.recent())
+        .arg(keys.recent_of(token))
         .arg(now)
         .arg(token.expose())
         .exec_async(conn)
@@ -67,9 +67,9 @@ pub async fn update_token_pipelined(
 ) -> Result<(), CacheError> {
     let now = unix_now();
     let mut pipe = redis::pipe();
-    pipe.hset(keys.login(), token.expose(), user)
+    pipe.hset(keys.login_of(token), token.expose(), user)
         .ignore()
-        .zadd(keys.recent(), token.expose(), now)
+        .zadd(keys.recent_of(token), token.expose(), now)
         .ignore();
     if let Some(item) = item {
         let viewed = keys.viewed_by(token);
@@ -93,8 +93,13 @@ pub async fn clean_sessions_once(
     cap: u64,
     batch: u64,
 ) -> Result<u64, CacheError> {
+    // The book has one session index: the first (in its layout, only) shard.
+    let shard = keys
+        .shards()
+        .next()
+        .expect("a layout has at least one shard");
     let size: u64 = redis::cmd("ZCARD")
-        .arg(keys.recent())
+        .arg(keys.recent_in(shard))
         .query_async(conn)
         .await?;
     if size <= cap {
@@ -102,27 +107,27 @@ pub async fn clean_sessions_once(
     }
     let end = (size - cap).min(batch);
     let tokens: Vec<String> = redis::cmd("ZRANGE")
-        .arg(keys.recent())
+        .arg(keys.recent_in(shard))
         .arg(0)
         .arg(end - 1)
         .query_async(conn)
         .await?;
     let mut session_keys = Vec::with_capacity(tokens.len() * 2);
     for token in &tokens {
-        session_keys.push(format!("{}{token}", keys.viewed_by_prefix()));
-        session_keys.push(format!("{}{token}", keys.cart_prefix()));
+        session_keys.push(keys.viewed_by_member(shard, token));
+        session_keys.push(keys.cart_member(shard, token));
     }
     redis::cmd("DEL")
         .arg(&session_keys)
         .exec_async(conn)
         .await?;
     redis::cmd("HDEL")
-        .arg(keys.login())
+        .arg(keys.login_in(shard))
         .arg(&tokens)
         .exec_async(conn)
         .await?;
     redis::cmd("ZREM")
-        .arg(keys.recent())
+        .arg(keys.recent_in(shard))
         .arg(&tokens)
         .exec_async(conn)
         .await?;

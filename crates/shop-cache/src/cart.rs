@@ -9,9 +9,9 @@
 
 use crate::RedisConn;
 
+use crate::domain::SessionToken;
 use crate::domain::{InvalidInput, ItemId};
 use crate::keys::Keys;
-use crate::session::SessionToken;
 use crate::{CacheError, scripts};
 
 /// The default most of one item a cart may hold.

@@ -1,5 +1,8 @@
-//! The one Redis handle a process shares: a multiplexed, reconnecting
-//! `ConnectionManager` behind a circuit breaker.
+//! The one Redis handle a process shares, for one node or a cluster: a
+//! multiplexed, reconnecting `ConnectionManager` behind a circuit breaker, or
+//! redis-rs's `ClusterConnection` (slot routing, `MOVED`/`ASK` redirects, new
+//! topology after a failover). Everything above takes a [`RedisConn`] and works on
+//! either.
 //!
 //! Why the breaker: when Redis goes away, every command waits for the manager's
 //! reconnection attempts and timeouts (a drill measured about 2 s per command, two
@@ -18,13 +21,30 @@
 //!
 //! Every clone of a [`RedisConn`] shares one breaker, so the session layer, the page
 //! cache and the carts learn together that Redis is down.
+//!
+//! On a cluster there is no breaker: a cluster is not down as a whole when one node
+//! is, and failing every command fast because one primary is failing over would turn
+//! a partial outage of a few seconds into a total one. The cluster client's own
+//! retries (a few, short: [`CLUSTER_RETRIES`]) wait for the replica's promotion.
+//!
+//! Pipelines on a cluster: redis-rs sends a pipeline to one node and refuses one
+//! whose commands hash to different slots. The shop's pipelines are not
+//! transactions (those keep to one slot by the key layout), so [`RedisConn`] splits
+//! such a pipeline by slot, keeps the order within each slot, sends the parts at
+//! once and puts the answers back in order: callers write one pipeline for both.
+//!
+//! Scripts: `redis::Script` runs `EVALSHA` and, on `NOSCRIPT`, loads the script
+//! (`SCRIPT LOAD` goes to every primary on a cluster) and runs it again, so a node
+//! that never saw a script, or a replica just promoted, learns it on first use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
 use crate::CacheError;
 
@@ -44,6 +64,13 @@ const RECONNECT_RETRIES: usize = 1;
 /// of Redis returning; long enough that an outage costs one probe per quarter second
 /// instead of a timeout per request.
 pub const BACKOFF: Duration = Duration::from_millis(250);
+/// How many times the cluster client retries a command that met a moved slot, a
+/// lost node or a failover in progress, waiting [`CLUSTER_RETRY_WAIT`] growing
+/// between tries: enough to ride out a promotion (about two node time-outs), short
+/// enough that a request does not hang on a cluster that is gone.
+pub const CLUSTER_RETRIES: u32 = 6;
+/// The shortest and longest wait between the cluster client's retries (ms).
+const CLUSTER_RETRY_WAIT: (u64, u64) = (50, 1_000);
 
 /// What a command failed fast with reads as this (see [`is_failing_fast`]).
 const FAILING_FAST: &str = "redis is unreachable; failing fast until the next probe";
@@ -59,11 +86,22 @@ pub fn is_failing_fast(e: &RedisError) -> bool {
 /// failing fast while Redis is known to be unreachable (see the module docs).
 #[derive(Clone)]
 pub struct RedisConn {
-    inner: ConnectionManager,
+    inner: Inner,
     breaker: Arc<Breaker>,
 }
 
+#[derive(Clone)]
+enum Inner {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 impl RedisConn {
+    /// True when this handle talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+
     /// True while the breaker is open: Redis was found unreachable and commands fail
     /// at once (for `/healthz` and `/metrics`).
     pub fn is_failing_fast(&self) -> bool {
@@ -95,7 +133,30 @@ pub async fn connect_with(
     let client = redis::Client::open(url)?;
     let inner = ConnectionManager::new_with_config(client, config).await?;
     Ok(RedisConn {
-        inner,
+        inner: Inner::Node(inner),
+        breaker: Arc::new(Breaker::new(BACKOFF)),
+    })
+}
+
+/// Connects to the Redis Cluster that `seeds` (`host:port` or `redis://host:port`,
+/// any of its nodes) belong to, with the shop's timeouts. Fails if none answers now.
+pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> {
+    let urls = seeds.iter().map(|seed| {
+        if seed.contains("://") {
+            seed.clone()
+        } else {
+            format!("redis://{seed}")
+        }
+    });
+    let client = redis::cluster::ClusterClient::builder(urls)
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_RETRY_WAIT.0)
+        .max_retry_wait(CLUSTER_RETRY_WAIT.1)
+        .build()?;
+    Ok(RedisConn {
+        inner: Inner::Cluster(client.get_async_connection().await?),
         breaker: Arc::new(Breaker::new(BACKOFF)),
     })
 }
@@ -111,10 +172,15 @@ fn default_config() -> ConnectionManagerConfig {
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let admitted = self.breaker.admit()?;
-            let result = self.inner.req_packed_command(cmd).await;
-            admitted.record(result.as_ref().err());
-            result
+            match &mut self.inner {
+                Inner::Node(inner) => {
+                    let admitted = self.breaker.admit()?;
+                    let result = inner.req_packed_command(cmd).await;
+                    admitted.record(result.as_ref().err());
+                    result
+                }
+                Inner::Cluster(inner) => inner.req_packed_command(cmd).await,
+            }
         })
     }
 
@@ -125,19 +191,122 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let admitted = self.breaker.admit()?;
-            let result = self
-                .inner
-                .req_packed_commands(pipeline, offset, count)
-                .await;
-            admitted.record(result.as_ref().err());
-            result
+            match &mut self.inner {
+                Inner::Node(inner) => {
+                    let admitted = self.breaker.admit()?;
+                    let result = inner.req_packed_commands(pipeline, offset, count).await;
+                    admitted.record(result.as_ref().err());
+                    result
+                }
+                Inner::Cluster(inner) => {
+                    // A transaction (offset > 0) is sent as it is: it must be one slot.
+                    let parts = if pipeline.is_transaction() || offset != 0 {
+                        None
+                    } else {
+                        split_by_slot(pipeline)
+                    };
+                    match parts {
+                        None => inner.req_packed_commands(pipeline, offset, count).await,
+                        Some(parts) => run_parts(inner, parts, count).await,
+                    }
+                }
+            }
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Inner::Node(inner) => inner.get_db(),
+            Inner::Cluster(inner) => inner.get_db(),
+        }
     }
+}
+
+/// One slot's share of a split pipeline: its commands, in order, and where their
+/// answers go in the whole pipeline's answer.
+struct Part {
+    pipeline: Pipeline,
+    positions: Vec<usize>,
+}
+
+/// The parts of a pipeline whose commands span more than one slot, or `None` when
+/// it can go as it is. Keyless commands (`TIME`) go with the first part.
+fn split_by_slot(pipeline: &Pipeline) -> Option<Vec<Part>> {
+    let slots: Vec<Option<Slot>> = pipeline
+        .cmd_iter()
+        .map(|cmd| first_key(cmd).map(Slot::for_key))
+        .collect();
+    let first = slots.iter().flatten().next().copied();
+    if slots.iter().flatten().all(|slot| Some(*slot) == first) {
+        return None;
+    }
+    let mut order: Vec<Option<Slot>> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    for (position, (cmd, slot)) in pipeline.cmd_iter().zip(&slots).enumerate() {
+        let slot = slot.or(first);
+        let index = match order.iter().position(|s| *s == slot) {
+            Some(index) => index,
+            None => {
+                order.push(slot);
+                parts.push(Part {
+                    pipeline: redis::pipe(),
+                    positions: Vec::new(),
+                });
+                parts.len() - 1
+            }
+        };
+        parts[index].pipeline.add_command(cmd.clone());
+        parts[index].positions.push(position);
+    }
+    Some(parts)
+}
+
+/// Sends the parts at once and puts their answers back in pipeline order.
+async fn run_parts(
+    conn: &ClusterConnection,
+    parts: Vec<Part>,
+    count: usize,
+) -> Result<Vec<Value>, RedisError> {
+    let answers = futures::future::try_join_all(parts.iter().map(|part| {
+        let mut conn = conn.clone();
+        async move {
+            conn.req_packed_commands(&part.pipeline, 0, part.positions.len())
+                .await
+        }
+    }))
+    .await?;
+    let mut out = vec![Value::Nil; count];
+    for (part, values) in parts.iter().zip(answers) {
+        for (position, value) in part.positions.iter().zip(values) {
+            out[*position] = value;
+        }
+    }
+    Ok(out)
+}
+
+/// The key a command is routed by: its first key (after the script and key count
+/// for `EVAL`/`EVALSHA`), none for the keyless commands the shop sends.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()?;
+    let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    if is("EVALSHA") || is("EVAL") || is("EVALSHA_RO") || is("EVAL_RO") || is("FCALL") {
+        let _script = args.next()?;
+        let keys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
+        return if keys == 0 { None } else { args.next() };
+    }
+    if [
+        "TIME", "PING", "INFO", "SCRIPT", "DBSIZE", "CLUSTER", "CONFIG",
+    ]
+    .iter()
+    .any(|n| is(n))
+    {
+        return None;
+    }
+    args.next()
 }
 
 /// The breaker's state, shared by every clone of a handle.
@@ -340,6 +509,61 @@ mod tests {
         drop(probe);
         let next = b.admit().expect("another probe, not a breaker stuck open");
         assert!(next.probe);
+    }
+
+    #[test]
+    fn commands_are_routed_by_their_first_key() {
+        let mut get = redis::cmd("GET");
+        get.arg("cache:x");
+        assert_eq!(first_key(&get), Some(&b"cache:x"[..]));
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg("abc")
+            .arg(2)
+            .arg("recent:{s1}")
+            .arg("login:{s1}")
+            .arg("v");
+        assert_eq!(first_key(&eval), Some(&b"recent:{s1}"[..]));
+        let mut keyless = redis::cmd("EVALSHA");
+        keyless.arg("abc").arg(0).arg("v");
+        assert_eq!(first_key(&keyless), None);
+        assert_eq!(first_key(&redis::cmd("TIME")), None);
+    }
+
+    #[test]
+    fn a_pipeline_over_several_slots_is_split_keeping_order_within_each() {
+        let mut one_slot = redis::pipe();
+        one_slot.get("a{t}").get("b{t}").cmd("TIME");
+        assert!(
+            split_by_slot(&one_slot).is_none(),
+            "one slot: sent as it is"
+        );
+
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME")
+            .get("a{t}")
+            .get("other")
+            .set("b{t}", 1)
+            .get("other");
+        let parts = split_by_slot(&pipe).expect("two slots");
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            parts[0].positions,
+            vec![0, 1, 3],
+            "TIME joins the first slot"
+        );
+        assert_eq!(parts[1].positions, vec![2, 4]);
+        let names: Vec<Vec<u8>> = parts[0]
+            .pipeline
+            .cmd_iter()
+            .map(|c| match c.args_iter().next() {
+                Some(Arg::Simple(n)) => n.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![b"TIME".to_vec(), b"GET".to_vec(), b"SET".to_vec()]
+        );
     }
 
     #[test]

@@ -24,6 +24,12 @@ pub trait Daemon: Send {
     /// Does one step of work and says how long to pause before the next
     /// (`Duration::ZERO` when there may be more to do right away).
     fn tick(&mut self) -> impl Future<Output = Result<Duration, CacheError>> + Send;
+
+    /// Runs once after shutdown was asked for, before the loop returns: a daemon
+    /// holding work in memory writes it here. Nothing by default.
+    fn finish(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// Runs `daemon` until `shutdown` is cancelled. Errors are logged and retried after
@@ -51,5 +57,6 @@ pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
             _ = tokio::time::sleep(pause) => {}
         }
     }
+    daemon.finish().await;
     tracing::info!(daemon = D::NAME, "stopped");
 }

@@ -35,8 +35,8 @@ use std::time::Duration;
 use crate::RedisConn;
 
 use crate::domain::ItemId;
+use crate::domain::SessionToken;
 use crate::keys::Keys;
-use crate::session::SessionToken;
 use crate::{CacheError, scripts};
 
 /// How many co-purchased items each also-bought list keeps.
@@ -116,18 +116,35 @@ impl Insights {
             return Ok(());
         }
         let window = current_window();
-        let mut call = scripts::RECORD_ORDER.key(self.keys.also_bought_index());
-        for item in &distinct {
-            call.key(self.keys.buyers(*item, window))
-                .key(self.keys.also_bought(*item));
+        let mut conn = self.conn.clone();
+        if distinct.len() > 1 {
+            // Indexed first, so no list exists that the decay cannot find.
+            redis::cmd("SADD")
+                .arg(self.keys.also_bought_index())
+                .arg(&distinct)
+                .exec_async(&mut conn)
+                .await?;
         }
-        call.arg(shopper.expose())
-            .arg(ALSO_BOUGHT_CAP)
-            .arg(WINDOW_TTL.as_secs());
-        for item in &distinct {
-            call.arg(*item);
-        }
-        call.invoke_async::<()>(&mut self.conn.clone()).await?;
+        // One call per group of items whose keys share a slot (the whole order in
+        // the book layout, each item in the cluster layout), sent together.
+        let calls = distinct
+            .chunks(self.keys.items_per_call(distinct.len()))
+            .map(|here| {
+                let mut call = scripts::RECORD_ORDER.prepare_invoke();
+                for item in here {
+                    call.key(self.keys.buyers(*item, window))
+                        .key(self.keys.also_bought(*item));
+                }
+                call.arg(shopper.expose())
+                    .arg(ALSO_BOUGHT_CAP)
+                    .arg(WINDOW_TTL.as_secs())
+                    .arg(here.len())
+                    .arg(here)
+                    .arg(&distinct);
+                let mut conn = conn.clone();
+                async move { call.invoke_async::<()>(&mut conn).await }
+            });
+        futures::future::try_join_all(calls).await?;
         Ok(())
     }
 
@@ -176,7 +193,7 @@ impl Insights {
     pub async fn remove_unwindowed_counts(&self) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
         let mut removed = 0;
-        for prefix in [self.keys.viewers_prefix(), self.keys.buyers_prefix()] {
+        for prefix in self.keys.unwindowed_count_prefixes() {
             let pattern = format!("{prefix}*");
             let mut cursor: u64 = 0;
             loop {
@@ -238,18 +255,22 @@ impl Insights {
                 .query_async(&mut conn)
                 .await?;
             let items: Vec<ItemId> = items.iter().filter_map(|i| i.parse().ok()).collect();
-            if !items.is_empty() {
-                let mut call = scripts::DECAY_ALSO_BOUGHT.key(self.keys.also_bought_list_epochs());
-                for item in &items {
-                    call.key(self.keys.also_bought(*item));
-                }
-                call.arg(epoch);
-                for item in &items {
-                    call.arg(*item);
-                }
-                let halved: u64 = call.invoke_async(&mut conn).await?;
-                lists += halved;
-            }
+            let calls = items
+                .chunks(self.keys.items_per_call(DECAY_BATCH))
+                .map(|here| {
+                    let mut call = scripts::DECAY_ALSO_BOUGHT.prepare_invoke();
+                    for item in here {
+                        call.key(self.keys.also_bought_list_epochs(*item))
+                            .key(self.keys.also_bought(*item));
+                    }
+                    call.arg(epoch).arg(here);
+                    let mut conn = conn.clone();
+                    async move { call.invoke_async::<u64>(&mut conn).await }
+                });
+            lists += futures::future::try_join_all(calls)
+                .await?
+                .iter()
+                .sum::<u64>();
             if next == 0 {
                 break;
             }

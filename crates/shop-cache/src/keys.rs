@@ -1,32 +1,92 @@
-//! Every Redis key the shop uses, built in this one place.
+//! Every Redis key the shop uses, built in this one place, in one of two layouts.
 //!
-//! The default layout is the book's (`login:`, `recent:`, `viewed:<token>`, ...), so
-//! data written by the book's code and tools written for it interoperate. A prefix
-//! (namespace) lets several shops share one Redis. A Redis Cluster layout with hash
-//! tags (a sharded session index) is to be added here, without touching callers:
-//! nothing outside this module formats a key, and Lua scripts receive their keys and
-//! key prefixes from here.
+//! - [`Layout::Book`] (the default): the book's names (`login:`, `recent:`,
+//!   `viewed:<token>`, ...), so data written by the book's code and tools written for
+//!   it interoperate. Needs one Redis node: the scripts touch keys in many slots.
+//! - [`Layout::Cluster`]: the same data arranged for Redis Cluster. A script or a
+//!   transaction may only touch keys of one hash slot, so keys that change together
+//!   share a hash tag (`{...}`):
+//!   - the session index is split into S shards by the token (`recent:{s12}`,
+//!     `login:{s12}`), and a session's own keys carry its shard's tag
+//!     (`viewed:{s12}<token>`, `cart:{s12}<token>`, `login-once:{s12}<form key>`),
+//!     so touch, login rotation, logout and the cleaner each stay in one slot;
+//!   - the row cache's keys share `{rows}`; the view ranking and its rescale
+//!     markers share `{views}`; an item's insights share `{i<item>}`;
+//!   - pages, render locks and login counters are single keys: no tag, spread by
+//!     their own hash.
+//!
+//! A prefix (namespace) lets several shops share one Redis. Nothing outside this
+//! module formats a key, and every key a Lua script touches is passed to it in
+//! `KEYS` (none is built inside a script), in both layouts.
 
 use std::sync::Arc;
 
-use crate::domain::ItemId;
-use crate::session::SessionToken;
+use crate::domain::{ItemId, SessionToken};
 
-/// The key names of one shop (one prefix). Build once at start-up; cloning is one
-/// reference count (every request clones the handles that hold it: a profile of the
-/// cached item view found per-request string copies here at 3% of the web tier's CPU,
-/// and their allocations behind much of the 40% it spent in malloc).
+/// How the keys are arranged (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The book's names, one Redis node.
+    Book,
+    /// Hash-tagged names for Redis Cluster, the session index in `shards` parts.
+    Cluster {
+        /// How many parts the session index (`recent:`, `login:`) is split into.
+        shards: u32,
+    },
+}
+
+/// The default number of session shards of the cluster layout: enough that the
+/// sessions spread evenly over the primaries of any cluster up to a few dozen
+/// nodes, few enough that the cleaner's pass over every shard stays short.
+pub const DEFAULT_SHARDS: u32 = 64;
+
+/// The most session shards accepted.
+pub const MAX_SHARDS: u32 = 16_384;
+
+/// One part of the session index. Every session belongs to exactly one, decided by
+/// its token ([`Keys::shard_of`]); the book layout has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shard(u32);
+
+impl Shard {
+    /// The shard's number, `0..shards`.
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// The key names of one shop (one prefix, one layout). Build once at start-up;
+/// cloning is one reference count (every request clones the handles that hold it: a
+/// profile of the cached item view found per-request string copies here at 3% of
+/// the web tier's CPU, and their allocations behind much of the 40% it spent in
+/// malloc).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys(Arc<Names>);
 
 #[derive(Debug, PartialEq, Eq)]
 struct Names {
+    layout: Layout,
     prefix: String,
-    login: String,
-    recent: String,
+    /// Per shard: `recent:`, `login:`, and what goes before a token in
+    /// `viewed:<token>`, `cart:<token>` and `login-once:<key>`.
+    shards: Vec<ShardNames>,
     item_views: String,
+    views_rescaled: String,
+    also_epoch: String,
+    also_decayed: String,
+    also_index: String,
     schedule: String,
     delay: String,
+    inventory: String,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct ShardNames {
+    recent: String,
+    login: String,
+    viewed_by: String,
+    cart: String,
+    login_once: String,
 }
 
 impl Default for Keys {
@@ -36,18 +96,85 @@ impl Default for Keys {
     }
 }
 
+/// Why a layout was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the number of session shards must be 1..={MAX_SHARDS}, got {0}")]
+pub struct BadShards(pub u32);
+
 impl Keys {
     /// The book's layout under `prefix` (for example `"shop1:"`; empty for none).
     pub fn with_prefix(prefix: &str) -> Self {
+        Self::new(prefix, Layout::Book).expect("the book layout is always valid")
+    }
+
+    /// The keys of `layout` under `prefix`.
+    pub fn new(prefix: &str, layout: Layout) -> Result<Self, BadShards> {
         let p = |name: &str| format!("{prefix}{name}");
-        Self(Arc::new(Names {
-            prefix: prefix.to_owned(),
-            login: p("login:"),
-            recent: p("recent:"),
-            item_views: p("viewed:"),
-            schedule: p("schedule:"),
-            delay: p("delay:"),
-        }))
+        let names = match layout {
+            Layout::Book => Names {
+                layout,
+                prefix: prefix.to_owned(),
+                shards: vec![ShardNames {
+                    recent: p("recent:"),
+                    login: p("login:"),
+                    // `viewed:<token>` shares its stem with the global `viewed:` zset.
+                    viewed_by: p("viewed:"),
+                    cart: p("cart:"),
+                    login_once: p("login-once:"),
+                }],
+                item_views: p("viewed:"),
+                views_rescaled: p("rescaled:"),
+                also_epoch: p("also-epoch:"),
+                also_decayed: p("also-decayed:"),
+                also_index: p("also-index:"),
+                schedule: p("schedule:"),
+                delay: p("delay:"),
+                inventory: p("inv:"),
+            },
+            Layout::Cluster { shards } => {
+                if !(1..=MAX_SHARDS).contains(&shards) {
+                    return Err(BadShards(shards));
+                }
+                Names {
+                    layout,
+                    prefix: prefix.to_owned(),
+                    shards: (0..shards)
+                        .map(|s| ShardNames {
+                            recent: p(&format!("recent:{{s{s}}}")),
+                            login: p(&format!("login:{{s{s}}}")),
+                            viewed_by: p(&format!("viewed:{{s{s}}}")),
+                            cart: p(&format!("cart:{{s{s}}}")),
+                            login_once: p(&format!("login-once:{{s{s}}}")),
+                        })
+                        .collect(),
+                    item_views: p("viewed:{views}"),
+                    views_rescaled: p("rescaled:{views}"),
+                    also_epoch: p("also-epoch:{views}"),
+                    also_decayed: p("also-decayed:{views}"),
+                    also_index: p("also-index:{views}"),
+                    schedule: p("schedule:{rows}"),
+                    delay: p("delay:{rows}"),
+                    inventory: p("inv:{rows}"),
+                }
+            }
+        };
+        Ok(Self(Arc::new(names)))
+    }
+
+    /// The cluster layout with [`DEFAULT_SHARDS`] session shards under `prefix`.
+    pub fn cluster(prefix: &str) -> Self {
+        Self::new(
+            prefix,
+            Layout::Cluster {
+                shards: DEFAULT_SHARDS,
+            },
+        )
+        .expect("the default shard count is valid")
+    }
+
+    /// How these keys are arranged.
+    pub fn layout(&self) -> Layout {
+        self.0.layout
     }
 
     /// The namespace every key starts with.
@@ -55,36 +182,97 @@ impl Keys {
         &self.0.prefix
     }
 
-    /// Hash: session token -> user id, for logged-in sessions only.
-    pub fn login(&self) -> &str {
-        &self.0.login
+    /// Every shard of the session index (one in the book layout), for the daemons
+    /// and counts that visit them all.
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = Shard> + use<> {
+        (0..self.0.shards.len() as u32).map(Shard)
     }
 
-    /// Sorted set: session token -> last-seen unix time, for every session.
-    pub fn recent(&self) -> &str {
-        &self.0.recent
+    /// The shard a session belongs to: a stable hash of its token (FNV-1a), the
+    /// same in every process and release.
+    pub fn shard_of(&self, token: &SessionToken) -> Shard {
+        let n = self.0.shards.len() as u32;
+        if n == 1 {
+            return Shard(0);
+        }
+        let mut h: u32 = 0x811c_9dc5;
+        for b in token.expose().bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        Shard(h % n)
+    }
+
+    /// A fresh token in the same shard as `old`, so a login's move of the session
+    /// from one token to the other stays inside one hash slot (one atomic script).
+    /// Drawn at random until one falls in the shard (S draws on average); the token
+    /// keeps 128 random bits, of which the shard is public anyway.
+    pub fn fresh_token_beside(&self, old: &SessionToken) -> SessionToken {
+        let shard = self.shard_of(old);
+        loop {
+            let token = SessionToken::generate();
+            if self.shard_of(&token) == shard {
+                return token;
+            }
+        }
+    }
+
+    fn shard(&self, shard: Shard) -> &ShardNames {
+        &self.0.shards[shard.0 as usize]
+    }
+
+    /// Hash: session token -> user id, for the logged-in sessions of one shard.
+    pub fn login_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).login
+    }
+
+    /// Sorted set: session token -> last-seen unix time, for every session of one shard.
+    pub fn recent_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).recent
+    }
+
+    /// [`Keys::login_in`] the token's shard.
+    pub fn login_of(&self, token: &SessionToken) -> &str {
+        self.login_in(self.shard_of(token))
+    }
+
+    /// [`Keys::recent_in`] the token's shard.
+    pub fn recent_of(&self, token: &SessionToken) -> &str {
+        self.recent_in(self.shard_of(token))
     }
 
     /// Sorted set: item id -> time viewed, the session's most recent views.
     pub fn viewed_by(&self, token: &SessionToken) -> String {
-        format!("{}{}", self.viewed_by_prefix(), token.expose())
-    }
-
-    /// What [`Keys::viewed_by`] puts before the token, for Lua scripts that
-    /// build the key of a token they read from `recent:`.
-    pub fn viewed_by_prefix(&self) -> &str {
-        // `viewed:<token>` shares its stem with the global `viewed:` zset.
-        &self.0.item_views
+        self.viewed_by_member(self.shard_of(token), token.expose())
     }
 
     /// Hash: item id -> quantity, the session's cart.
     pub fn cart(&self, token: &SessionToken) -> String {
-        format!("{}{}", self.cart_prefix(), token.expose())
+        self.cart_member(self.shard_of(token), token.expose())
     }
 
-    /// What [`Keys::cart`] puts before the token, for Lua scripts.
-    pub fn cart_prefix(&self) -> String {
-        format!("{}cart:", self.0.prefix)
+    /// [`Keys::viewed_by`] for a member read back from a shard's `recent:` (by the
+    /// cleaner). Not parsed as a [`SessionToken`]: sessions written by the book's
+    /// own code have other tokens (UUIDs), and their keys must go with them.
+    pub fn viewed_by_member(&self, shard: Shard, member: &str) -> String {
+        format!("{}{member}", self.shard(shard).viewed_by)
+    }
+
+    /// [`Keys::cart`] for a member read back from a shard's `recent:`.
+    pub fn cart_member(&self, shard: Shard, member: &str) -> String {
+        format!("{}{member}", self.shard(shard).cart)
+    }
+
+    /// String: the new session a login form's one-time key already produced, so a
+    /// double-submitted form logs in once. In the shard of the session the form was
+    /// sent from (`session`), as the login script touches both. The client's key is
+    /// hashed: no client text becomes part of a key.
+    pub fn login_once(&self, session: &SessionToken, form_key: &str) -> String {
+        format!(
+            "{}{}",
+            self.shard(self.shard_of(session)).login_once,
+            digest(form_key)
+        )
     }
 
     /// Sorted set: item id -> minus its view count (most viewed at rank 0).
@@ -92,76 +280,99 @@ impl Keys {
         &self.0.item_views
     }
 
+    /// True when item views are counted in `viewed:` by each process in batches
+    /// rather than by the touch script itself: in the cluster layout, where
+    /// `viewed:` is one key on one node and a command per page view would make that
+    /// node the busiest of the cluster. In the book layout the touch script counts
+    /// the view in the same call (no extra round trip; one node takes it all anyway).
+    pub fn batches_views(&self) -> bool {
+        matches!(self.0.layout, Layout::Cluster { .. })
+    }
+
     /// HyperLogLog: the distinct sessions that viewed the item in one insights
     /// window (`window` counts windows since the Unix epoch; the key expires).
     pub fn viewers(&self, item: ItemId, window: u64) -> String {
-        format!("{}{item}:{window}", self.viewers_prefix())
-    }
-
-    /// What [`Keys::viewers`] puts before the item id.
-    pub fn viewers_prefix(&self) -> String {
-        format!("{}viewers:", self.0.prefix)
+        self.item_key("viewers:", item, &format!(":{window}"))
     }
 
     /// HyperLogLog: the distinct sessions that bought the item in one insights window.
     pub fn buyers(&self, item: ItemId, window: u64) -> String {
-        format!("{}{item}:{window}", self.buyers_prefix())
+        self.item_key("buyers:", item, &format!(":{window}"))
     }
 
-    /// What [`Keys::buyers`] puts before the item id.
-    pub fn buyers_prefix(&self) -> String {
-        format!("{}buyers:", self.0.prefix)
+    /// Sorted set: other item id -> how often it was bought with the item.
+    pub fn also_bought(&self, item: ItemId) -> String {
+        self.item_key("also:", item, "")
+    }
+
+    /// Hash: item id -> the rescale number its also-bought list was last decayed to,
+    /// so a decay repeated after a failure halves no list twice. The field is the
+    /// item id; the book layout keeps every item in one hash (`also-epochs:`), the
+    /// cluster layout one hash per item, beside its list.
+    pub fn also_bought_list_epochs(&self, item: ItemId) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}also-epochs:", self.0.prefix),
+            Layout::Cluster { .. } => self.item_key("also-epochs:", item, ""),
+        }
+    }
+
+    /// How many items' keys one script call may touch together, out of `batch`:
+    /// all of them in the book layout (one node), one in the cluster layout (each
+    /// item's keys carry the item's own tag). Callers split their batches by it.
+    pub fn items_per_call(&self, batch: usize) -> usize {
+        match self.0.layout {
+            Layout::Book => batch.max(1),
+            Layout::Cluster { .. } => 1,
+        }
+    }
+
+    /// What began the viewer and buyer counts of the layout before insight windows
+    /// (`viewers:<item>`, no window, no expiry), for their one-time removal. None in
+    /// the cluster layout, which never had them.
+    pub fn unwindowed_count_prefixes(&self) -> Vec<String> {
+        match self.0.layout {
+            Layout::Book => vec![
+                format!("{}viewers:", self.0.prefix),
+                format!("{}buyers:", self.0.prefix),
+            ],
+            Layout::Cluster { .. } => Vec::new(),
+        }
+    }
+
+    /// `<prefix><name><item><rest>`, the item in a hash tag in the cluster layout.
+    fn item_key(&self, name: &str, item: ItemId, rest: &str) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}{name}{item}{rest}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}{name}{{i{item}}}{rest}", self.0.prefix),
+        }
     }
 
     /// String: the rescale number (incremented by each view rescale) the also-bought
     /// lists must be decayed to.
-    pub fn also_bought_epoch(&self) -> String {
-        format!("{}also-epoch:", self.0.prefix)
+    pub fn also_bought_epoch(&self) -> &str {
+        &self.0.also_epoch
     }
 
     /// String: the last rescale number whose also-bought decay finished.
-    pub fn also_bought_decayed(&self) -> String {
-        format!("{}also-decayed:", self.0.prefix)
+    pub fn also_bought_decayed(&self) -> &str {
+        &self.0.also_decayed
     }
 
-    /// Hash: item id -> the rescale number its also-bought list was last decayed to,
-    /// so a decay repeated after a failure halves no list twice.
-    pub fn also_bought_list_epochs(&self) -> String {
-        format!("{}also-epochs:", self.0.prefix)
+    /// Set: the items that have an also-bought list, so the decay can find them.
+    pub fn also_bought_index(&self) -> &str {
+        &self.0.also_index
     }
 
-    /// String: the new session a login form's one-time key already produced, so a
-    /// double-submitted form logs in once. The client's key is hashed: no client
-    /// text becomes part of a key.
-    pub fn login_once(&self, form_key: &str) -> String {
-        format!("{}login-once:{}", self.0.prefix, digest(form_key))
+    /// String: the server time (unix seconds) of the last rescale of `viewed:`, so
+    /// several workers rescale once per interval.
+    pub fn views_rescaled(&self) -> &str {
+        &self.0.views_rescaled
     }
 
     /// String: a login attempt counter for one client address or account name
     /// (`scope` is `ip` or `name`) in the current window; the value is hashed.
     pub fn login_attempts(&self, scope: &str, value: &str) -> String {
         format!("{}limit:login:{scope}:{}", self.0.prefix, digest(value))
-    }
-
-    /// Sorted set: other item id -> how often it was bought with the item.
-    pub fn also_bought(&self, item: ItemId) -> String {
-        format!("{}{item}", self.also_bought_prefix())
-    }
-
-    /// What [`Keys::also_bought`] puts before the item id, for Lua scripts.
-    pub fn also_bought_prefix(&self) -> String {
-        format!("{}also:", self.0.prefix)
-    }
-
-    /// Set: the items that have an also-bought list, so the decay can find them.
-    pub fn also_bought_index(&self) -> String {
-        format!("{}also-index:", self.0.prefix)
-    }
-
-    /// String: the server time (unix seconds) of the last rescale of `viewed:`, so
-    /// several workers rescale once per interval.
-    pub fn views_rescaled(&self) -> String {
-        format!("{}rescaled:", self.0.prefix)
     }
 
     /// String: a cached page, under the stable hash of its normalised request.
@@ -187,12 +398,7 @@ impl Keys {
 
     /// String: the row as a JSON object.
     pub fn inventory(&self, row: ItemId) -> String {
-        format!("{}{row}", self.inventory_prefix())
-    }
-
-    /// What [`Keys::inventory`] puts before the row id, for Lua scripts.
-    pub fn inventory_prefix(&self) -> String {
-        format!("{}inv:", self.0.prefix)
+        format!("{}{row}", self.0.inventory)
     }
 }
 
@@ -206,12 +412,18 @@ fn digest(text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn token() -> SessionToken {
+        "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap()
+    }
+
     #[test]
     fn default_layout_is_the_books() {
         let k = Keys::default();
-        let t: SessionToken = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
-        assert_eq!(k.login(), "login:");
-        assert_eq!(k.recent(), "recent:");
+        let t = token();
+        let s = k.shard_of(&t);
+        assert_eq!(k.shards().len(), 1);
+        assert_eq!(k.login_in(s), "login:");
+        assert_eq!(k.recent_in(s), "recent:");
         assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
         assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
         assert_eq!(k.item_views(), "viewed:");
@@ -221,47 +433,145 @@ mod tests {
         let i = ItemId::new(3).unwrap();
         assert_eq!(k.viewers(i, 2958), "viewers:3:2958");
         assert_eq!(k.buyers(i, 2958), "buyers:3:2958");
-        assert_eq!(k.login_once("x"), k.login_once("x"));
-        assert_ne!(k.login_once("x"), k.login_once("y"));
-        assert!(k.login_once("x").starts_with("login-once:"));
+        assert_eq!(k.login_once(&t, "x"), k.login_once(&t, "x"));
+        assert_ne!(k.login_once(&t, "x"), k.login_once(&t, "y"));
+        assert!(k.login_once(&t, "x").starts_with("login-once:"));
         assert!(!k.login_attempts("name", "alice").contains("alice"));
         assert_eq!(k.also_bought(i), "also:3");
+        assert_eq!(k.also_bought_list_epochs(i), "also-epochs:");
         assert_eq!(k.also_bought_index(), "also-index:");
         assert_eq!(k.schedule(), "schedule:");
         assert_eq!(k.delay(), "delay:");
         assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
+        assert!(!k.batches_views());
+    }
+
+    fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
+        let i = ItemId::new(1).unwrap();
+        vec![
+            k.login_of(t).to_owned(),
+            k.recent_of(t).to_owned(),
+            k.viewed_by(t),
+            k.cart(t),
+            k.login_once(t, "k"),
+            k.item_views().to_owned(),
+            k.views_rescaled().to_owned(),
+            k.page("x"),
+            k.page_lock("x"),
+            k.viewers(i, 1),
+            k.buyers(i, 1),
+            k.also_bought_epoch().to_owned(),
+            k.also_bought_decayed().to_owned(),
+            k.also_bought_list_epochs(i),
+            k.login_attempts("ip", "127.0.0.1"),
+            k.also_bought(i),
+            k.also_bought_index().to_owned(),
+            k.schedule().to_owned(),
+            k.delay().to_owned(),
+            k.inventory(i),
+        ]
     }
 
     #[test]
-    fn prefix_applies_to_every_key() {
-        let k = Keys::with_prefix("s1:");
-        let t: SessionToken = "AAAAAAAAAAAAAAAAAAAAAA".parse().unwrap();
-        let all = [
-            k.login().to_owned(),
-            k.recent().to_owned(),
-            k.viewed_by(&t),
-            k.cart(&t),
-            k.item_views().to_owned(),
+    fn prefix_applies_to_every_key_in_both_layouts() {
+        for k in [Keys::with_prefix("s1:"), Keys::cluster("s1:")] {
+            for key in every_key(&k, &token()) {
+                assert!(key.starts_with("s1:"), "{key}");
+            }
+        }
+    }
+
+    /// The hash tag Redis Cluster hashes (the whole key when there is none).
+    fn tag(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
+        let k = Keys::cluster("");
+        let i = ItemId::new(42).unwrap();
+        for _ in 0..50 {
+            let t = SessionToken::generate();
+            let session = tag(k.recent_of(&t));
+            // touch, logout, cleaner: the index and the session's own keys.
+            for key in [
+                k.login_of(&t).to_owned(),
+                k.viewed_by(&t),
+                k.cart(&t),
+                k.login_once(&t, "form"),
+            ] {
+                assert_eq!(tag(&key), session, "{key}");
+            }
+            // login: the new token is beside the old one.
+            let new = k.fresh_token_beside(&t);
+            assert_ne!(new, t);
+            assert_eq!(tag(&k.viewed_by(&new)), session);
+            assert_eq!(tag(&k.cart(&new)), session);
+        }
+        // rescale: the ranking and its markers.
+        for key in [
             k.views_rescaled(),
-            k.page("x"),
-            k.page_lock("x"),
-            k.viewers(ItemId::new(1).unwrap(), 1),
-            k.buyers(ItemId::new(1).unwrap(), 1),
             k.also_bought_epoch(),
             k.also_bought_decayed(),
-            k.also_bought_list_epochs(),
-            k.login_once("k"),
-            k.login_attempts("ip", "127.0.0.1"),
-            k.also_bought(ItemId::new(1).unwrap()),
-            k.also_bought_index(),
-            k.schedule().to_owned(),
-            k.delay().to_owned(),
-            k.inventory(ItemId::new(1).unwrap()),
-        ];
-        for key in all {
-            assert!(key.starts_with("s1:"), "{key}");
+        ] {
+            assert_eq!(tag(key), tag(k.item_views()));
         }
-        assert_eq!(k.cart_prefix(), "s1:cart:");
-        assert_eq!(k.viewed_by_prefix(), "s1:viewed:");
+        // record_order and the decay, per item.
+        for key in [
+            k.buyers(i, 7),
+            k.also_bought_list_epochs(i),
+            k.viewers(i, 7),
+        ] {
+            assert_eq!(tag(&key), tag(&k.also_bought(i)));
+        }
+        // the row cache.
+        assert_eq!(tag(k.schedule()), tag(k.delay()));
+        assert_eq!(tag(&k.inventory(i)), tag(k.delay()));
+        // Different items and sessions spread.
+        assert_ne!(
+            tag(&k.also_bought(i)),
+            tag(&k.also_bought(ItemId::new(43).unwrap()))
+        );
+    }
+
+    #[test]
+    fn sessions_spread_over_every_shard() {
+        let k = Keys::cluster("");
+        let mut seen = vec![0u32; k.shards().len()];
+        for _ in 0..64 * 200 {
+            seen[k.shard_of(&SessionToken::generate()).get() as usize] += 1;
+        }
+        // 200 expected per shard; a shard below 100 or above 300 means a bad hash.
+        assert!(seen.iter().all(|&n| (100..300).contains(&n)), "{seen:?}");
+    }
+
+    #[test]
+    fn shard_counts_are_checked() {
+        assert_eq!(
+            Keys::new("", Layout::Cluster { shards: 0 }),
+            Err(BadShards(0))
+        );
+        assert!(
+            Keys::new(
+                "",
+                Layout::Cluster {
+                    shards: MAX_SHARDS + 1
+                }
+            )
+            .is_err()
+        );
+        assert_eq!(
+            Keys::new("", Layout::Cluster { shards: 1 })
+                .unwrap()
+                .shards()
+                .len(),
+            1
+        );
     }
 }

@@ -75,19 +75,32 @@ impl LoginLimiter {
     /// Counts an attempt from `address` (none when unknown) on account `name`
     /// (compared case-insensitively) and says whether it may go ahead.
     pub async fn attempt(&self, address: Option<&str>, name: &str) -> Result<Attempt, CacheError> {
-        let mut call = scripts::LOGIN_ATTEMPT.key(
-            self.keys
-                .login_attempts("name", &name.trim().to_lowercase()),
-        );
+        // One call per counter: they are separate keys (separate slots in a cluster).
+        let name = self
+            .keys
+            .login_attempts("name", &name.trim().to_lowercase());
+        let mut counters = vec![(name, self.limits.per_name)];
         if let Some(address) = address {
-            call.key(self.keys.login_attempts("ip", address));
+            counters.push((
+                self.keys.login_attempts("ip", address),
+                self.limits.per_address,
+            ));
         }
-        call.arg(self.limits.window.as_millis() as u64)
-            .arg(self.limits.per_name);
-        if address.is_some() {
-            call.arg(self.limits.per_address);
-        }
-        let (allowed, wait_ms): (i64, i64) = call.invoke_async(&mut self.conn.clone()).await?;
+        let window_ms = self.limits.window.as_millis() as u64;
+        let calls = counters.iter().map(|(key, limit)| {
+            let mut conn = self.conn.clone();
+            async move {
+                scripts::LOGIN_ATTEMPT
+                    .key(key)
+                    .arg(window_ms)
+                    .arg(*limit)
+                    .invoke_async::<(i64, i64)>(&mut conn)
+                    .await
+            }
+        });
+        let answers = futures::future::try_join_all(calls).await?;
+        let allowed = answers.iter().all(|(ok, _)| *ok == 1) as i64;
+        let wait_ms = answers.iter().map(|(_, wait)| *wait).max().unwrap_or(0);
         Ok(if allowed == 1 {
             Attempt::Allowed
         } else {

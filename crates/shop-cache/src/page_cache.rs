@@ -27,8 +27,8 @@ use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 
 use crate::domain::ItemId;
+use crate::domain::SessionToken;
 use crate::keys::Keys;
-use crate::session::SessionToken;
 use crate::{CacheError, scripts};
 
 /// How long a page is kept, as in the book.

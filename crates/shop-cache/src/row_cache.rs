@@ -191,7 +191,6 @@ impl<S: RowSource> Refresher<S> {
             .key(self.keys.schedule())
             .key(self.keys.delay())
             .arg(LEASE.as_secs())
-            .arg(self.keys.inventory_prefix())
             .invoke_async(&mut conn)
             .await?;
         let corrupt = || CacheError::Corrupt { what: "schedule:" };
@@ -211,13 +210,18 @@ impl<S: RowSource> Refresher<S> {
                 .await?;
             return Err(corrupt());
         };
-        if what == "removed" {
-            return Ok(RefreshStep::Removed(row));
-        }
-        let (mode, value, outcome) = match self.source.load(row).await {
-            Ok(Some(json)) => ("store", json, RefreshStep::Refreshed(row)),
-            Ok(None) => ("missing", String::new(), RefreshStep::Removed(row)),
-            Err(error) => {
+        let delay: f64 = number.parse().map_err(|_| corrupt())?;
+        let loaded = if delay <= 0.0 {
+            // Not to be cached any more: removed without reading the database.
+            None
+        } else {
+            Some(self.source.load(row).await)
+        };
+        let (mode, value, outcome) = match loaded {
+            None => ("unscheduled", String::new(), RefreshStep::Removed(row)),
+            Some(Ok(Some(json))) => ("store", json, RefreshStep::Refreshed(row)),
+            Some(Ok(None)) => ("missing", String::new(), RefreshStep::Removed(row)),
+            Some(Err(error)) => {
                 tracing::warn!(row = %row, %error, "row source failed; keeping the cached copy");
                 (
                     "retry",
@@ -235,10 +239,11 @@ impl<S: RowSource> Refresher<S> {
             .arg(value)
             .invoke_async(&mut conn)
             .await?;
-        Ok(if kept == 0 {
-            RefreshStep::Removed(row)
-        } else {
-            outcome
+        Ok(match kept {
+            0 => RefreshStep::Removed(row),
+            // Scheduled again after the claim found it unscheduled: nothing done.
+            3 => RefreshStep::Idle(Some(Duration::ZERO)),
+            _ => outcome,
         })
     }
 }

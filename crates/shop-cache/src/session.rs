@@ -15,14 +15,15 @@
 //! request. None of that can be done in a plain pipeline, so the script stays; making
 //! it cheaper is the open performance item.
 
-use std::fmt;
-use std::str::FromStr;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::RedisConn;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
-use crate::domain::{InvalidInput, ItemId, UserId};
+use crate::daemon::Daemon;
+/// The token type lives with the other identifiers; re-exported where it is used.
+pub use crate::domain::SessionToken;
+use crate::domain::{ItemId, UserId};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
@@ -31,53 +32,6 @@ pub const HISTORY_LEN: usize = 25;
 
 /// How long a login form's one-time key remembers the session it made.
 pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// 128 random bits from the operating system's CSPRNG, as 22 URL-safe base64
-/// characters. The only way to get one is to generate it or to parse a
-/// well-formed one, so a hostile cookie never becomes part of a Redis key.
-///
-/// `Debug` does not print the token: it is a bearer secret and must not reach logs.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SessionToken(String);
-
-impl SessionToken {
-    /// Length of the text form: 16 bytes in unpadded base64.
-    pub const LEN: usize = 22;
-
-    /// A fresh token from the OS random source.
-    pub fn generate() -> Self {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("the operating system has no random source");
-        Self(URL_SAFE_NO_PAD.encode(bytes))
-    }
-
-    /// The secret text, for the cookie and for building keys. Never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl FromStr for SessionToken {
-    type Err = InvalidInput;
-
-    /// Accepts exactly what [`SessionToken::generate`] produces: 22 characters of the
-    /// URL-safe alphabet that decode to 16 bytes with no stray trailing bits.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.len() != Self::LEN {
-            return Err(InvalidInput::SessionToken);
-        }
-        match URL_SAFE_NO_PAD.decode(s) {
-            Ok(bytes) if bytes.len() == 16 => Ok(Self(s.to_owned())),
-            _ => Err(InvalidInput::SessionToken),
-        }
-    }
-}
-
-impl fmt::Debug for SessionToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SessionToken(<redacted>)")
-    }
-}
 
 /// What [`Sessions::touch_existing`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,12 +47,18 @@ pub enum Touched {
 pub struct Sessions {
     conn: RedisConn,
     keys: Keys,
+    /// Shared by every clone: one batch of views per process.
+    views: Arc<ViewBatch>,
 }
 
 impl Sessions {
     /// Sessions stored under `keys`.
     pub fn new(conn: RedisConn, keys: Keys) -> Self {
-        Self { conn, keys }
+        Self {
+            conn,
+            keys,
+            views: Arc::default(),
+        }
     }
 
     /// Records one request of a session in one round trip: last seen now, the user
@@ -137,16 +97,16 @@ impl Sessions {
         must_exist: bool,
     ) -> Result<Touched, CacheError> {
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-        let (known, user): (i64, Option<String>) = scripts::TOUCH
-            .key(self.keys.recent())
-            .key(self.keys.login())
-            .key(self.keys.viewed_by(token))
-            .key(self.keys.item_views())
-            .key(match item {
-                Some(item) => self.keys.viewers(item, crate::insights::current_window()),
-                // Declared but untouched without an item view.
-                None => self.keys.item_views().to_owned(),
-            })
+        let mut call = scripts::TOUCH.prepare_invoke();
+        call.key(self.keys.recent_of(token))
+            .key(self.keys.login_of(token))
+            .key(self.keys.viewed_by(token));
+        let batched = self.keys.batches_views();
+        if let (Some(item), false) = (item, batched) {
+            call.key(self.keys.item_views())
+                .key(self.keys.viewers(item, crate::insights::current_window()));
+        }
+        let (known, user): (i64, Option<String>) = call
             .arg(token.expose())
             .arg(opt(user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))
@@ -155,6 +115,9 @@ impl Sessions {
             .arg(crate::insights::WINDOW_TTL.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
+        if let (Some(item), true, 1) = (item, batched, known) {
+            self.views.add(item, token);
+        }
         if known == 0 {
             return Ok(Touched::Unknown);
         }
@@ -170,7 +133,7 @@ impl Sessions {
     /// The user a token is logged in as, or `None` for a guest or unknown token.
     pub async fn check_token(&self, token: &SessionToken) -> Result<Option<UserId>, CacheError> {
         let raw: Option<String> = redis::cmd("HGET")
-            .arg(self.keys.login())
+            .arg(self.keys.login_of(token))
             .arg(token.expose())
             .query_async(&mut self.conn.clone())
             .await?;
@@ -201,18 +164,19 @@ impl Sessions {
         user: UserId,
         once: Option<&str>,
     ) -> Result<SessionToken, CacheError> {
-        let new = SessionToken::generate();
+        // In the same shard as the old token, so the move is one script in one slot.
+        let new = self.keys.fresh_token_beside(old);
         let token: String = scripts::LOGIN
-            .key(self.keys.recent())
-            .key(self.keys.login())
+            .key(self.keys.recent_of(old))
+            .key(self.keys.login_of(old))
             .key(self.keys.viewed_by(old))
             .key(self.keys.viewed_by(&new))
             .key(self.keys.cart(old))
             .key(self.keys.cart(&new))
             .key(match once {
-                Some(key) => self.keys.login_once(key),
-                // Declared but untouched without a key.
-                None => self.keys.recent().to_owned(),
+                Some(key) => self.keys.login_once(old, key),
+                // Declared (in the same slot) but untouched without a key.
+                None => self.keys.recent_of(old).to_owned(),
             })
             .arg(old.expose())
             .arg(new.expose())
@@ -231,8 +195,8 @@ impl Sessions {
     pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
         redis::pipe()
             .atomic()
-            .hdel(self.keys.login(), token.expose())
-            .zrem(self.keys.recent(), token.expose())
+            .hdel(self.keys.login_of(token), token.expose())
+            .zrem(self.keys.recent_of(token), token.expose())
             .del(self.keys.viewed_by(token))
             .del(self.keys.cart(token))
             .exec_async(&mut self.conn.clone())
@@ -258,72 +222,164 @@ impl Sessions {
             .collect()
     }
 
-    /// How many sessions exist (the size of `recent:`), for metrics.
+    /// How many sessions exist (the size of `recent:`, over every shard), for metrics.
     pub async fn count(&self) -> Result<u64, CacheError> {
-        Ok(redis::cmd("ZCARD")
-            .arg(self.keys.recent())
-            .query_async(&mut self.conn.clone())
-            .await?)
+        let mut pipe = redis::pipe();
+        for shard in self.keys.shards() {
+            pipe.zcard(self.keys.recent_in(shard));
+        }
+        let sizes: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(sizes.iter().sum())
+    }
+
+    /// Writes the item views counted since the last flush (cluster layout; see
+    /// [`Keys::batches_views`]): each item's count into `viewed:` and its viewers
+    /// into `viewers:<item>:<window>`. Returns how many views it wrote. Called every
+    /// [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] and once more at shutdown.
+    pub async fn flush_views(&self) -> Result<u64, CacheError> {
+        self.views.flush(&self.conn, &self.keys).await
+    }
+
+    /// The views counted but not yet written, for metrics.
+    pub fn pending_views(&self) -> u64 {
+        self.views.pending()
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+/// How often a process writes the views it counted (cluster layout): often enough
+/// that the page cache's ranking follows within a blink, rarely enough that a busy
+/// item costs one command per tenth of a second instead of one per view.
+pub const VIEW_FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-    #[test]
-    fn generated_tokens_parse_and_differ() {
-        let a = SessionToken::generate();
-        let b = SessionToken::generate();
-        assert_ne!(a, b);
-        assert_eq!(a.expose().len(), SessionToken::LEN);
-        assert_eq!(a.expose().parse::<SessionToken>().unwrap(), a);
-    }
+/// The most distinct viewers a batch holds for the `viewers:` counts while Redis is
+/// unreachable; beyond it new viewers are dropped (the view counts themselves are
+/// integers and are always kept). Bounds the memory an outage can cost.
+const MAX_PENDING_VIEWERS: usize = 200_000;
 
-    #[test]
-    fn malformed_tokens_are_refused() {
-        let good = SessionToken::generate();
-        let long = format!("{}A", good.expose());
-        for bad in [
-            "",
-            "short",
-            &long,
-            "AAAAAAAAAAAAAAAAAAAAA=", // padding
-            "AAAAAAAAAAAAAAAAAAAAA+", // standard, not URL-safe alphabet
-            "AAAAAAAAAAAAAAAAAAAAA/", // standard, not URL-safe alphabet
-            "AAAAAAAAAAAAAAAAAAAAA:", // would be a key separator
-            "AAAAAAAAAAAAAAAAAAAAAB", // stray trailing bits: not canonical
-            "AAAAAAAAAAAAAAAAAAAA é", // non-ASCII
-            "AAAAAAAAAA AAAAAAAAAAA",
-        ] {
-            assert_eq!(
-                bad.parse::<SessionToken>(),
-                Err(InvalidInput::SessionToken),
-                "{bad:?}"
-            );
+/// The views a process counted and has not yet written (cluster layout).
+///
+/// What a crash loses: the views of the last [`VIEW_FLUSH_EVERY`] (a tenth of a
+/// second of traffic of this one process), in the ranking and the viewer counts.
+/// Nothing else: the session, its history and the page itself were written by the
+/// touch script. A graceful stop flushes ([`ViewFlusher`] runs one last step), so
+/// it loses nothing; a flush that fails keeps its views for the next one.
+#[derive(Debug, Default)]
+struct ViewBatch {
+    pending: Mutex<PendingViews>,
+}
+
+#[derive(Debug, Default)]
+struct PendingViews {
+    items: HashMap<ItemId, ItemViews>,
+    viewers: usize,
+}
+
+#[derive(Debug, Default)]
+struct ItemViews {
+    count: u64,
+    viewers: Vec<SessionToken>,
+}
+
+impl ViewBatch {
+    fn add(&self, item: ItemId, token: &SessionToken) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let full = pending.viewers >= MAX_PENDING_VIEWERS;
+        let entry = pending.items.entry(item).or_default();
+        entry.count += 1;
+        if !full {
+            entry.viewers.push(token.clone());
+            pending.viewers += 1;
         }
     }
 
-    #[test]
-    fn debug_does_not_leak_the_token() {
-        let t = SessionToken::generate();
-        assert!(!format!("{t:?}").contains(t.expose()));
+    fn pending(&self) -> u64 {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.items.values().map(|v| v.count).sum()
     }
 
-    proptest! {
-        #[test]
-        fn parsing_accepts_only_what_it_would_generate(s in "\\PC{0,30}") {
-            if let Ok(t) = s.parse::<SessionToken>() {
-                let bytes = URL_SAFE_NO_PAD.decode(t.expose()).unwrap();
-                prop_assert_eq!(URL_SAFE_NO_PAD.encode(bytes), s);
+    async fn flush(&self, conn: &RedisConn, keys: &Keys) -> Result<u64, CacheError> {
+        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if batch.items.is_empty() {
+            return Ok(0);
+        }
+        let window = crate::insights::current_window();
+        let ttl = crate::insights::WINDOW_TTL.as_secs();
+        let mut pipe = redis::pipe();
+        let mut views = 0;
+        for (item, seen) in &batch.items {
+            views += seen.count;
+            pipe.zincr(keys.item_views(), *item, -(seen.count as f64))
+                .ignore();
+            if !seen.viewers.is_empty() {
+                let key = keys.viewers(*item, window);
+                pipe.cmd("PFADD")
+                    .arg(&key)
+                    .arg(
+                        seen.viewers
+                            .iter()
+                            .map(SessionToken::expose)
+                            .collect::<Vec<_>>(),
+                    )
+                    .ignore();
+                // Only a new key gets its lifetime (as the touch script does).
+                pipe.cmd("EXPIRE").arg(&key).arg(ttl).arg("NX").ignore();
             }
         }
+        if let Err(e) = pipe.exec_async(&mut conn.clone()).await {
+            // Kept for the next flush. (Part of a pipeline may have been written
+            // before it failed; counting those again is the lesser error.)
+            self.merge_back(batch);
+            return Err(e.into());
+        }
+        Ok(views)
+    }
 
-        #[test]
-        fn any_sixteen_bytes_round_trip(bytes in proptest::array::uniform16(any::<u8>())) {
-            let text = URL_SAFE_NO_PAD.encode(bytes);
-            prop_assert!(text.parse::<SessionToken>().is_ok());
+    fn merge_back(&self, batch: PendingViews) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (item, seen) in batch.items {
+            let room = MAX_PENDING_VIEWERS.saturating_sub(pending.viewers);
+            let entry = pending.items.entry(item).or_default();
+            entry.count += seen.count;
+            let kept = seen.viewers.len().min(room);
+            entry.viewers.extend(seen.viewers.into_iter().take(kept));
+            pending.viewers += kept;
+        }
+    }
+}
+
+/// The daemon that writes each process's batched views every
+/// [`VIEW_FLUSH_EVERY`]. It runs in every process that serves pages (not only in
+/// workers): the views it writes are the ones this process counted.
+#[derive(Clone)]
+pub struct ViewFlusher {
+    sessions: Sessions,
+}
+
+impl ViewFlusher {
+    /// A flusher of `sessions`' batch.
+    pub fn new(sessions: Sessions) -> Self {
+        Self { sessions }
+    }
+
+    /// Writes what is pending; the single step.
+    pub async fn step(&self) -> Result<u64, CacheError> {
+        self.sessions.flush_views().await
+    }
+}
+
+impl Daemon for ViewFlusher {
+    const NAME: &'static str = "view-flusher";
+
+    async fn tick(&mut self) -> Result<Duration, CacheError> {
+        self.step().await?;
+        Ok(VIEW_FLUSH_EVERY)
+    }
+
+    async fn finish(&mut self) {
+        match self.step().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(views = n, "wrote the last batch of views"),
+            Err(error) => tracing::warn!(%error, "could not write the last batch of views"),
         }
     }
 }

@@ -1,10 +1,16 @@
 //! The session cleaner: keeps the number of sessions at or under a cap by removing
 //! the oldest (least recently seen) ones with everything they own.
 //!
-//! Each step is one Lua script that picks the oldest tokens of `recent:` and deletes
-//! their `login:` entry, `recent:` entry, `viewed:<token>` and `cart:<token>` in the
-//! same call (the book read, then deleted in separate steps, and lost sessions
-//! refreshed in between). Any number of cleaners may run at once.
+//! The cap is split evenly over the shards of the session index (one in the book
+//! layout, S in the cluster layout: `cap / S` each, which holds the total to the cap
+//! as tokens spread evenly over the shards). A step visits every shard: it reads the
+//! shard's oldest tokens with their last-seen times, then one Lua script deletes
+//! those still as old as when read (their `login:` entry, `recent:` entry,
+//! `viewed:<token>` and `cart:<token>`), checking and deleting in one call, so a
+//! session touched in between survives (the book read, then deleted in separate
+//! steps, and lost sessions refreshed in between). Any number of cleaners may run at
+//! once: a token another cleaner removed is skipped, and no shard loses more than
+//! its excess.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +19,7 @@ use std::time::Duration;
 use crate::RedisConn;
 
 use crate::daemon::Daemon;
-use crate::keys::Keys;
+use crate::keys::{Keys, Shard};
 use crate::{CacheError, scripts};
 
 /// The default most sessions kept (DESIGN.md: 10 million).
@@ -72,23 +78,51 @@ impl SessionCleaner {
         self.removed.clone()
     }
 
-    /// Removes up to `batch` of the oldest sessions if there are more than `cap`.
+    /// Removes up to `batch` of the oldest sessions of each shard that holds more
+    /// than its share of `cap`.
     pub async fn step(&self) -> Result<CleanerStep, CacheError> {
-        let removed: u64 = scripts::CLEAN_SESSIONS
-            .key(self.keys.recent())
-            .key(self.keys.login())
-            .arg(self.cap)
-            .arg(self.batch)
-            .arg(self.keys.viewed_by_prefix())
-            .arg(self.keys.cart_prefix())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let shards = self.keys.shards();
+        // Rounded up, so S shards never hold less than the cap between them.
+        let shard_cap = self.cap.div_ceil(shards.len() as u64);
+        let mut removed = 0;
+        for shard in shards {
+            removed += self.clean_shard(shard, shard_cap).await?;
+        }
         self.removed.fetch_add(removed, Ordering::Relaxed);
         Ok(if removed == 0 {
             CleanerStep::Idle
         } else {
             CleanerStep::Cleaned(removed)
         })
+    }
+}
+
+impl SessionCleaner {
+    async fn clean_shard(&self, shard: Shard, cap: u64) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let recent = self.keys.recent_in(shard);
+        let (size, oldest): (u64, Vec<(String, String)>) = redis::pipe()
+            .zcard(recent)
+            .cmd("ZRANGE")
+            .arg(recent)
+            .arg(0)
+            .arg(i64::from(self.batch) - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await?;
+        let excess = size.saturating_sub(cap) as usize;
+        if excess == 0 {
+            return Ok(0);
+        }
+        let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
+        call.key(recent).key(self.keys.login_in(shard)).arg(cap);
+        for (member, seen) in oldest.iter().take(excess) {
+            call.key(self.keys.viewed_by_member(shard, member))
+                .key(self.keys.cart_member(shard, member))
+                .arg(member)
+                .arg(seen);
+        }
+        Ok(call.invoke_async(&mut conn).await?)
     }
 }
 

@@ -6,6 +6,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+mod token;
+
+pub use token::SessionToken;
+
 /// Why a value from outside was refused. The text is safe to show to a user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidInput {

@@ -1,7 +1,8 @@
 -- Ends a refresh claimed by claim_row.lua, with the delay as it is now (it may have
 -- changed while the database was read).
 -- KEYS[1] schedule:  KEYS[2] delay:  KEYS[3] inv:<row>
--- ARGV[1] row id  ARGV[2] mode: 'store' | 'missing' | 'retry'
+-- ARGV[1] row id  ARGV[2] mode: 'store' | 'missing' | 'retry' | 'unscheduled' (the
+-- claim found no delay: remove the row unless it was scheduled again meanwhile)
 -- ARGV[3] the row's JSON (store) or the retry back-off in seconds (retry)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -12,6 +13,10 @@ if delay <= 0 or ARGV[2] == 'missing' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', KEYS[3])
   return 0
+end
+if ARGV[2] == 'unscheduled' then
+  -- Scheduled again since the claim: it stays, due as the new schedule says.
+  return 3
 end
 if ARGV[2] == 'retry' then
   -- The database failed: keep the old value, try again after the back-off.
