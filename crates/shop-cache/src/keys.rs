@@ -8,12 +8,12 @@
 //!   share a hash tag (`{...}`):
 //!   - the session index is split into S shards by the token (`recent:{s12}`,
 //!     `login:{s12}`), and a session's own keys carry its shard's tag
-//!     (`viewed:{s12}<token>`, `cart:{s12}<token>`, `login-once:{s12}<form key>`),
-//!     so touch, login rotation, logout and the cleaner each stay in one slot;
+//!     (`viewed:{s12}<token>`, `cart:{s12}<token>`), so touch, login rotation,
+//!     logout and the cleaner each stay in one slot;
 //!   - the row cache's keys share `{rows}`; the view ranking and its rescale
 //!     markers share `{views}`; an item's insights share `{i<item>}`;
-//!   - pages, render locks and login counters are single keys: no tag, spread by
-//!     their own hash.
+//!   - pages, render locks, login counters and login forms' one-time keys are
+//!     single keys: no tag, spread by their own hash.
 //!
 //! A prefix (namespace) lets several shops share one Redis. Nothing outside this
 //! module formats a key, and every key a Lua script touches is passed to it in
@@ -68,7 +68,7 @@ struct Names {
     layout: Layout,
     prefix: String,
     /// Per shard: `recent:`, `login:`, and what goes before a token in
-    /// `viewed:<token>`, `cart:<token>` and `login-once:<key>`.
+    /// `viewed:<token>` and `cart:<token>`.
     shards: Vec<ShardNames>,
     item_views: String,
     views_rescaled: String,
@@ -86,7 +86,6 @@ struct ShardNames {
     login: String,
     viewed_by: String,
     cart: String,
-    login_once: String,
 }
 
 impl Default for Keys {
@@ -120,7 +119,6 @@ impl Keys {
                     // `viewed:<token>` shares its stem with the global `viewed:` zset.
                     viewed_by: p("viewed:"),
                     cart: p("cart:"),
-                    login_once: p("login-once:"),
                 }],
                 item_views: p("viewed:"),
                 views_rescaled: p("rescaled:"),
@@ -144,7 +142,6 @@ impl Keys {
                             login: p(&format!("login:{{s{s}}}")),
                             viewed_by: p(&format!("viewed:{{s{s}}}")),
                             cart: p(&format!("cart:{{s{s}}}")),
-                            login_once: p(&format!("login-once:{{s{s}}}")),
                         })
                         .collect(),
                     item_views: p("viewed:{views}"),
@@ -263,16 +260,12 @@ impl Keys {
         format!("{}{member}", self.shard(shard).cart)
     }
 
-    /// String: the new session a login form's one-time key already produced, so a
-    /// double-submitted form logs in once. In the shard of the session the form was
-    /// sent from (`session`), as the login script touches both. The client's key is
-    /// hashed: no client text becomes part of a key.
-    pub fn login_once(&self, session: &SessionToken, form_key: &str) -> String {
-        format!(
-            "{}{}",
-            self.shard(self.shard_of(session)).login_once,
-            digest(form_key)
-        )
+    /// String: the user and new session a login form's one-time key produced (or
+    /// `<user> -` while it is being made), so a double-submitted form logs in once.
+    /// A key of its own: the second submit comes from another session, in any
+    /// shard. The client's key is hashed: no client text becomes part of a key.
+    pub fn login_once(&self, form_key: &str) -> String {
+        format!("{}login-once:{}", self.0.prefix, digest(form_key))
     }
 
     /// Sorted set: item id -> minus its view count (most viewed at rank 0).
@@ -433,9 +426,9 @@ mod tests {
         let i = ItemId::new(3).unwrap();
         assert_eq!(k.viewers(i, 2958), "viewers:3:2958");
         assert_eq!(k.buyers(i, 2958), "buyers:3:2958");
-        assert_eq!(k.login_once(&t, "x"), k.login_once(&t, "x"));
-        assert_ne!(k.login_once(&t, "x"), k.login_once(&t, "y"));
-        assert!(k.login_once(&t, "x").starts_with("login-once:"));
+        assert_eq!(k.login_once("x"), k.login_once("x"));
+        assert_ne!(k.login_once("x"), k.login_once("y"));
+        assert!(k.login_once("x").starts_with("login-once:"));
         assert!(!k.login_attempts("name", "alice").contains("alice"));
         assert_eq!(k.also_bought(i), "also:3");
         assert_eq!(k.also_bought_list_epochs(i), "also-epochs:");
@@ -453,7 +446,7 @@ mod tests {
             k.recent_of(t).to_owned(),
             k.viewed_by(t),
             k.cart(t),
-            k.login_once(t, "k"),
+            k.login_once("k"),
             k.item_views().to_owned(),
             k.views_rescaled().to_owned(),
             k.page("x"),
@@ -500,12 +493,7 @@ mod tests {
             let t = SessionToken::generate();
             let session = tag(k.recent_of(&t));
             // touch, logout, cleaner: the index and the session's own keys.
-            for key in [
-                k.login_of(&t).to_owned(),
-                k.viewed_by(&t),
-                k.cart(&t),
-                k.login_once(&t, "form"),
-            ] {
+            for key in [k.login_of(&t).to_owned(), k.viewed_by(&t), k.cart(&t)] {
                 assert_eq!(tag(&key), session, "{key}");
             }
             // login: the new token is beside the old one.

@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use redis::AsyncCommands;
+
 use crate::RedisConn;
 use crate::daemon::Daemon;
 /// The token type lives with the other identifiers; re-exported where it is used.
@@ -32,6 +34,10 @@ pub const HISTORY_LEN: usize = 25;
 
 /// How long a login form's one-time key remembers the session it made.
 pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a second submit of a login form waits, in steps, for the first one to
+/// finish (a login is a few milliseconds; after a second it logs in on its own).
+const LOGIN_ONCE_WAIT_STEP: Duration = Duration::from_millis(20);
+const LOGIN_ONCE_WAIT_STEPS: u32 = 50;
 
 /// What [`Sessions::touch_existing`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,30 +170,84 @@ impl Sessions {
         user: UserId,
         once: Option<&str>,
     ) -> Result<SessionToken, CacheError> {
+        let Some(form_key) = once else {
+            return self.rotate(old, user).await;
+        };
+        // The one-time key is claimed before the move and holds its result after,
+        // so a second submit of the same form (arriving with another session: the
+        // first one's cookie is gone) waits for the first and gets its session.
+        // It is a key of its own (its own slot in a cluster), not part of the
+        // move's script, because the second submit's session may be in another shard.
+        let once_key = self.keys.login_once(form_key);
+        let mut conn = self.conn.clone();
+        let ttl = LOGIN_ONCE_TTL.as_secs();
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(&once_key)
+            .arg(format!("{user} -"))
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut conn)
+            .await?;
+        if claimed.is_some() {
+            let new = match self.rotate(old, user).await {
+                Ok(new) => new,
+                Err(e) => {
+                    // Released, so the retry the user makes is not kept waiting.
+                    let _: Result<(), _> = conn.del(&once_key).await;
+                    return Err(e);
+                }
+            };
+            redis::cmd("SET")
+                .arg(&once_key)
+                .arg(format!("{user} {}", new.expose()))
+                .arg("XX")
+                .arg("EX")
+                .arg(ttl)
+                .exec_async(&mut conn)
+                .await?;
+            return Ok(new);
+        }
+        for _ in 0..LOGIN_ONCE_WAIT_STEPS {
+            let made: Option<String> = conn.get(&once_key).await?;
+            let Some((by, token)) = made.as_deref().and_then(|m| m.split_once(' ')) else {
+                break; // expired meanwhile
+            };
+            if by != user.to_string() {
+                break; // another user's form: their session is not this one's
+            }
+            if token == "-" {
+                // The first submit is still logging in.
+                tokio::time::sleep(LOGIN_ONCE_WAIT_STEP).await;
+                continue;
+            }
+            if let Ok(token) = token.parse::<SessionToken>()
+                && self.check_token(&token).await? == Some(user)
+            {
+                return Ok(token);
+            }
+            break; // that session ended since: log in afresh
+        }
+        self.rotate(old, user).await
+    }
+
+    /// The move itself: a fresh token in the old one's shard, one script.
+    async fn rotate(&self, old: &SessionToken, user: UserId) -> Result<SessionToken, CacheError> {
         // In the same shard as the old token, so the move is one script in one slot.
         let new = self.keys.fresh_token_beside(old);
-        let token: String = scripts::LOGIN
+        scripts::LOGIN
             .key(self.keys.recent_of(old))
             .key(self.keys.login_of(old))
             .key(self.keys.viewed_by(old))
             .key(self.keys.viewed_by(&new))
             .key(self.keys.cart(old))
             .key(self.keys.cart(&new))
-            .key(match once {
-                Some(key) => self.keys.login_once(old, key),
-                // Declared (in the same slot) but untouched without a key.
-                None => self.keys.recent_of(old).to_owned(),
-            })
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
-            .arg(if once.is_some() { "1" } else { "0" })
-            .arg(LOGIN_ONCE_TTL.as_secs())
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async::<()>(&mut self.conn.clone())
             .await?;
-        token.parse().map_err(|_| CacheError::Corrupt {
-            what: "login-once:",
-        })
+        Ok(new)
     }
 
     /// Ends a session: its login, last-seen entry, history and cart are removed

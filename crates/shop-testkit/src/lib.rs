@@ -3,12 +3,16 @@
 //! [`TestRedis`] starts a private `redis-server` listening only on a Unix socket in
 //! its own temporary directory, with persistence off, and kills it when dropped. A
 //! test therefore cannot see another test's keys, nor the Redis on port 6379.
+//! [`TestRedisCluster`] does the same for a six-node Redis Cluster (three primaries,
+//! three replicas) on free loopback ports, for cluster routing and failover tests.
 //! [`TestDb`] gives a test its own database: a SQLite file in a temporary directory,
 //! or a PostgreSQL database created for it on the local server and dropped after.
 //! [`SqliteWriteLock`] holds a SQLite file's write lock as another process would.
 
 mod database;
+mod redis_cluster;
 mod redis_server;
 
 pub use database::{SqliteWriteLock, TestDb};
+pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;

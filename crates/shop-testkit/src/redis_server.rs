@@ -85,7 +85,7 @@ impl TestRedis {
     }
 
     fn spawn(&mut self) {
-        let bin = std::env::var(BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned());
+        let bin = server_bin();
         let child = Command::new(&bin)
             .args(["--port", "0", "--unixsocket"])
             .arg(self.socket())
@@ -105,12 +105,7 @@ impl TestRedis {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start `{bin}`: {e}. Install it (Debian: `apt-get install \
-                     redis-server`) or point {BIN_ENV} at a redis-server binary."
-                )
-            });
+            .unwrap_or_else(|e| panic!("{}", cannot_run(&bin, &e)));
         self.child = Some(child);
         self.wait_until_ready();
     }
@@ -138,6 +133,19 @@ impl TestRedis {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// The `redis-server` to run: [`BIN_ENV`] if set, else the one on `PATH`.
+pub(crate) fn server_bin() -> String {
+    std::env::var(BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// Why a Redis binary could not be started, and how to get one.
+pub(crate) fn cannot_run(bin: &str, e: &std::io::Error) -> String {
+    format!(
+        "cannot start `{bin}`: {e}. Install it (Debian: `apt-get install redis-server`, \
+         which also has redis-cli) or point {BIN_ENV} at a redis-server binary."
+    )
 }
 
 fn ping(socket: &Path) -> bool {

@@ -2,16 +2,15 @@ use redis::AsyncCommands;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
 
-use crate::{all_keys, keys, redis};
+use crate::{Fixture, both_layouts, redis};
 
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
 }
 
-#[tokio::test]
-async fn touch_records_last_seen_and_login() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+both_layouts! {
+async fn touch_records_last_seen_and_login(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let guest = SessionToken::generate();
     let user = SessionToken::generate();
     assert_eq!(sessions.touch(&guest, None, None).await.unwrap(), None);
@@ -20,8 +19,8 @@ async fn touch_records_last_seen_and_login() {
     // A later touch without a user still reports who the token belongs to.
     assert_eq!(sessions.touch(&user, None, None).await.unwrap(), id);
 
-    let mut raw = server.conn().await;
-    let seen: Option<f64> = raw.zscore("recent:", guest.expose()).await.unwrap();
+    let mut raw = fx.raw().await;
+    let seen: Option<f64> = raw.zscore(fx.keys.recent_of(&guest), guest.expose()).await.unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -34,13 +33,18 @@ async fn touch_records_last_seen_and_login() {
     );
     assert_eq!(sessions.count().await.unwrap(), 2);
     // A request that is not an item view records no view.
-    assert_eq!(all_keys(&server).await, vec!["login:", "recent:"]);
+    let mut index = vec![
+        fx.keys.login_of(&user).to_owned(),
+        fx.keys.recent_of(&user).to_owned(),
+        fx.keys.recent_of(&guest).to_owned(),
+    ];
+    index.sort();
+    index.dedup();
+    assert_eq!(fx.all_keys().await, index);
 }
 
-#[tokio::test]
-async fn unknown_token_is_not_logged_in() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn unknown_token_is_not_logged_in(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     assert_eq!(
         sessions
             .check_token(&SessionToken::generate())
@@ -50,10 +54,8 @@ async fn unknown_token_is_not_logged_in() {
     );
 }
 
-#[tokio::test]
-async fn each_view_decrements_the_global_count_by_one() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let a = SessionToken::generate();
     let b = SessionToken::generate();
     for _ in 0..3 {
@@ -62,18 +64,21 @@ async fn each_view_decrements_the_global_count_by_one() {
     sessions.touch(&b, None, Some(item(7))).await.unwrap();
     sessions.touch(&b, None, Some(item(8))).await.unwrap();
 
-    let mut raw = server.conn().await;
-    let seven: f64 = raw.zscore("viewed:", "7").await.unwrap();
-    let eight: f64 = raw.zscore("viewed:", "8").await.unwrap();
+    // Counted in the touch script (book layout) or batched per process (cluster).
+    let flushed = sessions.flush_views().await.unwrap();
+    assert_eq!(flushed, if fx.keys.batches_views() { 5 } else { 0 });
+    assert_eq!(sessions.pending_views(), 0);
+    let mut raw = fx.raw().await;
+    let views = fx.keys.item_views();
+    let seven: f64 = raw.zscore(views, "7").await.unwrap();
+    let eight: f64 = raw.zscore(views, "8").await.unwrap();
     assert_eq!((seven, eight), (-4.0, -1.0));
-    let ranked: Vec<String> = raw.zrange("viewed:", 0, -1).await.unwrap();
+    let ranked: Vec<String> = raw.zrange(views, 0, -1).await.unwrap();
     assert_eq!(ranked, vec!["7", "8"], "most viewed at rank 0");
 }
 
-#[tokio::test]
-async fn the_26th_view_drops_the_oldest() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn the_26th_view_drops_the_oldest(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     for n in 1..=26 {
         sessions.touch(&t, None, Some(item(n))).await.unwrap();
@@ -82,19 +87,17 @@ async fn the_26th_view_drops_the_oldest() {
     assert_eq!(viewed.len(), HISTORY_LEN);
     let expected: Vec<ItemId> = (2..=26).rev().map(item).collect();
     assert_eq!(viewed, expected, "most recent first, item 1 dropped");
-    let size: u64 = server
-        .conn()
+    let size: u64 = fx
+        .raw()
         .await
-        .zcard(format!("viewed:{}", t.expose()))
+        .zcard(fx.keys.viewed_by(&t))
         .await
         .unwrap();
     assert_eq!(size, 25);
 }
 
-#[tokio::test]
-async fn views_in_the_same_second_keep_the_right_25() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn views_in_the_same_second_keep_the_right_25(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     // 40 views fired back to back land within one second (often within the same
     // microsecond on the server clock for pipelined calls): the order must hold.
@@ -102,6 +105,9 @@ async fn views_in_the_same_second_keep_the_right_25() {
         5, 3, 9, 1, 7, 2, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
         26, 27, 28, 29, 30, 3, 5, 31, 32, 33, 34, 35, 36, 37, 9,
     ];
+    // The script is loaded first: calls that all meet NOSCRIPT would each load it
+    // and run again, in whatever order their loads finish.
+    sessions.touch(&t, None, None).await.unwrap();
     let calls: Vec<_> = order
         .iter()
         .map(|&n| sessions.touch(&t, None, Some(item(n))))
@@ -128,11 +134,9 @@ async fn views_in_the_same_second_keep_the_right_25() {
     assert_eq!(got, expected);
 }
 
-#[tokio::test]
-async fn login_rotates_the_token_and_moves_cart_and_history() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+async fn login_rotates_the_token_and_moves_cart_and_history(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let old = SessionToken::generate();
     sessions.touch(&old, None, Some(item(3))).await.unwrap();
     sessions.touch(&old, None, Some(item(4))).await.unwrap();
@@ -155,17 +159,15 @@ async fn login_rotates_the_token_and_moves_cart_and_history() {
     assert!(carts.get(&old).await.unwrap().is_empty());
 
     // The old token is gone from every structure; only the new one remains.
-    let mut raw = server.conn().await;
-    let recent: Vec<String> = raw.zrange("recent:", 0, -1).await.unwrap();
+    let mut raw = fx.raw().await;
+    let recent: Vec<String> = raw.zrange(fx.keys.recent_of(&new), 0, -1).await.unwrap();
     assert_eq!(recent, vec![new.expose().to_owned()]);
-    let keys = all_keys(&server).await;
+    let keys = fx.all_keys().await;
     assert!(keys.iter().all(|k| !k.contains(old.expose())), "{keys:?}");
 }
 
-#[tokio::test]
-async fn login_from_an_empty_session_works() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn login_from_an_empty_session_works(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let old = SessionToken::generate();
     let new = sessions
         .login(&old, UserId::new(1).unwrap(), None)
@@ -177,11 +179,9 @@ async fn login_from_an_empty_session_works() {
     );
 }
 
-#[tokio::test]
-async fn logout_removes_the_whole_session() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+async fn logout_removes_the_whole_session(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let other = SessionToken::generate();
     sessions.touch(&other, None, Some(item(1))).await.unwrap();
     let t = sessions
@@ -193,7 +193,7 @@ async fn logout_removes_the_whole_session() {
 
     sessions.logout(&t).await.unwrap();
     assert_eq!(sessions.check_token(&t).await.unwrap(), None);
-    let keys = all_keys(&server).await;
+    let keys = fx.all_keys().await;
     assert!(keys.iter().all(|k| !k.contains(t.expose())), "{keys:?}");
     assert_eq!(
         sessions.count().await.unwrap(),
@@ -206,29 +206,9 @@ async fn logout_removes_the_whole_session() {
     );
 }
 
-#[tokio::test]
-async fn prefixed_keys_stay_in_their_namespace() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, shop_cache::keys::Keys::with_prefix("s1:"));
-    let t = SessionToken::generate();
-    sessions
-        .touch(&t, Some(UserId::new(1).unwrap()), Some(item(2)))
-        .await
-        .unwrap();
-    let keys = all_keys(&server).await;
-    assert_eq!(
-        keys.len(),
-        5,
-        "recent, login, viewed:<token>, viewed:, viewers:<item>:<window>"
-    );
-    assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
-}
-
-#[tokio::test]
-async fn a_client_cannot_choose_its_token() {
+async fn a_client_cannot_choose_its_token(fx: Fixture) {
     use shop_cache::session::Touched;
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let chosen = SessionToken::generate();
     assert_eq!(
         sessions
@@ -237,7 +217,7 @@ async fn a_client_cannot_choose_its_token() {
             .unwrap(),
         Touched::Unknown
     );
-    assert!(all_keys(&server).await.is_empty(), "nothing recorded");
+    assert!(fx.all_keys().await.is_empty(), "nothing recorded");
 
     let issued = SessionToken::generate();
     sessions.touch(&issued, None, None).await.unwrap();
@@ -254,11 +234,9 @@ async fn a_client_cannot_choose_its_token() {
     );
 }
 
-#[tokio::test]
-async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let guest = SessionToken::generate();
     sessions.touch(&guest, None, None).await.unwrap();
     carts.set(&guest, item(3), 2).await.unwrap();
@@ -289,11 +267,9 @@ async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart() {
     assert_eq!(carts.get(&again).await.unwrap().len(), 1, "cart moved on");
 }
 
-#[tokio::test]
-async fn logging_in_over_another_users_session_does_not_take_their_cart() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let carts = shop_cache::cart::Carts::new(conn, keys(), 99);
+async fn logging_in_over_another_users_session_does_not_take_their_cart(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let alice = UserId::new(1).unwrap();
     let bob = UserId::new(2).unwrap();
     let a = sessions
@@ -311,7 +287,7 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart() {
     );
     assert!(sessions.recently_viewed(&b).await.unwrap().is_empty());
     assert_eq!(sessions.check_token(&a).await.unwrap(), None);
-    let keys = all_keys(&server).await;
+    let keys = fx.all_keys().await;
     assert!(keys.iter().all(|k| !k.contains(a.expose())), "{keys:?}");
 
     // The same user logging in again keeps the cart.
@@ -320,16 +296,34 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart() {
     assert_eq!(carts.get(&b2).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn item_viewers_are_counted_in_expiring_windows() {
-    let (server, conn) = redis().await;
-    let sessions = Sessions::new(conn, keys());
+async fn item_viewers_are_counted_in_expiring_windows(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     sessions.touch(&t, None, Some(item(2))).await.unwrap();
+    sessions.flush_views().await.unwrap();
     let window = shop_cache::insights::current_window();
-    let key = format!("viewers:2:{window}");
-    let mut raw = server.conn().await;
+    let key = fx.keys.viewers(item(2), window);
+    let mut raw = fx.raw().await;
     let ttl: i64 = raw.ttl(&key).await.unwrap();
     let max = shop_cache::insights::WINDOW_TTL.as_secs() as i64;
     assert!(ttl > max - 60 && ttl <= max, "ttl {ttl}");
+}
+}
+
+#[tokio::test]
+async fn prefixed_keys_stay_in_their_namespace() {
+    let (server, conn) = redis().await;
+    let sessions = Sessions::new(conn, shop_cache::keys::Keys::with_prefix("s1:"));
+    let t = SessionToken::generate();
+    sessions
+        .touch(&t, Some(UserId::new(1).unwrap()), Some(item(2)))
+        .await
+        .unwrap();
+    let keys = crate::all_keys(&server).await;
+    assert_eq!(
+        keys.len(),
+        5,
+        "recent, login, viewed:<token>, viewed:, viewers:<item>:<window>"
+    );
+    assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
 }

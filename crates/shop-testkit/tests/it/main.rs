@@ -1,0 +1,3 @@
+//! Integration tests of the test fixtures themselves, against real servers.
+
+mod cluster;
