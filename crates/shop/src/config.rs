@@ -262,9 +262,39 @@ pub struct RedisArgs {
     /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+    /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
+    /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
+    #[arg(
+        long,
+        env = "SHOP_REDIS_CLUSTER",
+        value_delimiter = ',',
+        conflicts_with = "redis_url",
+        value_parser = parse_seed
+    )]
+    pub redis_cluster: Vec<String>,
+    /// How many shards the cluster layout splits the session index into.
+    #[arg(
+        long,
+        env = "SHOP_SESSION_SHARDS",
+        default_value_t = shop_cache::keys::DEFAULT_SHARDS,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(shop_cache::keys::MAX_SHARDS)),
+    )]
+    pub session_shards: u32,
     /// Namespace put before every key, so several shops can share one Redis.
     #[arg(long, env = "SHOP_KEY_PREFIX", default_value = "")]
     pub key_prefix: String,
+}
+
+/// One cluster node, `host:port` (or a `redis://` URL).
+fn parse_seed(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let addr = s.strip_prefix("redis://").unwrap_or(s);
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(s.to_owned())
+        }
+        _ => Err(format!("`{s}` is not host:port")),
+    }
 }
 
 /// Where the durable state lives.
@@ -314,6 +344,33 @@ impl RedisArgs {
     /// The configured URL, or the default address.
     pub fn url(&self) -> &str {
         self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+    }
+
+    /// True when a cluster is configured.
+    pub fn is_cluster(&self) -> bool {
+        !self.redis_cluster.is_empty()
+    }
+
+    /// Where Redis is, for logs (no password).
+    pub fn describe(&self) -> String {
+        if self.is_cluster() {
+            format!("cluster {}", redact_url(&self.redis_cluster.join(",")))
+        } else {
+            redact_url(self.url())
+        }
+    }
+
+    /// The key layout: the book's for one node, hash-tagged for a cluster.
+    pub fn keys(&self) -> shop_cache::keys::Keys {
+        let layout = if self.is_cluster() {
+            shop_cache::keys::Layout::Cluster {
+                shards: self.session_shards,
+            }
+        } else {
+            shop_cache::keys::Layout::Book
+        };
+        shop_cache::keys::Keys::new(&self.key_prefix, layout)
+            .expect("the shard count is checked when parsed")
     }
 }
 

@@ -19,6 +19,7 @@ use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
+use shop_cache::session::ViewFlusher;
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_db::Db;
 use shop_web::{AppState, WebConfig};
@@ -50,6 +51,18 @@ pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys
 }
 
 async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
+    if redis.is_cluster() {
+        let conn = shop_cache::connect_cluster(&redis.redis_cluster)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot reach the Redis Cluster at {}; check the nodes \
+                     (`scripts/redis-cluster start` runs a local one)",
+                    redis.describe()
+                )
+            })?;
+        return Ok((conn, redis.keys()));
+    }
     let conn = shop_cache::connect(url).await.with_context(|| {
         format!(
             "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
@@ -57,7 +70,7 @@ async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(Redis
             redact_url(url)
         )
     })?;
-    Ok((conn, Keys::with_prefix(&redis.key_prefix)))
+    Ok((conn, redis.keys()))
 }
 
 /// Where the managed Redis keeps its files.
@@ -68,6 +81,9 @@ pub const MANAGED_REDIS_DIR: &str = "data/redis";
 async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<ManagedRedis>)> {
     if let Some(url) = &args.redis.redis_url {
         return Ok((url.clone(), None));
+    }
+    if args.redis.is_cluster() {
+        return Ok((String::new(), None));
     }
     if !args.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
         return Ok((DEFAULT_REDIS_URL.to_owned(), None));
@@ -183,6 +199,14 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         let removed = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
         metrics.register_cleaner(removed);
     }
+    // Every serving process writes the views it counted (cluster layout), workers
+    // or not; stopped only after the last request is answered, so its final flush
+    // loses none.
+    let flush_stop = CancellationToken::new();
+    let flusher = tokio::spawn(shop_cache::daemon::run(
+        ViewFlusher::new(state.sessions.clone()),
+        flush_stop.clone(),
+    ));
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let options = server::ServeOptions {
@@ -196,13 +220,15 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     })
     .await;
     shutdown.cancel();
+    flush_stop.cancel();
+    flusher.await.context("the view flusher panicked")?;
     join_all(daemons).await
 }
 
 async fn work(args: WorkArgs) -> anyhow::Result<()> {
     let (conn, keys) = connect_redis(&args.redis).await?;
     let db = connect_db(&args.database).await?;
-    tracing::info!(redis = %redact_url(args.redis.url()), "worker connected");
+    tracing::info!(redis = %args.redis.describe(), "worker connected");
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;

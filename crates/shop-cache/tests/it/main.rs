@@ -47,8 +47,11 @@ pub enum Server {
 
 /// One test's Redis: the server, the shop's connection and the keys to use.
 pub struct Fixture {
+    /// The Redis, kept alive for the test.
     pub server: Server,
+    /// The shop's connection, as the code under test uses it.
     pub conn: RedisConn,
+    /// The layout that goes with the server.
     pub keys: Keys,
 }
 

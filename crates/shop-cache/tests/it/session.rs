@@ -2,7 +2,7 @@ use redis::AsyncCommands;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
 
-use crate::{Fixture, both_layouts, redis};
+use crate::{both_layouts, redis};
 
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
