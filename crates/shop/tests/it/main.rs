@@ -3,6 +3,7 @@
 
 mod browser;
 mod cli;
+mod cluster;
 mod drills;
 mod e2e;
 mod flash;
