@@ -1,7 +1,8 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
 //! Session touch throughput against a private redis-server: the shop's Lua script,
 //! the same five commands as one pipeline, and the book's one command per round
-//! trip, in the same run so their ratio holds on a noisy machine. Then a cart set,
+//! trip, in the same run so their ratio holds on a noisy machine; then the script on
+//! a private 6-node Redis Cluster with the cluster layout. Then a cart set,
 //! the shop's against the book's.
 //!
 //! Run: `cargo bench -p shop-cache --bench session`. Each iteration is one touch
@@ -16,8 +17,8 @@ use shop_cache::RedisConn;
 use shop_cache::book;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
-use shop_cache::session::{SessionToken, Sessions};
-use shop_testkit::TestRedis;
+use shop_cache::session::{SessionToken, Sessions, ViewFlusher};
+use shop_testkit::{TestRedis, TestRedisCluster};
 
 /// Concurrent callers, as many web-server tasks sharing one connection.
 const CALLERS: u64 = 50;
@@ -116,6 +117,31 @@ fn touch(c: &mut Criterion) {
                 .iter_custom(|iters| run_concurrently(&fixture, way, iters));
         });
     }
+    // The same script on a 6-node cluster (3 primaries, 3 replicas, all on this
+    // machine) with the cluster layout: sessions spread over 64 shards, the view
+    // counts batched and flushed every 100 ms by the flusher running alongside.
+    let cluster = TestRedisCluster::start();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_cluster = rt.block_on(async {
+        let conn = shop_cache::connect_cluster(&cluster.addrs()).await.unwrap();
+        let keys = Keys::cluster("");
+        Arc::new(Fixture {
+            sessions: Sessions::new(conn.clone(), keys.clone()),
+            conn,
+            keys,
+            tokens: Arc::new((0..SESSIONS).map(|_| SessionToken::generate()).collect()),
+            counter: Arc::new(AtomicU64::new(0)),
+        })
+    });
+    rt.spawn(shop_cache::daemon::run(
+        ViewFlusher::new(on_cluster.sessions.clone()),
+        stop.clone(),
+    ));
+    group.bench_function("lua_script_cluster", |b| {
+        b.to_async(&rt)
+            .iter_custom(|iters| run_concurrently(&on_cluster, Way::Lua, iters));
+    });
+    stop.cancel();
     group.finish();
 
     // Cart set: the shop's validated `Carts::set` against the book's bare HSET.
