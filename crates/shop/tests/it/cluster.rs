@@ -191,3 +191,131 @@ async fn the_whole_shop_runs_on_a_cluster() {
         }
     }
 }
+
+/// The failover drill: under traffic, one primary of the cluster is killed; its
+/// replica takes over; no session or cart written (and replicated) before the kill
+/// is lost, and the shop answers normally again without a restart. Prints the
+/// figures BENCHMARKS.md reports ("Cluster failover").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let mut cluster = TestRedisCluster::start();
+    let db = TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd = shop();
+    cmd.current_dir(cwd.path())
+        .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
+        .env("DATABASE_URL", db.url());
+    seed(
+        {
+            let mut c = shop();
+            c.current_dir(cwd.path()).env("DATABASE_URL", db.url());
+            c
+        },
+        "200",
+    );
+    let (child, addr) = serve(cmd, &[]);
+
+    // 64 shoppers, each with a one-line cart: sessions in (nearly) every shard.
+    let mut shoppers = Vec::new();
+    for n in 1..=64u64 {
+        let page = request(&addr, "GET", &format!("/items/{n}"), None, None);
+        let cookie = page.session_cookie().unwrap();
+        let add = request(
+            &addr,
+            "POST",
+            "/cart",
+            Some(&cookie),
+            Some(&format!("item={n}&count=1")),
+        );
+        assert_eq!(add.status, 303, "{}", add.body);
+        shoppers.push((n, cookie));
+    }
+    // Replication is asynchronous: give it a moment to copy these writes, as the
+    // drill is about failover, not about the writes of the last milliseconds.
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Traffic: item views and carts by the shoppers, errors timed.
+    let stop_traffic = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let failures: Arc<Mutex<Vec<(Instant, u16)>>> = Arc::default();
+    let start = Instant::now();
+    let traffic: Vec<_> = (0..4)
+        .map(|worker| {
+            let (stop, sent, failures) = (stop_traffic.clone(), sent.clone(), failures.clone());
+            let (addr, shoppers) = (addr.clone(), shoppers.clone());
+            std::thread::spawn(move || {
+                let mut i = worker;
+                while !stop.load(Ordering::Relaxed) {
+                    let (n, cookie) = &shoppers[i % shoppers.len()];
+                    let reply = if i % 2 == 0 {
+                        request(&addr, "GET", &format!("/items/{n}"), Some(cookie), None)
+                    } else {
+                        request(&addr, "GET", "/api/me", Some(cookie), None)
+                    };
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if reply.status >= 500 {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push((Instant::now(), reply.status));
+                    }
+                    i += 4;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let victim = cluster.primaries()[0];
+    let killed_at = Instant::now();
+    cluster.kill(victim);
+    let gap = cluster.wait_until_ok(Duration::from_secs(30)).await;
+    // Traffic goes on for 3 s after the cluster is whole again.
+    std::thread::sleep(Duration::from_secs(3));
+    stop_traffic.store(true, Ordering::Relaxed);
+    for t in traffic {
+        t.join().unwrap();
+    }
+    let recovered_at = killed_at + gap;
+    let failures = failures.lock().unwrap().clone();
+    let after: Vec<_> = failures
+        .iter()
+        .filter(|(at, _)| *at > recovered_at + Duration::from_secs(1))
+        .collect();
+    let last_failure = failures
+        .iter()
+        .map(|(at, _)| at.duration_since(killed_at))
+        .max();
+    println!(
+        "failover drill: {} requests in {:.1} s; primary killed at {:.1} s; cluster ok after \
+         {:.2} s; {} answers >= 500 (statuses {:?}), the last {:.2} s after the kill; {} after \
+         recovery + 1 s",
+        sent.load(Ordering::Relaxed),
+        start.elapsed().as_secs_f64(),
+        killed_at.duration_since(start).as_secs_f64(),
+        gap.as_secs_f64(),
+        failures.len(),
+        failures
+            .iter()
+            .map(|(_, s)| *s)
+            .collect::<std::collections::BTreeSet<_>>(),
+        last_failure.map_or(0.0, |d| d.as_secs_f64()),
+        after.len(),
+    );
+    assert!(after.is_empty(), "the shop did not recover: {after:?}");
+
+    // Every shopper still has their session and cart.
+    let mut lost = Vec::new();
+    for (n, cookie) in &shoppers {
+        let me = request(&addr, "GET", "/api/me", Some(cookie), None);
+        let known = me.session_cookie().is_none(); // an unknown token gets a new cookie
+        let body = json(&me);
+        if !known || body["cart"]["lines"] != serde_json::json!([{"item": n, "quantity": 1}]) {
+            lost.push((*n, me.status, body["cart"].clone()));
+        }
+    }
+    assert!(lost.is_empty(), "lost after failover: {lost:?}");
+    assert!(stop(child).success());
+}
