@@ -308,6 +308,29 @@ async fn item_viewers_are_counted_in_expiring_windows(fx: Fixture) {
     let max = shop_cache::insights::WINDOW_TTL.as_secs() as i64;
     assert!(ttl > max - 60 && ttl <= max, "ttl {ttl}");
 }
+
+async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
+    // A node that never saw a script (a new node, a restarted one, a replica just
+    // promoted) answers NOSCRIPT: the call loads it there and runs it again.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let t = SessionToken::generate();
+    sessions.touch(&t, None, Some(item(1))).await.unwrap();
+    let flushed: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut fx.raw().await)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    let others: Vec<SessionToken> = (0..20).map(|_| SessionToken::generate()).collect();
+    for other in &others {
+        sessions.touch(other, None, Some(item(2))).await.unwrap();
+    }
+    sessions.touch(&t, None, Some(item(3))).await.unwrap();
+    assert_eq!(
+        sessions.recently_viewed(&t).await.unwrap(),
+        vec![item(3), item(1)]
+    );
+}
 }
 
 #[tokio::test]
