@@ -1,30 +1,30 @@
 use std::time::Duration;
 
+use crate::{Fixture, both_layouts};
 use redis::AsyncCommands;
 use shop_cache::analytics::{Analytics, RescaleStep, Rescaler};
 use shop_cache::domain::ItemId;
 use shop_cache::session::{SessionToken, Sessions};
-use shop_testkit::TestRedis;
-
-use crate::{keys, redis};
 
 /// Items 1..=n where item i has been viewed i times (so item n is the most viewed).
-async fn views(server: &TestRedis, n: u64) {
-    let mut raw = server.conn().await;
+async fn views(fx: &Fixture, n: u64) {
+    let mut raw = fx.raw().await;
     let ids: Vec<u64> = (1..=n).collect();
     for chunk in ids.chunks(1_000) {
         let members: Vec<(f64, u64)> = chunk.iter().map(|&i| (-(i as f64), i)).collect();
-        let _: () = raw.zadd_multiple("viewed:", &members).await.unwrap();
+        let _: () = raw
+            .zadd_multiple(fx.keys.item_views(), &members)
+            .await
+            .unwrap();
     }
 }
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-#[tokio::test]
-async fn rank_and_top_follow_the_views_recorded_by_touch() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let analytics = Analytics::new(conn, keys());
+both_layouts! {
+async fn rank_and_top_follow_the_views_recorded_by_touch(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let analytics = Analytics::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     let item = |n| ItemId::new(n).unwrap();
     for (id, times) in [(10, 3), (20, 5), (30, 1)] {
@@ -32,6 +32,7 @@ async fn rank_and_top_follow_the_views_recorded_by_touch() {
             sessions.touch(&t, None, Some(item(id))).await.unwrap();
         }
     }
+    sessions.flush_views().await.unwrap();
     assert_eq!(analytics.rank(item(20)).await.unwrap(), Some(0));
     assert_eq!(analytics.rank(item(10)).await.unwrap(), Some(1));
     assert_eq!(analytics.rank(item(30)).await.unwrap(), Some(2));
@@ -43,47 +44,48 @@ async fn rank_and_top_follow_the_views_recorded_by_touch() {
     assert!(analytics.top(0).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn rescale_keeps_the_20000_most_viewed_and_halves_them() {
-    let (server, conn) = redis().await;
-    views(&server, 25_000).await;
-    let rescaler = Rescaler::new(conn, keys(), DAY, 20_000);
+async fn rescale_keeps_the_20000_most_viewed_and_halves_them(fx: Fixture) {
+    views(&fx, 25_000).await;
+    let rescaler = Rescaler::new(fx.conn.clone(), fx.keys.clone(), DAY, 20_000);
     assert_eq!(
         rescaler.step().await.unwrap(),
         RescaleStep::Rescaled(20_000)
     );
 
-    let mut raw = server.conn().await;
-    let size: u64 = raw.zcard("viewed:").await.unwrap();
+    let mut raw = fx.raw().await;
+    let viewed = fx.keys.item_views();
+    let size: u64 = raw.zcard(viewed).await.unwrap();
     assert_eq!(size, 20_000);
     // The most viewed survive (the book's ZREMRANGEBYRANK 0 -20001 would have
     // removed exactly these), the least viewed are gone.
-    let top: Option<f64> = raw.zscore("viewed:", 25_000).await.unwrap();
+    let top: Option<f64> = raw.zscore(viewed, 25_000).await.unwrap();
     assert_eq!(top, Some(-12_500.0), "halved");
-    let last_kept: Option<f64> = raw.zscore("viewed:", 5_001).await.unwrap();
+    let last_kept: Option<f64> = raw.zscore(viewed, 5_001).await.unwrap();
     assert_eq!(last_kept, Some(-2_500.5));
-    let dropped: Option<f64> = raw.zscore("viewed:", 5_000).await.unwrap();
+    let dropped: Option<f64> = raw.zscore(viewed, 5_000).await.unwrap();
     assert_eq!(dropped, None);
-    let rank: Option<u64> = raw.zrank("viewed:", 25_000).await.unwrap();
+    let rank: Option<u64> = raw.zrank(viewed, 25_000).await.unwrap();
     assert_eq!(rank, Some(0));
 }
 
-#[tokio::test]
-async fn fewer_items_than_the_limit_are_only_halved() {
-    let (server, conn) = redis().await;
-    views(&server, 10).await;
-    let rescaler = Rescaler::new(conn, keys(), DAY, 20_000);
+async fn fewer_items_than_the_limit_are_only_halved(fx: Fixture) {
+    views(&fx, 10).await;
+    let rescaler = Rescaler::new(fx.conn.clone(), fx.keys.clone(), DAY, 20_000);
     assert_eq!(rescaler.step().await.unwrap(), RescaleStep::Rescaled(10));
-    let score: Option<f64> = server.conn().await.zscore("viewed:", 10).await.unwrap();
+    let score: Option<f64> = fx
+        .raw()
+        .await
+        .zscore(fx.keys.item_views(), 10)
+        .await
+        .unwrap();
     assert_eq!(score, Some(-5.0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_rescalers_in_one_period_rescale_once() {
-    let (server, conn) = redis().await;
-    views(&server, 100).await;
+#[multi_thread]
+async fn many_rescalers_in_one_period_rescale_once(fx: Fixture) {
+    views(&fx, 100).await;
     let workers = (0..8).map(|_| {
-        let r = Rescaler::new(conn.clone(), keys(), DAY, 20_000);
+        let r = Rescaler::new(fx.conn.clone(), fx.keys.clone(), DAY, 20_000);
         tokio::spawn(async move { r.step().await.unwrap() })
     });
     let outcomes: Vec<RescaleStep> = futures::future::join_all(workers)
@@ -96,15 +98,23 @@ async fn many_rescalers_in_one_period_rescale_once() {
         .filter(|o| matches!(o, RescaleStep::Rescaled(_)))
         .count();
     assert_eq!(rescaled, 1, "{outcomes:?}");
-    let score: Option<f64> = server.conn().await.zscore("viewed:", 100).await.unwrap();
+    let score: Option<f64> = fx
+        .raw()
+        .await
+        .zscore(fx.keys.item_views(), 100)
+        .await
+        .unwrap();
     assert_eq!(score, Some(-50.0), "halved once, not eight times");
 }
 
-#[tokio::test]
-async fn the_next_period_rescales_again() {
-    let (server, conn) = redis().await;
-    views(&server, 4).await;
-    let rescaler = Rescaler::new(conn, keys(), Duration::from_secs(1), 20_000);
+async fn the_next_period_rescales_again(fx: Fixture) {
+    views(&fx, 4).await;
+    let rescaler = Rescaler::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(1),
+        20_000,
+    );
     assert!(matches!(
         rescaler.step().await.unwrap(),
         RescaleStep::Rescaled(_)
@@ -120,29 +130,48 @@ async fn the_next_period_rescales_again() {
             }
         }
     }
-    let score: Option<f64> = server.conn().await.zscore("viewed:", 4).await.unwrap();
+    let score: Option<f64> = fx
+        .raw()
+        .await
+        .zscore(fx.keys.item_views(), 4)
+        .await
+        .unwrap();
     assert_eq!(score, Some(-1.0), "4 views halved twice");
 }
 
-#[tokio::test]
-async fn a_longer_interval_takes_effect_without_stopping_the_rescales() {
+async fn a_longer_interval_takes_effect_without_stopping_the_rescales(fx: Fixture) {
     // The marker used to be a period number (now / interval): after running with a
     // 1 s interval, a 2 s interval's period numbers were all smaller, and rescaling
     // stopped for good. It is the time of the last rescale now.
-    let (server, conn) = redis().await;
-    views(&server, 8).await;
-    let short = Rescaler::new(conn.clone(), keys(), Duration::from_secs(1), 20_000);
+    views(&fx, 8).await;
+    let short = Rescaler::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(1),
+        20_000,
+    );
     assert!(matches!(
         short.step().await.unwrap(),
         RescaleStep::Rescaled(_)
     ));
-    let longer = Rescaler::new(conn, keys(), Duration::from_secs(2), 20_000);
+    let longer = Rescaler::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(2),
+        20_000,
+    );
     assert_eq!(longer.step().await.unwrap(), RescaleStep::AlreadyDone);
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert!(
         matches!(longer.step().await.unwrap(), RescaleStep::Rescaled(_)),
         "two seconds after the last rescale, a 2 s interval rescales"
     );
-    let score: Option<f64> = server.conn().await.zscore("viewed:", 8).await.unwrap();
+    let score: Option<f64> = fx
+        .raw()
+        .await
+        .zscore(fx.keys.item_views(), 8)
+        .await
+        .unwrap();
     assert_eq!(score, Some(-2.0), "8 views halved twice");
+}
 }

@@ -4,7 +4,7 @@ use shop_cache::cart::{Carts, LineChange};
 use shop_cache::domain::{InvalidInput, ItemId};
 use shop_cache::session::SessionToken;
 
-use crate::{all_keys, keys, redis};
+use crate::both_layouts;
 
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
@@ -14,10 +14,9 @@ fn lines(cart: Vec<(ItemId, shop_cache::cart::Quantity)>) -> Vec<(u64, u32)> {
     cart.into_iter().map(|(i, q)| (i.get(), q.get())).collect()
 }
 
-#[tokio::test]
-async fn set_overwrites_and_zero_or_less_removes() {
-    let (server, conn) = redis().await;
-    let carts = Carts::new(conn, keys(), 99);
+both_layouts! {
+async fn set_overwrites_and_zero_or_less_removes(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let t = SessionToken::generate();
     carts.set(&t, item(1), 3).await.unwrap();
     carts.set(&t, item(2), 1).await.unwrap();
@@ -30,23 +29,17 @@ async fn set_overwrites_and_zero_or_less_removes() {
     carts.set(&t, item(2), -3).await.unwrap();
     assert!(carts.get(&t).await.unwrap().is_empty());
     // An emptied cart leaves no key behind.
-    assert!(all_keys(&server).await.is_empty());
+    assert!(fx.all_keys().await.is_empty());
 
     // Stored as the book's hash: item id -> quantity.
     carts.set(&t, item(8), 2).await.unwrap();
-    let raw: Vec<(String, String)> = server
-        .conn()
-        .await
-        .hgetall(format!("cart:{}", t.expose()))
-        .await
-        .unwrap();
+    let raw: Vec<(String, String)> = fx.raw().await.hgetall(fx.keys.cart(&t)).await.unwrap();
+    assert_eq!(fx.all_keys().await, vec![fx.keys.cart(&t)]);
     assert_eq!(raw, vec![("8".to_owned(), "2".to_owned())]);
 }
 
-#[tokio::test]
-async fn too_large_a_quantity_is_refused_and_writes_nothing() {
-    let (server, conn) = redis().await;
-    let carts = Carts::new(conn, keys(), 99);
+async fn too_large_a_quantity_is_refused_and_writes_nothing(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let t = SessionToken::generate();
     for bad in [100, 1_000_000, i64::MAX] {
         let err = carts.set(&t, item(1), bad).await.unwrap_err();
@@ -58,7 +51,7 @@ async fn too_large_a_quantity_is_refused_and_writes_nothing() {
             "{err:?}"
         );
     }
-    assert!(all_keys(&server).await.is_empty(), "no key written");
+    assert!(fx.all_keys().await.is_empty(), "no key written");
 
     // A refused change leaves an existing line as it was.
     carts.set(&t, item(1), 4).await.unwrap();
@@ -66,25 +59,21 @@ async fn too_large_a_quantity_is_refused_and_writes_nothing() {
     assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 4)]);
 }
 
-#[tokio::test]
-async fn the_maximum_is_configurable() {
-    let (_server, conn) = redis().await;
-    let carts = Carts::new(conn, keys(), 5);
+async fn the_maximum_is_configurable(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 5);
     let t = SessionToken::generate();
     carts.set(&t, item(1), 5).await.unwrap();
     assert!(carts.set(&t, item(1), 6).await.is_err());
     assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(1, 5)]);
 }
 
-#[tokio::test]
-async fn a_foreign_value_in_a_cart_is_reported_not_panicked_on() {
-    let (server, conn) = redis().await;
-    let carts = Carts::new(conn, keys(), 99);
+async fn a_foreign_value_in_a_cart_is_reported_not_panicked_on(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let t = SessionToken::generate();
-    let _: () = server
-        .conn()
+    let _: () = fx
+        .raw()
         .await
-        .hset(format!("cart:{}", t.expose()), "1", "lots")
+        .hset(fx.keys.cart(&t), "1", "lots")
         .await
         .unwrap();
     let err = carts.get(&t).await.unwrap_err();
@@ -94,10 +83,8 @@ async fn a_foreign_value_in_a_cart_is_reported_not_panicked_on() {
     );
 }
 
-#[tokio::test]
-async fn a_full_cart_refuses_new_lines_and_writes_nothing() {
-    let (server, conn) = redis().await;
-    let carts = Carts::new(conn, keys(), 99).with_max_lines(3);
+async fn a_full_cart_refuses_new_lines_and_writes_nothing(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99).with_max_lines(3);
     let t = SessionToken::generate();
     for i in 1..=3 {
         carts.set(&t, item(i), 1).await.unwrap();
@@ -107,12 +94,7 @@ async fn a_full_cart_refuses_new_lines_and_writes_nothing() {
         matches!(err, CacheError::Invalid(InvalidInput::CartFull { max: 3 })),
         "{err:?}"
     );
-    let before: Vec<(String, String)> = server
-        .conn()
-        .await
-        .hgetall(format!("cart:{}", t.expose()))
-        .await
-        .unwrap();
+    let before: Vec<(String, String)> = fx.raw().await.hgetall(fx.keys.cart(&t)).await.unwrap();
     assert_eq!(before.len(), 3);
     // Lines already there can still change, and removing one makes room.
     carts.set(&t, item(2), 5).await.unwrap();
@@ -124,16 +106,14 @@ async fn a_full_cart_refuses_new_lines_and_writes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn login_attempts_are_limited_per_name_and_per_address() {
+async fn login_attempts_are_limited_per_name_and_per_address(fx: Fixture) {
     use shop_cache::login_limit::{Attempt, LoginLimiter, LoginLimits};
-    let (_server, conn) = redis().await;
     let limits = LoginLimits {
         per_address: 5,
         per_name: 3,
         window: std::time::Duration::from_secs(60),
     };
-    let limiter = LoginLimiter::new(conn, keys(), limits);
+    let limiter = LoginLimiter::new(fx.conn.clone(), fx.keys.clone(), limits);
     for _ in 0..3 {
         assert_eq!(
             limiter.attempt(Some("10.0.0.1"), "alice").await.unwrap(),
@@ -165,4 +145,5 @@ async fn login_attempts_are_limited_per_name_and_per_address() {
         limiter.attempt(Some("10.0.0.3"), "erin").await.unwrap(),
         Attempt::Allowed
     );
+}
 }

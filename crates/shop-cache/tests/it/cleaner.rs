@@ -1,84 +1,132 @@
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use shop_cache::RedisConn;
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
+use shop_cache::keys::{Keys, Shard};
 use shop_cache::session::{SessionToken, Sessions};
 use shop_cache::session_cleaner::{BadBatch, CleanerStep, SessionCleaner};
-use shop_testkit::TestRedis;
 use tokio_util::sync::CancellationToken;
 
-use crate::{all_keys, keys, redis};
+use crate::{Fixture, both_layouts};
 
-/// `n` sessions, oldest first, each with one viewed item and one cart line.
-async fn sessions_with_data(conn: &RedisConn, n: usize) -> Vec<SessionToken> {
-    let sessions = Sessions::new(conn.clone(), keys());
-    let carts = Carts::new(conn.clone(), keys(), 99);
-    let tokens: Vec<SessionToken> = (0..n).map(|_| SessionToken::generate()).collect();
+/// The session shards the cleaner tests split the index into on a cluster: few
+/// enough that a few dozen sessions give each shard an excess over its share of the
+/// cap, so what is kept and removed can be counted exactly.
+const SHARDS: u32 = 4;
+
+/// A fresh token in `shard`.
+fn token_in(keys: &Keys, shard: Shard) -> SessionToken {
+    loop {
+        let token = SessionToken::generate();
+        if keys.shard_of(&token) == shard {
+            return token;
+        }
+    }
+}
+
+/// `n` fresh tokens dealt over the shards in turn (token `i` in shard `i % S`), so
+/// that any run of S consecutive tokens fills every shard once: with a cap that is a
+/// multiple of S, the cleaner's per-shard shares (`cap / S`) add up to the same
+/// sessions as one index capped at `cap` would keep.
+fn dealt_tokens(keys: &Keys, n: usize) -> Vec<SessionToken> {
+    let shards: Vec<Shard> = keys.shards().collect();
+    (0..n)
+        .map(|i| token_in(keys, shards[i % shards.len()]))
+        .collect()
+}
+
+/// `n` sessions, oldest first, dealt over the shards, each with one viewed item and
+/// one cart line; their views are written to the ranking.
+async fn sessions_with_data(fx: &Fixture, n: usize) -> Vec<SessionToken> {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let tokens = dealt_tokens(&fx.keys, n);
     for (i, t) in tokens.iter().enumerate() {
         let item = ItemId::new(i as u64 % 50 + 1).unwrap();
         sessions.touch(t, None, Some(item)).await.unwrap();
         carts.set(t, item, 1).await.unwrap();
     }
+    sessions.flush_views().await.unwrap();
     tokens
 }
 
-async fn recent(server: &TestRedis) -> HashSet<String> {
-    let all: Vec<String> = server.conn().await.zrange("recent:", 0, -1).await.unwrap();
-    all.into_iter().collect()
+/// The live sessions of each shard (members of its `recent:`).
+async fn recent_by_shard(fx: &Fixture) -> HashMap<Shard, HashSet<String>> {
+    let mut raw = fx.raw().await;
+    let mut out = HashMap::new();
+    for shard in fx.keys.shards() {
+        let members: Vec<String> = raw.zrange(fx.keys.recent_in(shard), 0, -1).await.unwrap();
+        out.insert(shard, members.into_iter().collect());
+    }
+    out
 }
 
-/// Every `viewed:<token>` and `cart:<token>` belongs to a live session.
-async fn assert_no_orphans(server: &TestRedis) {
-    let live = recent(server).await;
-    for key in all_keys(server).await {
-        if let Some(token) = key
-            .strip_prefix("viewed:")
-            .or_else(|| key.strip_prefix("cart:"))
-            .filter(|t| !t.is_empty())
-        {
-            assert!(live.contains(token), "orphan key {key}");
+/// Every live session.
+async fn recent(fx: &Fixture) -> HashSet<String> {
+    recent_by_shard(fx).await.into_values().flatten().collect()
+}
+
+/// Every `viewed:<token>` and `cart:<token>` belongs to a live session of its shard.
+async fn assert_no_orphans(fx: &Fixture) {
+    let live = recent_by_shard(fx).await;
+    for key in fx.all_keys().await {
+        let mut per_session = false;
+        let mut owned = false;
+        for shard in fx.keys.shards() {
+            let stems = [
+                fx.keys.viewed_by_member(shard, ""),
+                fx.keys.cart_member(shard, ""),
+            ];
+            for stem in &stems {
+                // An empty rest is the book's global `viewed:`, not a session's key.
+                if let Some(token) = key.strip_prefix(stem.as_str()).filter(|t| !t.is_empty()) {
+                    per_session = true;
+                    owned |= live[&shard].contains(token);
+                }
+            }
         }
+        assert!(!per_session || owned, "orphan key {key}");
     }
 }
 
-#[tokio::test]
-async fn over_the_cap_by_n_removes_exactly_the_n_oldest() {
-    let (server, conn) = redis().await;
-    let tokens = sessions_with_data(&conn, 30).await;
-    let login = Sessions::new(conn.clone(), keys());
-    // Log the oldest and a survivor in, to check login: entries go with them.
-    let _: () = server
-        .conn()
+/// Whether each of the session's own keys (history, cart) exists: 0, 1 or 2.
+async fn own_keys(fx: &Fixture, t: &SessionToken) -> u64 {
+    // Both carry the session's shard tag: one slot, one command.
+    fx.raw()
         .await
-        .hset("login:", tokens[0].expose(), 1)
+        .exists(&[fx.keys.viewed_by(t), fx.keys.cart(t)])
+        .await
+        .unwrap()
+}
+
+both_layouts! {
+async fn over_the_cap_by_n_removes_exactly_the_n_oldest(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    // 32 sessions over a cap of 24: 8 too many, two in each of 4 shards.
+    let tokens = sessions_with_data(&fx, 32).await;
+    let login = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    // Log the oldest and a survivor in, to check login: entries go with them.
+    let mut raw = fx.raw().await;
+    let _: () = raw
+        .hset(fx.keys.login_of(&tokens[0]), tokens[0].expose(), 1)
         .await
         .unwrap();
-    let _: () = server
-        .conn()
-        .await
-        .hset("login:", tokens[29].expose(), 2)
+    let _: () = raw
+        .hset(fx.keys.login_of(&tokens[31]), tokens[31].expose(), 2)
         .await
         .unwrap();
 
-    let cleaner = SessionCleaner::new(conn, keys(), 23, 100).unwrap();
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(7));
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 24, 100).unwrap();
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(8));
     assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Idle);
 
-    let live = recent(&server).await;
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 24);
     for (i, t) in tokens.iter().enumerate() {
-        let exists: u64 = server
-            .conn()
-            .await
-            .exists(&[
-                format!("viewed:{}", t.expose()),
-                format!("cart:{}", t.expose()),
-            ])
-            .await
-            .unwrap();
-        if i < 7 {
+        let exists = own_keys(&fx, t).await;
+        if i < 8 {
             assert!(!live.contains(t.expose()), "session {i} should be gone");
             assert_eq!(exists, 0, "session {i}'s history and cart should be gone");
         } else {
@@ -87,74 +135,203 @@ async fn over_the_cap_by_n_removes_exactly_the_n_oldest() {
         }
     }
     assert_eq!(login.check_token(&tokens[0]).await.unwrap(), None);
-    assert!(login.check_token(&tokens[29]).await.unwrap().is_some());
+    assert!(login.check_token(&tokens[31]).await.unwrap().is_some());
     // The global view counts are not per-session data: cleaning keeps them.
-    let views: u64 = server.conn().await.zcard("viewed:").await.unwrap();
-    assert_eq!(views, 30);
-    assert_no_orphans(&server).await;
+    let views: u64 = raw.zcard(fx.keys.item_views()).await.unwrap();
+    assert_eq!(views, 32);
+    assert_no_orphans(&fx).await;
 }
 
-#[tokio::test]
-async fn a_step_removes_at_most_a_batch() {
-    let (server, conn) = redis().await;
-    sessions_with_data(&conn, 25).await;
-    let cleaner = SessionCleaner::new(conn, keys(), 0, 10).unwrap();
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(10));
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(10));
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(5));
+async fn each_shard_keeps_its_share_of_the_cap_and_loses_its_oldest(fx: Fixture) {
+    // The default shard count, sessions spread by their random tokens (unevenly):
+    // every shard keeps its newest `cap / S` (rounded up) and loses the rest.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let tokens: Vec<SessionToken> = (0..300).map(|_| SessionToken::generate()).collect();
+    for t in &tokens {
+        sessions
+            .touch(t, None, Some(ItemId::new(1).unwrap()))
+            .await
+            .unwrap();
+    }
+    let shards = fx.keys.shards().len() as u64;
+    let cap: u64 = 100;
+    let share = cap.div_ceil(shards) as usize;
+    let mut by_shard: HashMap<Shard, Vec<&SessionToken>> = HashMap::new();
+    for t in &tokens {
+        by_shard.entry(fx.keys.shard_of(t)).or_default().push(t);
+    }
+    let expected_gone: HashSet<&str> = by_shard
+        .values()
+        .flat_map(|oldest_first| {
+            let excess = oldest_first.len().saturating_sub(share);
+            oldest_first[..excess].iter().map(|t| t.expose())
+        })
+        .collect();
+    assert!(!expected_gone.is_empty());
+
+    let batch = shop_cache::session_cleaner::MAX_BATCH;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), cap, batch).unwrap();
+    assert_eq!(
+        cleaner.step().await.unwrap(),
+        CleanerStep::Cleaned(expected_gone.len() as u64)
+    );
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Idle);
+    let live = recent(&fx).await;
+    for t in &tokens {
+        assert_eq!(
+            live.contains(t.expose()),
+            !expected_gone.contains(t.expose()),
+            "session in shard {}",
+            fx.keys.shard_of(t).get()
+        );
+        let exists = own_keys(&fx, t).await;
+        assert_eq!(exists, u64::from(live.contains(t.expose())));
+    }
+    assert!(live.len() as u64 <= cap + shards);
+    assert_no_orphans(&fx).await;
+}
+
+async fn a_step_removes_at_most_a_batch(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    // 25 sessions per shard; a batch is per shard.
+    let shards = fx.keys.shards().len() as u64;
+    let tokens = sessions_with_data(&fx, 25 * shards as usize).await;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 10).unwrap();
+    assert_eq!(
+        cleaner.step().await.unwrap(),
+        CleanerStep::Cleaned(10 * shards)
+    );
+    assert_eq!(
+        cleaner.step().await.unwrap(),
+        CleanerStep::Cleaned(10 * shards)
+    );
+    assert_eq!(
+        cleaner.step().await.unwrap(),
+        CleanerStep::Cleaned(5 * shards)
+    );
     assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Idle);
     // What is left is item-level data (view counts, distinct viewers), not sessions'.
-    let left = all_keys(&server).await;
-    assert!(
-        left.iter()
-            .all(|k| k == "viewed:" || k.starts_with("viewers:")),
-        "{left:?}"
-    );
+    let window = shop_cache::insights::current_window();
+    let mut item_level: HashSet<String> = HashSet::from([fx.keys.item_views().to_owned()]);
+    for n in 1..=50 {
+        for w in [window - 1, window] {
+            item_level.insert(fx.keys.viewers(ItemId::new(n).unwrap(), w));
+        }
+    }
+    let left = fx.all_keys().await;
+    assert!(left.contains(&fx.keys.item_views().to_owned()), "{left:?}");
+    assert!(left.iter().all(|k| item_level.contains(k)), "{left:?}");
+    for t in &tokens {
+        assert_eq!(own_keys(&fx, t).await, 0);
+    }
 }
 
-#[tokio::test]
-async fn batch_must_be_in_range() {
-    let (_server, conn) = redis().await;
+async fn batch_must_be_in_range(fx: Fixture) {
     assert!(matches!(
-        SessionCleaner::new(conn.clone(), keys(), 10, 0),
+        SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 10, 0),
         Err(BadBatch(0))
     ));
-    assert!(SessionCleaner::new(conn, keys(), 10, 2_001).is_err());
+    assert!(SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 10, 2_001).is_err());
+}
+
+async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
+    // The book's race, made deterministic: a cleaner reads the oldest sessions with
+    // their last-seen times, one of them is seen again, then the cleaner's script
+    // runs on what it read. The session seen again must survive; the next oldest
+    // is not taken in its place within this call (it was not picked).
+    let fx = fx.with_session_shards(SHARDS);
+    let shard = fx.keys.shards().next().unwrap();
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let tokens: Vec<SessionToken> = (0..5).map(|_| token_in(&fx.keys, shard)).collect();
+    for t in &tokens {
+        sessions
+            .touch(t, None, Some(ItemId::new(1).unwrap()))
+            .await
+            .unwrap();
+    }
+    let mut raw = fx.raw().await;
+    let recent_key = fx.keys.recent_in(shard);
+    // The pick, as the cleaner makes it: the two oldest (cap 3) with their scores.
+    let picked: Vec<(String, String)> = redis::cmd("ZRANGE")
+        .arg(recent_key)
+        .arg(0)
+        .arg(1)
+        .arg("WITHSCORES")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(picked[0].0, tokens[0].expose());
+    assert_eq!(picked[1].0, tokens[1].expose());
+    // Session 0 comes back between the pick and the delete.
+    sessions.touch(&tokens[0], None, None).await.unwrap();
+
+    let mut call = shop_cache::scripts::CLEAN_SESSIONS.prepare_invoke();
+    call.key(recent_key).key(fx.keys.login_in(shard)).arg(3);
+    for (member, seen) in &picked {
+        call.key(fx.keys.viewed_by_member(shard, member))
+            .key(fx.keys.cart_member(shard, member))
+            .arg(member)
+            .arg(seen);
+    }
+    let removed: u64 = call.invoke_async(&mut raw).await.unwrap();
+    assert_eq!(removed, 1, "only the session not seen since the pick");
+    let live = recent(&fx).await;
+    assert!(
+        live.contains(tokens[0].expose()),
+        "the session seen again survives"
+    );
+    assert!(!live.contains(tokens[1].expose()));
+    assert!(live.contains(tokens[2].expose()), "not picked, not removed");
+    assert_eq!(sessions.recently_viewed(&tokens[0]).await.unwrap().len(), 1);
+    assert_eq!(own_keys(&fx, &tokens[1]).await, 0);
+
+    // The next step sees it as the newest, and takes the oldest left instead (a cap
+    // that leaves this shard 3).
+    let cap = 3 * fx.keys.shards().len() as u64;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), cap, 100).unwrap();
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(1));
+    let live = recent(&fx).await;
+    assert!(live.contains(tokens[0].expose()));
+    assert!(!live.contains(tokens[2].expose()));
+    assert_no_orphans(&fx).await;
 }
 
 /// Two cleaners run while sessions are being touched: nothing touched after the
 /// cleaning started is lost, nothing is removed twice, nothing is left orphaned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_cleaners_keep_sessions_touched_during_cleaning() {
+#[multi_thread]
+async fn concurrent_cleaners_keep_sessions_touched_during_cleaning(fx: Fixture) {
+    // Multiples of the shard count, so every shard holds the same share.
     const OLD: usize = 2_000;
     const CAP: u64 = 1_000;
     const NEW: usize = 300;
     const RETOUCHED: usize = 200;
 
-    let (server, conn) = redis().await;
-    let old = sessions_with_data(&conn, OLD).await;
+    let fx = fx.with_session_shards(SHARDS);
+    let old = sessions_with_data(&fx, OLD).await;
 
     // Fresh activity during cleaning: new sessions, and the newest old sessions
     // seen again (they are never the oldest, so no cleaner may take them).
-    let mut fresh: Vec<SessionToken> = (0..NEW).map(|_| SessionToken::generate()).collect();
+    let mut fresh = dealt_tokens(&fx.keys, NEW);
     fresh.extend(old[OLD - RETOUCHED..].iter().cloned());
 
     let done = CancellationToken::new();
-    let cleaner = |conn: RedisConn, done: CancellationToken| async move {
-        let cleaner = SessionCleaner::new(conn, keys(), CAP, 7).unwrap();
-        let mut removed = 0;
-        loop {
-            match cleaner.step().await.unwrap() {
-                CleanerStep::Cleaned(n) => removed += n,
-                CleanerStep::Idle if done.is_cancelled() => return removed,
-                CleanerStep::Idle => tokio::task::yield_now().await,
+    let cleaner = |fx: &Fixture, done: CancellationToken| {
+        let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), CAP, 7).unwrap();
+        async move {
+            let mut removed = 0;
+            loop {
+                match cleaner.step().await.unwrap() {
+                    CleanerStep::Cleaned(n) => removed += n,
+                    CleanerStep::Idle if done.is_cancelled() => return removed,
+                    CleanerStep::Idle => tokio::task::yield_now().await,
+                }
             }
         }
     };
-    let a = tokio::spawn(cleaner(conn.clone(), done.clone()));
-    let b = tokio::spawn(cleaner(conn.clone(), done.clone()));
+    let a = tokio::spawn(cleaner(&fx, done.clone()));
+    let b = tokio::spawn(cleaner(&fx, done.clone()));
 
-    let sessions = Sessions::new(conn.clone(), keys());
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     for (i, t) in fresh.iter().enumerate() {
         let item = ItemId::new(1_000 + i as u64).unwrap();
         sessions.touch(t, None, Some(item)).await.unwrap();
@@ -162,19 +339,15 @@ async fn concurrent_cleaners_keep_sessions_touched_during_cleaning() {
     done.cancel();
     let removed = a.await.unwrap() + b.await.unwrap();
 
-    let live = recent(&server).await;
+    let live = recent(&fx).await;
     assert_eq!(live.len() as u64, CAP);
+    let mut raw = fx.raw().await;
     for t in &fresh {
         assert!(
             live.contains(t.expose()),
             "a session touched during cleaning was lost"
         );
-        let history: u64 = server
-            .conn()
-            .await
-            .zcard(format!("viewed:{}", t.expose()))
-            .await
-            .unwrap();
+        let history: u64 = raw.zcard(fx.keys.viewed_by(t)).await.unwrap();
         assert!(history >= 1, "a fresh session lost its history");
     }
     // Exactly the oldest untouched sessions went, each counted once.
@@ -187,18 +360,17 @@ async fn concurrent_cleaners_keep_sessions_touched_during_cleaning() {
             "old session {i}"
         );
     }
-    assert_no_orphans(&server).await;
+    assert_no_orphans(&fx).await;
 }
 
-#[tokio::test]
-async fn the_loop_cleans_then_stops_promptly_on_shutdown() {
-    let (server, conn) = redis().await;
-    sessions_with_data(&conn, 250).await;
-    let cleaner = SessionCleaner::new(conn.clone(), keys(), 20, 100).unwrap();
+async fn the_loop_cleans_then_stops_promptly_on_shutdown(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    sessions_with_data(&fx, 250).await;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 20, 100).unwrap();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
 
-    let sessions = Sessions::new(conn, keys());
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while sessions.count().await.unwrap() > 20 {
         assert!(tokio::time::Instant::now() < deadline, "loop did not clean");
@@ -212,5 +384,6 @@ async fn the_loop_cleans_then_stops_promptly_on_shutdown() {
         .expect("the loop stops before its idle pause ends")
         .unwrap();
     assert_eq!(sessions.count().await.unwrap(), 20);
-    assert_no_orphans(&server).await;
+    assert_no_orphans(&fx).await;
+}
 }

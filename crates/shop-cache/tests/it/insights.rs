@@ -4,17 +4,16 @@ use shop_cache::domain::ItemId;
 use shop_cache::insights::{ALSO_BOUGHT_CAP, Insights};
 use shop_cache::session::{SessionToken, Sessions};
 
-use crate::{keys, redis};
+use crate::{both_layouts, keys, redis};
 
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
 }
 
-#[tokio::test]
-async fn a_quarter_of_the_viewers_bought_it() {
-    let (_server, conn) = redis().await;
-    let sessions = Sessions::new(conn.clone(), keys());
-    let insights = Insights::new(conn, keys());
+both_layouts! {
+async fn a_quarter_of_the_viewers_bought_it(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     let shoppers: Vec<SessionToken> = (0..100).map(|_| SessionToken::generate()).collect();
     for (i, s) in shoppers.iter().enumerate() {
         // Some view it twice: a shopper counts once.
@@ -22,6 +21,7 @@ async fn a_quarter_of_the_viewers_bought_it() {
             sessions.touch(s, None, Some(item(7))).await.unwrap();
         }
     }
+    sessions.flush_views().await.unwrap();
     for s in &shoppers[..25] {
         insights.record_order(s, &[item(7)]).await.unwrap();
     }
@@ -36,10 +36,8 @@ async fn a_quarter_of_the_viewers_bought_it() {
     );
 }
 
-#[tokio::test]
-async fn also_bought_ranks_by_co_purchases() {
-    let (_server, conn) = redis().await;
-    let insights = Insights::new(conn, keys());
+async fn also_bought_ranks_by_co_purchases(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     let (a, b, c) = (item(1), item(2), item(3));
     for order in [[a, b], [a, b], [a, c]] {
         insights
@@ -60,10 +58,8 @@ async fn also_bought_ranks_by_co_purchases() {
     assert_eq!(none.viewed_then_bought_percent(), 0.0);
 }
 
-#[tokio::test]
-async fn the_also_bought_list_stays_at_its_cap() {
-    let (server, conn) = redis().await;
-    let insights = Insights::new(conn, keys());
+async fn the_also_bought_list_stays_at_its_cap(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     let shopper = SessionToken::generate();
     // 10,000 distinct items each bought once with item 1; a few of them often.
     for n in 2..10_002u64 {
@@ -78,7 +74,12 @@ async fn the_also_bought_list_stays_at_its_cap() {
             .await
             .unwrap();
     }
-    let size: usize = server.conn().await.zcard("also:1").await.unwrap();
+    let size: usize = fx
+        .raw()
+        .await
+        .zcard(fx.keys.also_bought(item(1)))
+        .await
+        .unwrap();
     assert_eq!(size, ALSO_BOUGHT_CAP);
     let top = insights.get(item(1)).await.unwrap().also_bought;
     assert_eq!(top.len(), 5);
@@ -90,23 +91,25 @@ async fn the_also_bought_list_stays_at_its_cap() {
     assert!(top[0].1 >= 3.0 && top[0].1 <= bound, "{top:?}");
 }
 
-#[tokio::test]
-async fn a_huge_order_pairs_only_its_first_items() {
-    let (server, conn) = redis().await;
-    let insights = Insights::new(conn, keys());
+async fn a_huge_order_pairs_only_its_first_items(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     let order: Vec<ItemId> = (1..=1_000).map(item).collect();
     insights
         .record_order(&SessionToken::generate(), &order)
         .await
         .unwrap();
-    let lists: Vec<String> = server.conn().await.keys("also:*").await.unwrap();
+    let stored = fx.all_keys().await;
+    let lists: Vec<ItemId> = order
+        .iter()
+        .copied()
+        .filter(|i| stored.contains(&fx.keys.also_bought(*i)))
+        .collect();
     assert_eq!(lists.len(), shop_cache::insights::MAX_PAIRED_ITEMS);
+    assert_eq!(lists, order[..lists.len()], "the first items of the order");
 }
 
-#[tokio::test]
-async fn the_rescale_decays_also_bought_counts() {
-    let (server, conn) = redis().await;
-    let insights = Insights::new(conn.clone(), keys());
+async fn the_rescale_decays_also_bought_counts(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     for _ in 0..4 {
         insights
             .record_order(&SessionToken::generate(), &[item(1), item(2)])
@@ -117,96 +120,101 @@ async fn the_rescale_decays_also_bought_counts() {
         .record_order(&SessionToken::generate(), &[item(1), item(3)])
         .await
         .unwrap();
-    let _: () = server.conn().await.zadd("viewed:", 1, -10).await.unwrap();
-    let rescaler = Rescaler::new(conn, keys(), std::time::Duration::from_secs(86_400), 20_000);
+    let mut raw = fx.raw().await;
+    let _: () = raw.zadd(fx.keys.item_views(), 1, -10).await.unwrap();
+    let rescaler = Rescaler::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        std::time::Duration::from_secs(86_400),
+        20_000,
+    );
     rescaler.step().await.unwrap();
     assert_eq!(
         insights.get(item(1)).await.unwrap().also_bought,
         vec![(item(2), 2.0), (item(3), 0.5)]
     );
-    let list: Vec<(String, f64)> = server
-        .conn()
-        .await
-        .zrange_withscores("also:2", 0, -1)
+    let list: Vec<(String, f64)> = raw
+        .zrange_withscores(fx.keys.also_bought(item(2)), 0, -1)
         .await
         .unwrap();
     assert_eq!(list, vec![("1".to_owned(), 2.0)]);
 }
 
-#[tokio::test]
-async fn a_decay_that_failed_is_finished_by_the_next_step_halving_no_list_twice() {
+async fn a_decay_that_failed_is_finished_by_the_next_step_halving_no_list_twice(fx: Fixture) {
     // The marker used to be set before the also-bought decay: a decay that failed
     // was skipped until the next period. Now the next step finishes it.
-    let (server, conn) = redis().await;
-    let insights = Insights::new(conn.clone(), keys());
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     for _ in 0..8 {
         insights
             .record_order(&SessionToken::generate(), &[item(1), item(2)])
             .await
             .unwrap();
     }
-    let mut raw = server.conn().await;
+    let mut raw = fx.raw().await;
+    let (one, nine) = (fx.keys.also_bought(item(1)), fx.keys.also_bought(item(9)));
     // A list the decay cannot halve (not a sorted set): the pass fails on it.
-    let _: () = raw.sadd("also-index:", 9).await.unwrap();
-    let _: () = raw.set("also:9", "not a sorted set").await.unwrap();
-    let rescaler = Rescaler::new(conn, keys(), std::time::Duration::from_secs(86_400), 20_000);
+    let _: () = raw.sadd(fx.keys.also_bought_index(), 9).await.unwrap();
+    let _: () = raw.set(&nine, "not a sorted set").await.unwrap();
+    let rescaler = Rescaler::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        std::time::Duration::from_secs(86_400),
+        20_000,
+    );
     assert!(rescaler.step().await.is_err(), "the decay fails on also:9");
 
-    let _: () = raw.del("also:9").await.unwrap();
-    let _: () = raw.zadd("also:9", 1, 8).await.unwrap();
+    let _: () = raw.del(&nine).await.unwrap();
+    let _: () = raw.zadd(&nine, 1, 8).await.unwrap();
     // Same interval: no new rescale is due, but the unfinished decay is.
     assert_eq!(
         rescaler.step().await.unwrap(),
         shop_cache::analytics::RescaleStep::AlreadyDone
     );
-    let nine: Option<f64> = raw.zscore("also:9", 1).await.unwrap();
-    assert_eq!(nine, Some(4.0), "the list the failure left is halved now");
-    let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();
+    let halved: Option<f64> = raw.zscore(&nine, 1).await.unwrap();
+    assert_eq!(halved, Some(4.0), "the list the failure left is halved now");
+    let once: Option<f64> = raw.zscore(&one, 2).await.unwrap();
     assert_eq!(
-        one,
+        once,
         Some(4.0),
         "8 halved once, whether or not it was done before"
     );
     // And nothing more until the next rescale.
     rescaler.step().await.unwrap();
-    let one: Option<f64> = raw.zscore("also:1", 2).await.unwrap();
-    assert_eq!(one, Some(4.0));
+    let still: Option<f64> = raw.zscore(&one, 2).await.unwrap();
+    assert_eq!(still, Some(4.0));
 }
 
-#[tokio::test]
-async fn buyers_are_counted_in_expiring_windows() {
-    let (server, conn) = redis().await;
-    let insights = Insights::new(conn, keys());
+async fn buyers_are_counted_in_expiring_windows(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     insights
         .record_order(&SessionToken::generate(), &[item(4)])
         .await
         .unwrap();
     let window = shop_cache::insights::current_window();
-    let ttl: i64 = server
-        .conn()
-        .await
-        .ttl(format!("buyers:4:{window}"))
-        .await
-        .unwrap();
+    let mut raw = fx.raw().await;
+    let ttl: i64 = raw.ttl(fx.keys.buyers(item(4), window)).await.unwrap();
     let max = shop_cache::insights::WINDOW_TTL.as_secs() as i64;
     assert!(ttl > max - 60 && ttl <= max, "ttl {ttl}");
     // The window before counts too (union), and older ones do not.
-    let mut raw = server.conn().await;
     let shopper = "AAAAAAAAAAAAAAAAAAAAAA";
     let _: () = redis::cmd("PFADD")
-        .arg(format!("buyers:4:{}", window - 1))
+        .arg(fx.keys.buyers(item(4), window - 1))
         .arg(shopper)
         .query_async(&mut raw)
         .await
         .unwrap();
     let _: () = redis::cmd("PFADD")
-        .arg(format!("buyers:4:{}", window - 2))
+        .arg(fx.keys.buyers(item(4), window - 2))
         .arg("BBBBBBBBBBBBBBBBBBBBBA")
         .query_async(&mut raw)
         .await
         .unwrap();
     assert_eq!(insights.get(item(4)).await.unwrap().buyers, 2);
 }
+}
+
+/// The book layout's own legacy keys (`viewers:<item>`, no window): the cluster
+/// layout never had them.
 
 #[tokio::test]
 async fn counts_of_the_old_unexpiring_layout_are_removed() {

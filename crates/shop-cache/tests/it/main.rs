@@ -8,10 +8,12 @@ mod cart;
 mod cleaner;
 mod insights;
 mod outage;
+mod page_store;
+mod row_cache;
 mod session;
 
 use shop_cache::RedisConn;
-use shop_cache::keys::Keys;
+use shop_cache::keys::{Keys, Layout};
 use shop_testkit::{TestRedis, TestRedisCluster};
 
 /// A fresh single server and the shop's connection to it.
@@ -77,6 +79,18 @@ impl Fixture {
         }
     }
 
+    /// The same fixture with the session index split into `shards` on a cluster
+    /// (the book layout, one shard, is left as it is). The session cleaner keeps
+    /// `cap / shards` sessions per shard: a test that counts exactly what it keeps
+    /// and removes uses a few shards it can fill evenly (see `cleaner::token_in`).
+    pub fn with_session_shards(mut self, shards: u32) -> Self {
+        if let Layout::Cluster { .. } = self.keys.layout() {
+            self.keys = Keys::new(self.keys.prefix(), Layout::Cluster { shards })
+                .expect("a valid shard count");
+        }
+        self
+    }
+
     /// A second connection of the same kind, for a test's own reads and writes
     /// (checking what the code under test stored).
     pub async fn raw(&self) -> RedisConn {
@@ -99,31 +113,49 @@ impl Fixture {
 
 /// Runs each test body twice: `one_node` (a `redis-server`, the book's layout) and
 /// `cluster` (a 6-node cluster, the cluster layout). Each test is a module named
-/// after it, so a failure reads `session::touch_works::cluster`.
+/// after it, so a failure reads `session::touch_works::cluster`. A test marked
+/// `#[multi_thread]` (after its doc comment) runs on a two-thread runtime, for
+/// tests of workers racing each other.
 #[macro_export]
 macro_rules! both_layouts {
-    ($(
+    () => {};
+    (
+        $(#[doc = $doc:expr])*
+        #[multi_thread]
+        async fn $name:ident($fx:ident: Fixture) $body:block
+        $($rest:tt)*
+    ) => {
+        $crate::both_layouts!(
+            @test [$(#[doc = $doc])*] [flavor = "multi_thread", worker_threads = 2]
+            $name $fx $body
+        );
+        $crate::both_layouts!($($rest)*);
+    };
+    (
         $(#[$meta:meta])*
         async fn $name:ident($fx:ident: Fixture) $body:block
-    )*) => {
-        $(
-            $(#[$meta])*
-            mod $name {
-                #[allow(unused_imports)]
-                use super::*;
+        $($rest:tt)*
+    ) => {
+        $crate::both_layouts!(@test [$(#[$meta])*] [] $name $fx $body);
+        $crate::both_layouts!($($rest)*);
+    };
+    (@test [$($meta:tt)*] [$($runtime:tt)*] $name:ident $fx:ident $body:block) => {
+        $($meta)*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
 
-                async fn body($fx: $crate::Fixture) $body
+            async fn body($fx: $crate::Fixture) $body
 
-                #[tokio::test]
-                async fn one_node() {
-                    body($crate::Fixture::node().await).await
-                }
-
-                #[tokio::test]
-                async fn cluster() {
-                    body($crate::Fixture::cluster().await).await
-                }
+            #[tokio::test($($runtime)*)]
+            async fn one_node() {
+                body($crate::Fixture::node().await).await
             }
-        )*
+
+            #[tokio::test($($runtime)*)]
+            async fn cluster() {
+                body($crate::Fixture::cluster().await).await
+            }
+        }
     };
 }

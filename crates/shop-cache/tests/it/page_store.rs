@@ -1,0 +1,297 @@
+//! The page cache's Redis side: pages read with their item's rank, stored with a
+//! TTL, removed, and the render lock that lets one process render a missing page.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use shop_cache::domain::ItemId;
+use shop_cache::page_cache::{LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, StoredPage};
+
+use crate::{Fixture, both_layouts};
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+fn page(body: &str) -> StoredPage {
+    StoredPage::new(
+        200,
+        vec![("content-type".into(), b"text/html; charset=utf-8".to_vec())],
+        body.as_bytes(),
+    )
+}
+
+fn key_of(path: &str) -> PageKey {
+    PageRequest::new(path, None).key()
+}
+
+/// Items 1..=n ranked by views: item 1 the most viewed (rank 0), item n the least.
+async fn rank_items(fx: &Fixture, n: u64) {
+    let members: Vec<(f64, u64)> = (1..=n).map(|i| (i as f64 - n as f64 - 1.0, i)).collect();
+    let _: () = fx
+        .raw()
+        .await
+        .zadd_multiple(fx.keys.item_views(), &members)
+        .await
+        .unwrap();
+}
+
+both_layouts! {
+async fn lookup_caches_only_items_ranked_below_the_limit(fx: Fixture) {
+    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 2);
+    rank_items(&fx, 3).await;
+    let (one, three, unseen) = (key_of("/items/1"), key_of("/items/3"), key_of("/items/9"));
+    // Ranks 0 and 1 are within a limit of 2; rank 2 and an item nobody viewed are not.
+    assert_eq!(
+        store.lookup(&one, Some(item(1))).await.unwrap(),
+        Lookup::Miss
+    );
+    assert_eq!(
+        store.lookup(&three, Some(item(3))).await.unwrap(),
+        Lookup::NotPopular
+    );
+    assert_eq!(
+        store.lookup(&unseen, Some(item(9))).await.unwrap(),
+        Lookup::NotPopular
+    );
+
+    // A stored page is a hit only while its item ranks.
+    store.store(&one, &page("one")).await.unwrap();
+    store.store(&three, &page("three")).await.unwrap();
+    assert_eq!(
+        store.lookup(&one, Some(item(1))).await.unwrap(),
+        Lookup::Hit(page("one"))
+    );
+    assert_eq!(
+        store.lookup(&three, Some(item(3))).await.unwrap(),
+        Lookup::NotPopular,
+        "stored, but its item is not among the most viewed"
+    );
+    // The ranking moves: item 3 climbs to rank 0, its page is served.
+    let _: () = fx
+        .raw()
+        .await
+        .zadd(fx.keys.item_views(), 3, -100)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.lookup(&three, Some(item(3))).await.unwrap(),
+        Lookup::Hit(page("three"))
+    );
+    // A page that is no item's skips the ranking.
+    assert_eq!(store.lookup(&unseen, None).await.unwrap(), Lookup::Miss);
+    let cart = key_of("/cart");
+    store.store(&cart, &page("cart")).await.unwrap();
+    assert_eq!(
+        store.lookup(&cart, None).await.unwrap(),
+        Lookup::Hit(page("cart"))
+    );
+}
+
+async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
+    // The ranking as the sessions write it (batched per process on a cluster).
+    let sessions = shop_cache::session::Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let t = shop_cache::session::SessionToken::generate();
+    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 1);
+    let key = key_of("/items/5");
+    store.store(&key, &page("five")).await.unwrap();
+    assert_eq!(
+        store.lookup(&key, Some(item(5))).await.unwrap(),
+        Lookup::NotPopular
+    );
+    sessions.touch(&t, None, Some(item(5))).await.unwrap();
+    sessions.flush_views().await.unwrap();
+    assert_eq!(
+        store.lookup(&key, Some(item(5))).await.unwrap(),
+        Lookup::Hit(page("five"))
+    );
+}
+
+async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(300),
+        10,
+    );
+    assert_eq!(store.ttl(), Duration::from_secs(300));
+    let key = key_of("/items/1");
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    let body = "<p>A fine item.</p>".repeat(100);
+    store.store(&key, &page(&body)).await.unwrap();
+    let got = store.get(&key).await.unwrap().expect("stored");
+    assert_eq!(got, page(&body));
+    assert_eq!(got.body().unwrap(), body.as_bytes());
+
+    let mut raw = fx.raw().await;
+    assert_eq!(fx.all_keys().await, vec![fx.keys.page(key.as_str())]);
+    let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    assert!(pttl > 299_000 && pttl <= 300_000, "pttl {pttl}");
+    // Storing again replaces the page and starts the TTL afresh.
+    let _: () = raw
+        .pexpire(fx.keys.page(key.as_str()), 1_000)
+        .await
+        .unwrap();
+    store.store(&key, &page("new")).await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), Some(page("new")));
+    let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    assert!(pttl > 299_000, "pttl {pttl}");
+
+    // A short TTL: gone once it passes.
+    let brief = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_millis(200),
+        10,
+    );
+    let other = key_of("/items/2");
+    brief.store(&other, &page("brief")).await.unwrap();
+    assert!(brief.get(&other).await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(brief.get(&other).await.unwrap(), None);
+    assert_eq!(brief.lookup(&other, None).await.unwrap(), Lookup::Miss);
+}
+
+async fn different_requests_are_different_pages(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(60),
+        10,
+    );
+    let en = PageRequest::new("/items/1", Some("b=2&a=1")).vary_on("accept-language", b"en");
+    let same = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("Accept-Language", b"en");
+    let de = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("accept-language", b"de");
+    store.store(&en.key(), &page("english")).await.unwrap();
+    store.store(&de.key(), &page("deutsch")).await.unwrap();
+    assert_eq!(store.get(&same.key()).await.unwrap(), Some(page("english")));
+    assert_eq!(store.get(&de.key()).await.unwrap(), Some(page("deutsch")));
+    let mut expected = vec![
+        fx.keys.page(en.key().as_str()),
+        fx.keys.page(de.key().as_str()),
+    ];
+    expected.sort();
+    assert_eq!(fx.all_keys().await, expected);
+}
+
+async fn an_unreadable_page_is_a_miss(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(60),
+        10,
+    );
+    let key = key_of("/items/1");
+    let _: () = fx
+        .raw()
+        .await
+        .set(fx.keys.page(key.as_str()), "not a stored page")
+        .await
+        .unwrap();
+    assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    // Rendering it again replaces it.
+    store.store(&key, &page("fresh")).await.unwrap();
+    assert_eq!(
+        store.lookup(&key, None).await.unwrap(),
+        Lookup::Hit(page("fresh"))
+    );
+}
+
+async fn remove_drops_the_page(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(60),
+        10,
+    );
+    rank_items(&fx, 1).await;
+    let (key, other) = (key_of("/items/1"), key_of("/items/2"));
+    store.store(&key, &page("one")).await.unwrap();
+    store.store(&other, &page("two")).await.unwrap();
+    store.remove(&key).await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    assert_eq!(
+        store.lookup(&key, Some(item(1))).await.unwrap(),
+        Lookup::Miss
+    );
+    assert_eq!(
+        store.get(&other).await.unwrap(),
+        Some(page("two")),
+        "only that page"
+    );
+    // Removing what is not there is no error.
+    store.remove(&key).await.unwrap();
+    let mut expected = vec![
+        fx.keys.item_views().to_owned(),
+        fx.keys.page(other.as_str()),
+    ];
+    expected.sort();
+    assert_eq!(fx.all_keys().await, expected);
+}
+
+async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(60),
+        10,
+    );
+    // Another process: its own connection.
+    let elsewhere =
+        PageStore::new(fx.raw().await, fx.keys.clone(), Duration::from_secs(60), 10);
+    let key = key_of("/items/1");
+    let lock = store.try_lock(&key).await.unwrap().expect("free: taken");
+    assert!(elsewhere.try_lock(&key).await.unwrap().is_none(), "held");
+    assert!(
+        store.try_lock(&key).await.unwrap().is_none(),
+        "held, even here"
+    );
+    // Locks of other pages are independent.
+    let other = elsewhere
+        .try_lock(&key_of("/items/2"))
+        .await
+        .unwrap()
+        .expect("another page's lock is free");
+
+    // The lock expires by itself if its holder dies.
+    let mut raw = fx.raw().await;
+    let pttl: i64 = raw.pttl(fx.keys.page_lock(key.as_str())).await.unwrap();
+    let max = LOCK_TTL.as_millis() as i64;
+    assert!(pttl > max - 1_000 && pttl <= max, "pttl {pttl}");
+
+    store.unlock(lock).await.unwrap();
+    let again = elsewhere
+        .try_lock(&key)
+        .await
+        .unwrap()
+        .expect("released: free again");
+    elsewhere.unlock(again).await.unwrap();
+    elsewhere.unlock(other).await.unwrap();
+    assert!(fx.all_keys().await.is_empty(), "no lock left behind");
+}
+
+async fn an_expired_lock_taken_by_another_is_not_released_by_the_first(fx: Fixture) {
+    let store = PageStore::new(
+        fx.conn.clone(),
+        fx.keys.clone(),
+        Duration::from_secs(60),
+        10,
+    );
+    let key = key_of("/items/1");
+    let first = store.try_lock(&key).await.unwrap().unwrap();
+    // The first holder stalls past the lock's life (its expiry, made to happen now).
+    let mut raw = fx.raw().await;
+    let lock_key = fx.keys.page_lock(key.as_str());
+    let _: () = raw.del(&lock_key).await.unwrap();
+    let second = store.try_lock(&key).await.unwrap().expect("expired: free");
+    // The first one finishes and unlocks: the second's lock must stay.
+    store.unlock(first).await.unwrap();
+    let held: bool = raw.exists(&lock_key).await.unwrap();
+    assert!(held, "the second holder's lock was released by the first");
+    assert!(store.try_lock(&key).await.unwrap().is_none());
+    store.unlock(second).await.unwrap();
+    let held: bool = raw.exists(&lock_key).await.unwrap();
+    assert!(!held);
+}
+}
