@@ -43,6 +43,16 @@ struct Fixture {
 }
 
 impl Fixture {
+    fn new(conn: RedisConn, keys: Keys) -> Arc<Self> {
+        Arc::new(Self {
+            sessions: Sessions::new(conn.clone(), keys.clone()),
+            conn,
+            keys,
+            tokens: Arc::new((0..SESSIONS).map(|_| SessionToken::generate()).collect()),
+            counter: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     async fn touch(&self, way: Way, n: u64) {
         // A cheap deterministic spread over sessions and items (no RNG dependency).
         let mix = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -93,14 +103,7 @@ fn touch(c: &mut Criterion) {
     let server = TestRedis::start();
     let fixture = rt.block_on(async {
         let conn = shop_cache::connect(&server.url()).await.unwrap();
-        let keys = Keys::default();
-        Arc::new(Fixture {
-            sessions: Sessions::new(conn.clone(), keys.clone()),
-            conn,
-            keys,
-            tokens: Arc::new((0..SESSIONS).map(|_| SessionToken::generate()).collect()),
-            counter: Arc::new(AtomicU64::new(0)),
-        })
+        Fixture::new(conn, Keys::default())
     });
 
     let mut group = c.benchmark_group("touch_50_callers");
@@ -124,14 +127,7 @@ fn touch(c: &mut Criterion) {
     let stop = tokio_util::sync::CancellationToken::new();
     let on_cluster = rt.block_on(async {
         let conn = shop_cache::connect_cluster(&cluster.addrs()).await.unwrap();
-        let keys = Keys::cluster("");
-        Arc::new(Fixture {
-            sessions: Sessions::new(conn.clone(), keys.clone()),
-            conn,
-            keys,
-            tokens: Arc::new((0..SESSIONS).map(|_| SessionToken::generate()).collect()),
-            counter: Arc::new(AtomicU64::new(0)),
-        })
+        Fixture::new(conn, Keys::cluster(""))
     });
     rt.spawn(shop_cache::daemon::run(
         ViewFlusher::new(on_cluster.sessions.clone()),

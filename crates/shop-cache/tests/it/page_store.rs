@@ -25,6 +25,11 @@ fn key_of(path: &str) -> PageKey {
     PageRequest::new(path, None).key()
 }
 
+/// The store under test: pages kept `ttl`, items ranked below `rank_limit` cached.
+fn store_of(fx: &Fixture, ttl: Duration, rank_limit: u64) -> PageStore {
+    PageStore::new(fx.conn.clone(), fx.keys.clone(), ttl, rank_limit)
+}
+
 /// Items 1..=n ranked by views: item 1 the most viewed (rank 0), item n the least.
 async fn rank_items(fx: &Fixture, n: u64) {
     let members: Vec<(f64, u64)> = (1..=n).map(|i| (i as f64 - n as f64 - 1.0, i)).collect();
@@ -38,7 +43,7 @@ async fn rank_items(fx: &Fixture, n: u64) {
 
 both_layouts! {
 async fn lookup_caches_only_items_ranked_below_the_limit(fx: Fixture) {
-    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 2);
+    let store = store_of(&fx, Duration::from_secs(60), 2);
     rank_items(&fx, 3).await;
     let (one, three, unseen) = (key_of("/items/1"), key_of("/items/3"), key_of("/items/9"));
     // Ranks 0 and 1 are within a limit of 2; rank 2 and an item nobody viewed are not.
@@ -92,7 +97,7 @@ async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
     // The ranking as the sessions write it (batched per process on a cluster).
     let sessions = shop_cache::session::Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = shop_cache::session::SessionToken::generate();
-    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 1);
+    let store = store_of(&fx, Duration::from_secs(60), 1);
     let key = key_of("/items/5");
     store.store(&key, &page("five")).await.unwrap();
     assert_eq!(
@@ -108,12 +113,7 @@ async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
 }
 
 async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(300),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(300), 10);
     assert_eq!(store.ttl(), Duration::from_secs(300));
     let key = key_of("/items/1");
     assert_eq!(store.get(&key).await.unwrap(), None);
@@ -138,12 +138,7 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
     assert!(pttl > 299_000, "pttl {pttl}");
 
     // A short TTL: gone once it passes.
-    let brief = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_millis(200),
-        10,
-    );
+    let brief = store_of(&fx, Duration::from_millis(200), 10);
     let other = key_of("/items/2");
     brief.store(&other, &page("brief")).await.unwrap();
     assert!(brief.get(&other).await.unwrap().is_some());
@@ -153,12 +148,7 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
 }
 
 async fn different_requests_are_different_pages(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(60),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(60), 10);
     let en = PageRequest::new("/items/1", Some("b=2&a=1")).vary_on("accept-language", b"en");
     let same = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("Accept-Language", b"en");
     let de = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("accept-language", b"de");
@@ -175,12 +165,7 @@ async fn different_requests_are_different_pages(fx: Fixture) {
 }
 
 async fn an_unreadable_page_is_a_miss(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(60),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(60), 10);
     let key = key_of("/items/1");
     let _: () = fx
         .raw()
@@ -199,12 +184,7 @@ async fn an_unreadable_page_is_a_miss(fx: Fixture) {
 }
 
 async fn remove_drops_the_page(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(60),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(60), 10);
     rank_items(&fx, 1).await;
     let (key, other) = (key_of("/items/1"), key_of("/items/2"));
     store.store(&key, &page("one")).await.unwrap();
@@ -231,12 +211,7 @@ async fn remove_drops_the_page(fx: Fixture) {
 }
 
 async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(60),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(60), 10);
     // Another process: its own connection.
     let elsewhere =
         PageStore::new(fx.raw().await, fx.keys.clone(), Duration::from_secs(60), 10);
@@ -272,12 +247,7 @@ async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {
 }
 
 async fn an_expired_lock_taken_by_another_is_not_released_by_the_first(fx: Fixture) {
-    let store = PageStore::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        Duration::from_secs(60),
-        10,
-    );
+    let store = store_of(&fx, Duration::from_secs(60), 10);
     let key = key_of("/items/1");
     let first = store.try_lock(&key).await.unwrap().unwrap();
     // The first holder stalls past the lock's life (its expiry, made to happen now).

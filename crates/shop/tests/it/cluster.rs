@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use shop_db::Db;
 use shop_testkit::{TestDb, TestRedisCluster};
 
-use crate::e2e::{Reply, request, request_with, seed, serve, stop};
+use crate::e2e::{Reply, add_log_in_and_check_out, request, request_with, seed, serve, stop};
 use crate::shop;
 
 /// Polls `get` until `done` holds (the row refresher and the view flusher are
@@ -73,46 +73,9 @@ async fn the_whole_shop_runs_on_a_cluster() {
     );
 
     // Cart, login (the session moves to a new token in the same shard), checkout.
-    let add = request(&addr, "POST", "/cart", Some(&guest), Some("item=5&count=2"));
-    assert_eq!(add.status, 303, "{}", add.body);
-    let login = request(
-        &addr,
-        "POST",
-        "/login",
-        Some(&guest),
-        Some("name=alice&password=alice-password&next=/cart"),
-    );
-    assert_eq!(login.status, 303, "{}", login.body);
-    let user = login.session_cookie().expect("login issues a new token");
-    assert_ne!(user, guest);
+    let user = add_log_in_and_check_out(&addr, &guest);
     let me = json(&request(&addr, "GET", "/api/me", Some(&user), None));
-    assert_eq!(me["user"]["name"], "alice");
-    assert_eq!(
-        me["cart"]["lines"],
-        serde_json::json!([{"item": 5, "quantity": 2}])
-    );
     assert_eq!(me["recently_viewed"][0]["id"], 5, "history moved too: {me}");
-    let cart = request(&addr, "GET", "/cart", Some(&user), None);
-    let key = cart
-        .body
-        .split("name=\"key\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("a checkout form")
-        .to_owned();
-    let checkout = request(
-        &addr,
-        "POST",
-        "/checkout",
-        Some(&user),
-        Some(&format!("key={key}")),
-    );
-    assert_eq!(
-        checkout.header("location").as_deref(),
-        Some("/account"),
-        "{}",
-        checkout.body
-    );
 
     // Insights: alice viewed and bought item 5.
     let insights = eventually(

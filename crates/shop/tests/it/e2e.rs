@@ -177,33 +177,28 @@ pub fn seed(mut cmd: Command, items: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shopper_views_adds_logs_in_and_checks_out() {
-    let shop = TestShop::seeded("30");
-    let (child, addr) = shop.serve(&[]);
-
-    let item = request(&addr, "GET", "/items/5", None, None);
-    assert_eq!(item.status, 200, "{}", item.body);
-    let guest = item.session_cookie().expect("a visitor gets a cookie");
-
-    let add = request(&addr, "POST", "/cart", Some(&guest), Some("item=5&count=2"));
+/// The middle of a shopper's walk, from a guest session that viewed item 5: two of
+/// item 5 into the cart, a login as alice (a new token; the cart and history move
+/// with it), then checkout. Returns alice's session cookie.
+pub fn add_log_in_and_check_out(addr: &str, guest: &str) -> String {
+    let add = request(addr, "POST", "/cart", Some(guest), Some("item=5&count=2"));
     assert_eq!(
         (add.status, add.header("location").as_deref()),
         (303, Some("/cart"))
     );
 
     let login = request(
-        &addr,
+        addr,
         "POST",
         "/login",
-        Some(&guest),
+        Some(guest),
         Some("name=alice&password=alice-password&next=/cart"),
     );
     assert_eq!(login.status, 303, "{}", login.body);
     let user = login.session_cookie().expect("login issues a new token");
     assert_ne!(user, guest);
 
-    let me = request(&addr, "GET", "/api/me", Some(&user), None);
+    let me = request(addr, "GET", "/api/me", Some(&user), None);
     let me: serde_json::Value = serde_json::from_str(&me.body).unwrap();
     assert_eq!(me["user"]["name"], "alice");
     assert_eq!(
@@ -212,7 +207,7 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
         "cart kept under the new token"
     );
 
-    let cart = request(&addr, "GET", "/cart", Some(&user), None);
+    let cart = request(addr, "GET", "/cart", Some(&user), None);
     let key = cart
         .body
         .split("name=\"key\" value=\"")
@@ -221,7 +216,7 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
         .expect("a checkout form")
         .to_owned();
     let checkout = request(
-        &addr,
+        addr,
         "POST",
         "/checkout",
         Some(&user),
@@ -231,6 +226,19 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
         (checkout.status, checkout.header("location").as_deref()),
         (303, Some("/account"))
     );
+    user
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shopper_views_adds_logs_in_and_checks_out() {
+    let shop = TestShop::seeded("30");
+    let (child, addr) = shop.serve(&[]);
+
+    let item = request(&addr, "GET", "/items/5", None, None);
+    assert_eq!(item.status, 200, "{}", item.body);
+    let guest = item.session_cookie().expect("a visitor gets a cookie");
+
+    let user = add_log_in_and_check_out(&addr, &guest);
     let account = request(&addr, "GET", "/account", Some(&user), None);
     assert!(account.body.contains("Hello, alice"), "{}", account.body);
 
