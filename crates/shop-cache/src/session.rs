@@ -14,6 +14,12 @@
 //! insights, and returns the session's user, which saves a second round trip per
 //! request. None of that can be done in a plain pipeline, so the script stays; making
 //! it cheaper is the open performance item.
+//!
+//! On a cluster (the cluster layout) the script touches only the session's shard;
+//! the item's global view count and its viewers are counted in this process and
+//! written every [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] (see its docs for
+//! what a crash can lose). A login moves the session to a new token in the same
+//! shard, so it stays one script.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -410,6 +416,13 @@ impl ViewBatch {
 /// The daemon that writes each process's batched views every
 /// [`VIEW_FLUSH_EVERY`]. It runs in every process that serves pages (not only in
 /// workers): the views it writes are the ones this process counted.
+///
+/// What a crash loses: the views counted since the last flush (a tenth of a second
+/// of this process's traffic), in the ranking and the viewer counts; nothing else
+/// is batched. A graceful stop loses nothing: the loop's last step flushes after
+/// the server has answered its last request. A flush that fails keeps its views for
+/// the next one (up to a bound on the viewers held, so an outage cannot grow memory
+/// without end).
 #[derive(Clone)]
 pub struct ViewFlusher {
     sessions: Sessions,
