@@ -331,6 +331,32 @@ async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
         vec![item(3), item(1)]
     );
 }
+
+async fn a_graceful_stop_writes_the_last_batch_of_views(fx: Fixture) {
+    use shop_cache::session::ViewFlusher;
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let flusher = tokio::spawn(shop_cache::daemon::run(
+        ViewFlusher::new(sessions.clone()),
+        stop.clone(),
+    ));
+    // Counted by the loop's regular steps.
+    let t = SessionToken::generate();
+    sessions.touch(&t, None, Some(item(4))).await.unwrap();
+    tokio::time::sleep(shop_cache::session::VIEW_FLUSH_EVERY * 3).await;
+    assert_eq!(sessions.pending_views(), 0);
+    // Counted just before the stop: written by the last step, not lost.
+    for _ in 0..3 {
+        sessions.touch(&t, None, Some(item(9))).await.unwrap();
+    }
+    stop.cancel();
+    flusher.await.unwrap();
+    assert_eq!(sessions.pending_views(), 0);
+    let mut raw = fx.raw().await;
+    let four: f64 = raw.zscore(fx.keys.item_views(), "4").await.unwrap();
+    let nine: f64 = raw.zscore(fx.keys.item_views(), "9").await.unwrap();
+    assert_eq!((four, nine), (-1.0, -3.0));
+}
 }
 
 #[tokio::test]
