@@ -9,8 +9,7 @@
 
 use crate::RedisConn;
 
-use crate::domain::SessionToken;
-use crate::domain::{InvalidInput, ItemId};
+use crate::domain::{InvalidInput, ItemId, SessionToken};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 

@@ -5,7 +5,8 @@
 //! - Viewed -> bought: per item and per [`WINDOW`] (a week, counted from the Unix
 //!   epoch), a HyperLogLog of the distinct sessions that viewed it
 //!   (`viewers:<item>:<window>`, added by the session touch in the same round trip
-//!   as the view) and one of the sessions that bought it (`buyers:<item>:<window>`).
+//!   as the view, or on a cluster by the view batch a moment later: see
+//!   [`crate::session`]) and one of the sessions that bought it (`buyers:<item>:<window>`).
 //!   The figure served covers **the current window and the one before** (the last 7
 //!   to 14 days): "X% of the shoppers who viewed this item in the last two weeks
 //!   bought it". Each key expires [`WINDOW_TTL`] after it is created, so an item
@@ -34,8 +35,7 @@ use std::time::Duration;
 
 use crate::RedisConn;
 
-use crate::domain::ItemId;
-use crate::domain::SessionToken;
+use crate::domain::{ItemId, SessionToken};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 

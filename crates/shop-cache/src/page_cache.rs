@@ -26,8 +26,7 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 
-use crate::domain::ItemId;
-use crate::domain::SessionToken;
+use crate::domain::{ItemId, SessionToken};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 

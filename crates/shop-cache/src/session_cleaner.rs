@@ -28,8 +28,8 @@ pub const DEFAULT_CAP: u64 = 10_000_000;
 /// never blocks Redis for long (about 100 us for 100 sessions), large enough to
 /// outpace session creation.
 pub const DEFAULT_BATCH: u32 = 100;
-/// The largest batch accepted: the script passes a batch's keys to one command,
-/// and Lua's stack takes a few thousand arguments.
+/// The largest batch accepted: a batch's sessions are two keys and two arguments
+/// each of one script call, which Redis holds in memory while it runs.
 pub const MAX_BATCH: u32 = 2_000;
 /// The pause when nothing is over the cap, as in the book.
 pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
