@@ -25,7 +25,13 @@
 //! On a cluster there is no breaker: a cluster is not down as a whole when one node
 //! is, and failing every command fast because one primary is failing over would turn
 //! a partial outage of a few seconds into a total one. The cluster client's own
-//! retries (a few, short: [`CLUSTER_RETRIES`]) wait for the replica's promotion.
+//! retries (a few, short: [`CLUSTER_RETRIES`]) wait for the replica's promotion. A
+//! dead node refuses connections, so its commands fail fast by themselves; a node
+//! that is stalled or cut off without a reset costs each command to it the 2 s
+//! time-out (measured: 4 s per item page with every node stopped by `SIGSTOP`). A
+//! per-node breaker fixed that but, over redis-rs's failover handling, turned some
+//! failovers into long runs of errors; it is the open item here. A cluster
+//! connection whose commands time out is rebuilt (see `ClusterHandle`).
 //!
 //! Pipelines on a cluster: redis-rs sends a pipeline to one node and refuses one
 //! whose commands hash to different slots. The shop's pipelines are not
@@ -93,10 +99,84 @@ pub struct RedisConn {
 #[derive(Clone)]
 enum Inner {
     Node(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterHandle>),
+}
+
+/// A cluster connection that is replaced when it stops answering.
+///
+/// Why: in the failover drill, redis-rs 1.8's cluster connection sometimes began a
+/// slot refresh during the promotion that never completed, and from then on every
+/// command on it timed out, for good (about one run in five; logged "beginning slot
+/// refresh" with no "complete"). A fresh connection discovers the slots anew and
+/// works at once. So a command that times out has a new connection built in the
+/// background (at most one at a time, at most one per [`CLUSTER_REBUILD_EVERY`]);
+/// the commands after it use the new one. In-flight commands finish on the old one.
+struct ClusterHandle {
+    client: redis::cluster::ClusterClient,
+    conn: std::sync::RwLock<ClusterConnection>,
+    rebuilding: AtomicBool,
+    /// Milliseconds since `epoch` of the last rebuild's start.
+    last_rebuild_ms: AtomicU64,
+    epoch: Instant,
+    rebuilds: AtomicU64,
+}
+
+/// The least time between two rebuilds of a cluster connection.
+const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(1);
+
+impl ClusterHandle {
+    fn conn(&self) -> ClusterConnection {
+        self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Learns from a command's outcome: a time-out starts a rebuild.
+    fn record<T>(self: &Arc<Self>, result: &Result<T, RedisError>) {
+        if !matches!(result, Err(e) if e.is_timeout()) {
+            return;
+        }
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.last_rebuild_ms.load(Ordering::Acquire);
+        if (last != 0 && now < last + CLUSTER_REBUILD_EVERY.as_millis() as u64)
+            || self
+                .rebuilding
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        self.last_rebuild_ms.store(now, Ordering::Release);
+        let handle = self.clone();
+        tokio::spawn(async move {
+            let fresh = tokio::time::timeout(
+                RESPONSE_TIMEOUT + CONNECTION_TIMEOUT,
+                handle.client.get_async_connection(),
+            )
+            .await;
+            match fresh {
+                Ok(Ok(conn)) => {
+                    *handle.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
+                    handle.rebuilds.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("redis cluster connection timed out; replaced it");
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not rebuild the cluster connection")
+                }
+                Err(_) => tracing::warn!("rebuilding the cluster connection timed out"),
+            }
+            handle.rebuilding.store(false, Ordering::Release);
+        });
+    }
 }
 
 impl RedisConn {
+    /// How many times a cluster connection that stopped answering was replaced.
+    pub fn cluster_rebuilds(&self) -> u64 {
+        match &self.inner {
+            Inner::Node(_) => 0,
+            Inner::Cluster(handle) => handle.rebuilds.load(Ordering::Relaxed),
+        }
+    }
+
     /// True when this handle talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
@@ -156,7 +236,14 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
         .max_retry_wait(CLUSTER_RETRY_WAIT.1)
         .build()?;
     Ok(RedisConn {
-        inner: Inner::Cluster(client.get_async_connection().await?),
+        inner: Inner::Cluster(Arc::new(ClusterHandle {
+            conn: std::sync::RwLock::new(client.get_async_connection().await?),
+            client,
+            rebuilding: AtomicBool::new(false),
+            last_rebuild_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            rebuilds: AtomicU64::new(0),
+        })),
         breaker: Arc::new(Breaker::new(BACKOFF)),
     })
 }
@@ -179,7 +266,11 @@ impl ConnectionLike for RedisConn {
                     admitted.record(result.as_ref().err());
                     result
                 }
-                Inner::Cluster(inner) => inner.req_packed_command(cmd).await,
+                Inner::Cluster(handle) => {
+                    let result = handle.conn().req_packed_command(cmd).await;
+                    handle.record(&result);
+                    result
+                }
             }
         })
     }
@@ -198,17 +289,20 @@ impl ConnectionLike for RedisConn {
                     admitted.record(result.as_ref().err());
                     result
                 }
-                Inner::Cluster(inner) => {
+                Inner::Cluster(handle) => {
                     // A transaction (offset > 0) is sent as it is: it must be one slot.
                     let parts = if pipeline.is_transaction() || offset != 0 {
                         None
                     } else {
                         split_by_slot(pipeline)
                     };
-                    match parts {
+                    let mut inner = handle.conn();
+                    let result = match parts {
                         None => inner.req_packed_commands(pipeline, offset, count).await,
-                        Some(parts) => run_parts(inner, parts, count).await,
-                    }
+                        Some(parts) => run_parts(&inner, parts, count).await,
+                    };
+                    handle.record(&result);
+                    result
                 }
             }
         })
@@ -217,7 +311,7 @@ impl ConnectionLike for RedisConn {
     fn get_db(&self) -> i64 {
         match &self.inner {
             Inner::Node(inner) => inner.get_db(),
-            Inner::Cluster(inner) => inner.get_db(),
+            Inner::Cluster(handle) => handle.conn().get_db(),
         }
     }
 }

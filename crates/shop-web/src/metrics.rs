@@ -197,10 +197,12 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         out,
         "# TYPE shop_redis_failing_fast gauge\nshop_redis_failing_fast {}\n\
          # TYPE shop_redis_breaker_trips_total counter\nshop_redis_breaker_trips_total {}\n\
-         # TYPE shop_redis_fast_failures_total counter\nshop_redis_fast_failures_total {}",
+         # TYPE shop_redis_fast_failures_total counter\nshop_redis_fast_failures_total {}\n\
+         # TYPE shop_redis_cluster_rebuilds_total counter\nshop_redis_cluster_rebuilds_total {}",
         u8::from(redis.is_failing_fast()),
         redis.trips(),
         redis.fast_failures(),
+        redis.cluster_rebuilds(),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
