@@ -33,20 +33,39 @@ fn json(reply: &Reply) -> serde_json::Value {
     serde_json::from_str(&reply.body).unwrap_or_else(|_| panic!("not JSON: {}", reply.body))
 }
 
+/// A shop on its own cluster: the cluster, a SQLite database seeded with `items`
+/// items, and a working directory; `command()` is `shop` pointed at them.
+struct ClusterShop {
+    cluster: TestRedisCluster,
+    db: TestDb,
+    cwd: tempfile::TempDir,
+}
+
+impl ClusterShop {
+    fn seeded(items: &str) -> Self {
+        let shop = Self {
+            cluster: TestRedisCluster::start(),
+            db: TestDb::sqlite(),
+            cwd: tempfile::tempdir().unwrap(),
+        };
+        seed(shop.command(), items);
+        shop
+    }
+
+    fn command(&self) -> std::process::Command {
+        let mut cmd = shop();
+        cmd.current_dir(self.cwd.path())
+            .env("SHOP_REDIS_CLUSTER", self.cluster.seeds_arg())
+            .env("DATABASE_URL", self.db.url());
+        cmd
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_shop_runs_on_a_cluster() {
-    let cluster = TestRedisCluster::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let command = || {
-        let mut cmd = shop();
-        cmd.current_dir(cwd.path())
-            .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
-            .env("DATABASE_URL", db.url());
-        cmd
-    };
-    seed(command(), "30");
-    let sale = command()
+    let shop = ClusterShop::seeded("30");
+    let sale = shop
+        .command()
         .args(["sale", "start", "7", "--stock", "3", "--price-cents", "100"])
         .output()
         .unwrap();
@@ -55,7 +74,7 @@ async fn the_whole_shop_runs_on_a_cluster() {
         "{}",
         String::from_utf8_lossy(&sale.stderr)
     );
-    let (child, addr) = serve(command(), &["--rank-limit", "100"]);
+    let (child, addr) = serve(shop.command(), &["--rank-limit", "100"]);
 
     // Pages, and the page cache: once item 5's views reach viewed: (batched and
     // flushed by the server), its page is served from the cache.
@@ -129,7 +148,7 @@ async fn the_whole_shop_runs_on_a_cluster() {
     );
 
     assert!(stop(child).success());
-    let db = Db::connect(db.url()).await.unwrap();
+    let db = Db::connect(shop.db.url()).await.unwrap();
     let alice = db
         .check_password("alice", "alice-password")
         .await
@@ -138,7 +157,7 @@ async fn the_whole_shop_runs_on_a_cluster() {
     assert!(!db.orders_of(alice, 10).await.unwrap().is_empty());
 
     // Every session key is in a shard's hash tag; nothing uses the book's names.
-    let keys = cluster.all_keys().await;
+    let keys = shop.cluster.all_keys().await;
     assert!(keys.iter().any(|k| k.starts_with("recent:{s")), "{keys:?}");
     for book in ["recent:", "login:", "viewed:", "schedule:", "delay:"] {
         assert!(!keys.iter().any(|k| k == book), "{book} in {keys:?}");
@@ -170,22 +189,8 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
 
-    let mut cluster = TestRedisCluster::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let mut cmd = shop();
-    cmd.current_dir(cwd.path())
-        .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
-        .env("DATABASE_URL", db.url());
-    seed(
-        {
-            let mut c = shop();
-            c.current_dir(cwd.path()).env("DATABASE_URL", db.url());
-            c
-        },
-        "200",
-    );
-    let (child, addr) = serve(cmd, &[]);
+    let mut shop = ClusterShop::seeded("200");
+    let (child, addr) = serve(shop.command(), &[]);
 
     // 64 shoppers, each with a one-line cart: sessions in (nearly) every shard.
     let mut shoppers = Vec::new();
@@ -237,10 +242,10 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
         })
         .collect();
     std::thread::sleep(Duration::from_secs(1));
-    let victim = cluster.primaries()[0];
+    let victim = shop.cluster.primaries()[0];
     let killed_at = Instant::now();
-    cluster.kill(victim);
-    let gap = cluster.wait_until_ok(Duration::from_secs(30)).await;
+    shop.cluster.kill(victim);
+    let gap = shop.cluster.wait_until_ok(Duration::from_secs(30)).await;
     // Recovered = 2 s of traffic without an error after the cluster is whole again;
     // traffic goes on until then (at most 20 s after the kill).
     let quiet = Duration::from_secs(2);
@@ -304,21 +309,11 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
 /// on one node, and not after every command's retries. Prints the figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_whole_cluster_down_pages_are_still_served() {
-    let mut cluster = TestRedisCluster::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let command = || {
-        let mut cmd = shop();
-        cmd.current_dir(cwd.path())
-            .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
-            .env("DATABASE_URL", db.url());
-        cmd
-    };
-    seed(command(), "20");
-    let (child, addr) = serve(command(), &[]);
+    let mut shop = ClusterShop::seeded("20");
+    let (child, addr) = serve(shop.command(), &[]);
     assert_eq!(request(&addr, "GET", "/items/3", None, None).status, 200);
     for node in 0..6 {
-        cluster.kill(node);
+        shop.cluster.kill(node);
     }
     let mut slowest = Duration::ZERO;
     for n in 0..50 {
