@@ -110,9 +110,11 @@ impl Sessions {
     ) -> Result<Touched, CacheError> {
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let mut call = scripts::TOUCH.prepare_invoke();
-        call.key(self.keys.recent_of(token))
-            .key(self.keys.login_of(token))
-            .key(self.keys.viewed_by(token));
+        // The shard is hashed once per request, not once per key.
+        let shard = self.keys.shard_of(token);
+        call.key(self.keys.recent_in(shard))
+            .key(self.keys.login_in(shard))
+            .key(self.keys.viewed_by_member(shard, token.expose()));
         let batched = self.keys.batches_views();
         if let (Some(item), false) = (item, batched) {
             call.key(self.keys.item_views())
