@@ -2,8 +2,10 @@
 //! asks, stop promptly when the shutdown token is cancelled.
 //!
 //! A daemon's work lives in its `step()`, which tests call directly; this loop only
-//! adds pacing, error logging and shutdown. A step interrupted by shutdown is safe:
-//! each step is one Redis script or command, which Redis runs entirely or not at all.
+//! adds pacing, error logging and shutdown. A step interrupted by shutdown is
+//! dropped mid-way, so every step must be safe to drop: each is one Redis script or
+//! command, which Redis runs entirely or not at all, or (the view flusher) puts back
+//! what it took from memory unless it was written.
 
 use std::future::Future;
 use std::time::Duration;

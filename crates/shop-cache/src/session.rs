@@ -366,10 +366,18 @@ impl ViewBatch {
     }
 
     async fn flush(&self, conn: &RedisConn, keys: &Keys) -> Result<u64, CacheError> {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        if batch.items.is_empty() {
+        let taken = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if taken.items.is_empty() {
             return Ok(0);
         }
+        // Put back unless written: on an error, and also when this future is dropped
+        // mid-write (the daemon loop drops a step in flight at shutdown; the views
+        // were then lost before its last step could write them).
+        let mut unwritten = Unwritten {
+            into: self,
+            views: Some(taken),
+        };
+        let batch = unwritten.views.as_ref().expect("just set");
         let window = crate::insights::current_window();
         let ttl = crate::insights::WINDOW_TTL.as_secs();
         let mut pipe = redis::pipe();
@@ -393,12 +401,11 @@ impl ViewBatch {
                 pipe.cmd("EXPIRE").arg(&key).arg(ttl).arg("NX").ignore();
             }
         }
-        if let Err(e) = pipe.exec_async(&mut conn.clone()).await {
-            // Kept for the next flush. (Part of a pipeline may have been written
-            // before it failed; counting those again is the lesser error.)
-            self.merge_back(batch);
-            return Err(e.into());
-        }
+        // On an error the guard keeps the views for the next flush. (Part of a
+        // pipeline may have been written before it failed; counting those again is
+        // the lesser error.)
+        pipe.exec_async(&mut conn.clone()).await?;
+        unwritten.views = None;
         Ok(views)
     }
 
@@ -411,6 +418,20 @@ impl ViewBatch {
             let kept = seen.viewers.len().min(room);
             entry.viewers.extend(seen.viewers.into_iter().take(kept));
             pending.viewers += kept;
+        }
+    }
+}
+
+/// Views taken out of the batch for a write, put back when dropped unless written.
+struct Unwritten<'a> {
+    into: &'a ViewBatch,
+    views: Option<PendingViews>,
+}
+
+impl Drop for Unwritten<'_> {
+    fn drop(&mut self) {
+        if let Some(views) = self.views.take() {
+            self.into.merge_back(views);
         }
     }
 }
