@@ -16,6 +16,15 @@ pub enum CacheError {
     /// Redis could not be reached, timed out, or answered with an error.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// A store this layer consults on the side (the database behind the row cache or
+    /// the flash-sale reconciler) failed; the daemon retries.
+    #[error("{what}: {source}")]
+    Source {
+        /// Which store, for the log.
+        what: &'static str,
+        /// Its error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Redis held a value this code cannot have written (a foreign writer or a bug).
     #[error("unexpected value in {what}")]
     Corrupt {

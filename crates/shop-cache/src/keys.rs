@@ -11,9 +11,11 @@
 //!     (`viewed:{s12}<token>`, `cart:{s12}<token>`), so touch, login rotation,
 //!     logout and the cleaner each stay in one slot;
 //!   - the row cache's keys share `{rows}`; the view ranking and its rescale
-//!     markers share `{views}`; an item's insights share `{i<item>}`;
-//!   - pages, render locks, login counters and login forms' one-time keys are
-//!     single keys: no tag, spread by their own hash.
+//!     markers share `{views}`; an item's insights share `{i<item>}`; an item's
+//!     flash sale (`sale:{f<item>}` and its buyers, answers and reservations) shares
+//!     `{f<item>}`;
+//!   - pages, render locks, login counters, login forms' one-time keys and the
+//!     list of loaded sales (`sales:`) are single keys: no tag, spread by their own hash.
 //!
 //! A prefix (namespace) lets several shops share one Redis. Nothing outside this
 //! module formats a key, and every key a Lua script touches is passed to it in
@@ -393,6 +395,49 @@ impl Keys {
     pub fn inventory(&self, row: ItemId) -> String {
         format!("{}{row}", self.0.inventory)
     }
+
+    /// `<prefix><name><item>`, the item in a `{f<item>}` hash tag in the cluster
+    /// layout: every key of one item's flash sale in one slot, so one script can
+    /// decide a buy.
+    fn sale_key(&self, name: &str, item: ItemId) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}{name}{item}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}{name}{{f{item}}}", self.0.prefix),
+        }
+    }
+
+    /// Hash: a flash sale's `stock` (units not yet reserved), `start`, `end`,
+    /// `price_cents` and `seq` (the last reservation number).
+    pub fn sale(&self, item: ItemId) -> String {
+        self.sale_key("sale:", item)
+    }
+
+    /// Hash: user id -> units reserved or bought in the sale (the per-user limit).
+    pub fn sale_buyers(&self, item: ItemId) -> String {
+        self.sale_key("sale-buyers:", item)
+    }
+
+    /// Hash: `<user>:<idempotency key>` -> the answer given (or `pending:<n>` while
+    /// reservation n's order is being written).
+    pub fn sale_answers(&self, item: ItemId) -> String {
+        self.sale_key("sale-answers:", item)
+    }
+
+    /// Sorted set: reservation number -> unix time by which its order should be
+    /// recorded (after which the reconciler settles it).
+    pub fn sale_pending(&self, item: ItemId) -> String {
+        self.sale_key("sale-pending:", item)
+    }
+
+    /// Hash: reservation number -> `<user>:<idempotency key>`, for the reconciler.
+    pub fn sale_held(&self, item: ItemId) -> String {
+        self.sale_key("sale-held:", item)
+    }
+
+    /// Sorted set: item -> end of its sale (unix seconds): the sales loaded in Redis.
+    pub fn sales(&self) -> String {
+        format!("{}sales:", self.0.prefix)
+    }
 }
 
 /// A short, stable stand-in for client-supplied text inside a key.
@@ -462,6 +507,12 @@ mod tests {
             k.schedule().to_owned(),
             k.delay().to_owned(),
             k.inventory(i),
+            k.sale(i),
+            k.sale_buyers(i),
+            k.sale_answers(i),
+            k.sale_pending(i),
+            k.sale_held(i),
+            k.sales(),
         ]
     }
 
@@ -521,6 +572,16 @@ mod tests {
         // the row cache.
         assert_eq!(tag(k.schedule()), tag(k.delay()));
         assert_eq!(tag(&k.inventory(i)), tag(k.delay()));
+        // a flash sale's reservation and settlement scripts.
+        for key in [
+            k.sale_buyers(i),
+            k.sale_answers(i),
+            k.sale_pending(i),
+            k.sale_held(i),
+        ] {
+            assert_eq!(tag(&key), tag(&k.sale(i)), "{key}");
+        }
+        assert_ne!(tag(&k.sale(i)), tag(&k.sale(ItemId::new(43).unwrap())));
         // Different items and sessions spread.
         assert_ne!(
             tag(&k.also_bought(i)),

@@ -22,6 +22,7 @@ pub mod book;
 pub mod cart;
 pub mod daemon;
 pub mod error;
+pub mod flash_sale;
 pub mod insights;
 pub mod keys;
 pub mod login_limit;

@@ -56,3 +56,19 @@ pub static LOGIN_ATTEMPT: LazyLock<Script> =
 /// Raises a progress marker, never lowering it.
 pub static RAISE_TO: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_to.lua")));
+
+/// Loads a flash sale (replacing an earlier one of the same item).
+pub static SALE_OPEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sale_open.lua")));
+
+/// Decides one flash-sale buy: an earlier answer, a refusal or a reservation.
+pub static SALE_RESERVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sale_reserve.lua")));
+
+/// Confirms, releases or voids a flash-sale reservation, once.
+pub static SALE_SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sale_settle.lua")));
+
+/// Sets a quiet sale's stock to the database's.
+pub static SALE_CORRECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sale_correct.lua")));

@@ -1,24 +1,26 @@
-//! Buying in a flash sale: never oversells, at most N per user, only inside the sale
-//! window, and a retry with the same `Idempotency-Key` gets the same answer.
+//! The flash sale's records in the database: winners' orders, each attempt's
+//! answer, each user's count. Two designs use it (`--flash-decider`):
 //!
-//! Design: the database is the one authority over stock. A purchase is one
-//! transaction whose first statement is a write (recording the attempt under its
-//! (user, key) primary key), so SQLite takes its write lock at once and PostgreSQL
-//! makes a concurrent retry with the same key wait for this one and then see its
-//! answer. Then, in the same transaction:
-//! 1. `UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND
-//!    sale_start <= now AND now < sale_end`: the row lock (PostgreSQL) or the write
-//!    lock (SQLite) serialises buyers, and the condition is re-checked after the wait,
-//!    so stock can never go below zero (a `CHECK (stock >= 0)` backs this up);
-//! 2. an upsert of the user's count for the item that only succeeds below the limit;
-//! 3. the order, its line, and the attempt's answer.
+//! **Redis decides** (the default; `shop_cache::flash_sale`): a buy is refused or a
+//! unit reserved by one Redis script, and only winners reach this module, through
+//! [`Db::record_flash_win`]: one transaction that records the attempt under its
+//! (user, key) primary key first, takes the unit from `inventory.stock` (a
+//! backstop: `stock > 0` and the `CHECK (stock >= 0)` hold even if Redis lost
+//! writes), counts it against the user's limit (`flash_claims`, the same backstop)
+//! and writes the order. That primary key is also the fence with the reconciler:
+//! [`Db::fence_flash`] writes `expired` under it for a reservation whose order never
+//! came, so a late order and the unit's return can never both happen.
 //!
-//! Any refusal rolls the whole transaction back, then records the refusal for the key.
-//! The shown stock comes from the row cache (`inv:<id>`, refreshed every second or
-//! so), which may lag; the decision never depends on it. Redis is not on the buying
-//! path, so a Redis outage cannot oversell or lose an order.
+//! **The database decides** ([`Db::flash_buy`], kept as the baseline the benchmark
+//! compares against): every buyer's attempt is a transaction here. The attempt is
+//! recorded first (SQLite takes its write lock at once; PostgreSQL makes a
+//! concurrent retry with the same key wait and then see this one's answer), then
+//! `UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND
+//! sale_start <= now AND now < sale_end` (the row lock or SQLite's write lock
+//! serialises buyers, the condition is re-checked after the wait), the user's count
+//! below the limit, the order. Any refusal rolls back and records the refusal for
+//! the key. Correct, but the database takes a write per buyer, not per unit.
 
-use serde::Serialize;
 use shop_domain::{ItemId, UserId};
 use sqlx::Row;
 
@@ -27,54 +29,23 @@ use crate::{Db, DbError};
 /// The default most units of one sale item a user may buy.
 pub const DEFAULT_PER_USER_LIMIT: i64 = 1;
 
-/// The answer to a purchase attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum BuyOutcome {
-    /// Bought one unit; the order is in the database.
-    Bought {
+pub use shop_domain::BuyOutcome;
+
+/// What the database made of a unit Redis reserved ([`Db::record_flash_win`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WinRecord {
+    /// The order is recorded.
+    Ordered {
         /// The new order.
         order_id: i64,
     },
-    /// No stock left.
-    SoldOut,
-    /// The user already bought the most allowed.
-    LimitReached,
-    /// The item is not on sale now (before the start, after the end, or never).
-    NotOnSale,
-    /// No such item.
-    UnknownItem,
-    /// This Idempotency-Key was used for a different item.
-    KeyReused,
-}
-
-impl BuyOutcome {
-    /// A short name of the outcome, as stored and as counted in metrics.
-    pub fn code(&self) -> &'static str {
-        match self {
-            BuyOutcome::Bought { .. } => "bought",
-            BuyOutcome::SoldOut => "sold_out",
-            BuyOutcome::LimitReached => "limit_reached",
-            BuyOutcome::NotOnSale => "not_on_sale",
-            BuyOutcome::UnknownItem => "unknown_item",
-            BuyOutcome::KeyReused => "key_reused",
-        }
-    }
-
-    fn from_code(code: &str, order_id: Option<i64>) -> Result<Self, DbError> {
-        Ok(match (code, order_id) {
-            ("bought", Some(order_id)) => BuyOutcome::Bought { order_id },
-            ("sold_out", _) => BuyOutcome::SoldOut,
-            ("limit_reached", _) => BuyOutcome::LimitReached,
-            ("not_on_sale", _) => BuyOutcome::NotOnSale,
-            ("unknown_item", _) => BuyOutcome::UnknownItem,
-            _ => {
-                return Err(DbError::Corrupt {
-                    what: "flash_attempts.outcome",
-                });
-            }
-        })
-    }
+    /// This (user, key) already has an answer here: an earlier order (a retry whose
+    /// first answer Redis no longer had), `expired` (the reconciler gave the unit
+    /// back first) or another item's (`KeyReused`). Nothing was written.
+    Earlier(BuyOutcome),
+    /// The backstop refused (no stock or the user's limit reached here, which means
+    /// Redis lost writes). Nothing was written.
+    Refused(BuyOutcome),
 }
 
 impl Db {
@@ -122,18 +93,7 @@ impl Db {
         };
         let price: i64 = took.try_get("sale_price_cents")?;
 
-        let claimed = sqlx::query(
-            "INSERT INTO flash_claims (user_id, item_id, bought) VALUES ($1, $2, 1) \
-             ON CONFLICT (user_id, item_id) DO UPDATE SET bought = flash_claims.bought + 1 \
-             WHERE flash_claims.bought < $3",
-        )
-        .bind(user.to_i64())
-        .bind(item.to_i64())
-        .bind(per_user_limit)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
+        let claimed = claim(&mut tx, user, item, per_user_limit).await?;
         if !claimed || per_user_limit < 1 {
             tx.rollback().await?;
             return self
@@ -141,34 +101,7 @@ impl Db {
                 .await;
         }
 
-        let order_id: i64 = sqlx::query(
-            "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
-             VALUES ($1, $2, 'flash', $3, $4) RETURNING id",
-        )
-        .bind(user.to_i64())
-        .bind(key)
-        .bind(price)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get("id")?;
-        sqlx::query(
-            "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, 1, $3)",
-        )
-        .bind(order_id)
-        .bind(item.to_i64())
-        .bind(price)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE flash_attempts SET outcome = 'bought', order_id = $1 \
-             WHERE user_id = $2 AND idempotency_key = $3",
-        )
-        .bind(order_id)
-        .bind(user.to_i64())
-        .bind(key)
-        .execute(&mut *tx)
-        .await?;
+        let order_id = insert_order(&mut tx, user, item, key, price, now).await?;
         tx.commit().await?;
         Ok(BuyOutcome::Bought { order_id })
     }
@@ -243,7 +176,114 @@ impl Db {
             return Ok(BuyOutcome::KeyReused);
         }
         let outcome: String = row.try_get("outcome")?;
-        BuyOutcome::from_code(&outcome, row.try_get("order_id")?)
+        BuyOutcome::from_code(&outcome, row.try_get("order_id")?).ok_or(DbError::Corrupt {
+            what: "flash_attempts.outcome",
+        })
+    }
+
+    /// Records a unit Redis reserved for `user` (the Redis-decided sale, see
+    /// `shop_cache::flash_sale`) as an order, idempotent on `key` like
+    /// [`Db::flash_buy`]. The attempt's row is written first: its primary key is the
+    /// fence between this order and the reconciler giving the unit back
+    /// ([`Db::fence_flash`]), so exactly one of the two happens. The stock and the
+    /// per-user limit are checked again here as a backstop (they can only refuse if
+    /// Redis lost writes); the sale window is not: Redis checked it when it reserved.
+    pub async fn record_flash_win(
+        &self,
+        user: UserId,
+        item: ItemId,
+        key: &str,
+        per_user_limit: i64,
+        now: i64,
+    ) -> Result<WinRecord, DbError> {
+        let mut tx = self.write.begin().await?;
+        let fresh = sqlx::query(
+            "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
+             VALUES ($1, $2, $3, 'pending') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
+        )
+        .bind(user.to_i64())
+        .bind(key)
+        .bind(item.to_i64())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !fresh {
+            tx.rollback().await?;
+            return Ok(WinRecord::Earlier(
+                self.earlier_answer(user, item, key).await?,
+            ));
+        }
+        let took = sqlx::query(
+            "UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 \
+             RETURNING sale_price_cents",
+        )
+        .bind(item.to_i64())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(took) = took else {
+            tx.rollback().await?;
+            return Ok(WinRecord::Refused(BuyOutcome::SoldOut));
+        };
+        let price: Option<i64> = took.try_get("sale_price_cents")?;
+        if !claim(&mut tx, user, item, per_user_limit).await? {
+            tx.rollback().await?;
+            return Ok(WinRecord::Refused(BuyOutcome::LimitReached));
+        }
+        let order_id =
+            insert_order(&mut tx, user, item, key, price.unwrap_or_default(), now).await?;
+        tx.commit().await?;
+        Ok(WinRecord::Ordered { order_id })
+    }
+
+    /// The reconciler's question about a reservation whose order is overdue: did
+    /// (`user`, `key`) become an order for `item`? If nothing was recorded for it,
+    /// records `expired` first, so a late [`Db::record_flash_win`] for it can no
+    /// longer succeed and the unit can be given back safely. `Some(order)` if the
+    /// order exists.
+    pub async fn fence_flash(
+        &self,
+        user: UserId,
+        item: ItemId,
+        key: &str,
+    ) -> Result<Option<i64>, DbError> {
+        sqlx::query(
+            "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
+             VALUES ($1, $2, $3, 'expired') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
+        )
+        .bind(user.to_i64())
+        .bind(key)
+        .bind(item.to_i64())
+        .execute(&self.write)
+        .await?;
+        let row = sqlx::query(
+            "SELECT item_id, outcome, order_id FROM flash_attempts \
+             WHERE user_id = $1 AND idempotency_key = $2",
+        )
+        .bind(user.to_i64())
+        .bind(key)
+        .fetch_one(&self.write)
+        .await?;
+        let (attempt_item, outcome): (i64, String) =
+            (row.try_get("item_id")?, row.try_get("outcome")?);
+        let order: Option<i64> = row.try_get("order_id")?;
+        Ok(order.filter(|_| attempt_item == item.to_i64() && outcome == "bought"))
+    }
+
+    /// How many units of `item` the flash-sale orders whose idempotency keys start
+    /// with `prefix` hold (one load run's sales, for `shop load`'s check).
+    pub async fn flash_units_keyed(&self, item: ItemId, prefix: &str) -> Result<i64, DbError> {
+        Ok(sqlx::query(
+            "SELECT CAST(COALESCE(SUM(l.quantity), 0) AS BIGINT) AS n FROM order_lines l \
+             JOIN orders o ON o.id = l.order_id \
+             WHERE l.item_id = $1 AND o.kind = 'flash' AND substr(o.idempotency_key, 1, $2) = $3",
+        )
+        .bind(item.to_i64())
+        .bind(i32::try_from(prefix.len()).unwrap_or(i32::MAX))
+        .bind(prefix)
+        .fetch_one(&self.read)
+        .await?
+        .try_get("n")?)
     }
 
     /// How many units of `item` the orders hold in all (for checks and reports).
@@ -256,4 +296,65 @@ impl Db {
                 .try_get("n")?,
         )
     }
+}
+
+/// Counts one more unit of `item` for `user`, unless that would pass `limit`.
+async fn claim(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    user: UserId,
+    item: ItemId,
+    limit: i64,
+) -> Result<bool, DbError> {
+    Ok(sqlx::query(
+        "INSERT INTO flash_claims (user_id, item_id, bought) VALUES ($1, $2, 1) \
+         ON CONFLICT (user_id, item_id) DO UPDATE SET bought = flash_claims.bought + 1 \
+         WHERE flash_claims.bought < $3",
+    )
+    .bind(user.to_i64())
+    .bind(item.to_i64())
+    .bind(limit)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// The order of one sale unit, its line, and the attempt's answer `bought`.
+async fn insert_order(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    user: UserId,
+    item: ItemId,
+    key: &str,
+    price: i64,
+    now: i64,
+) -> Result<i64, DbError> {
+    let order_id: i64 = sqlx::query(
+        "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
+         VALUES ($1, $2, 'flash', $3, $4) RETURNING id",
+    )
+    .bind(user.to_i64())
+    .bind(key)
+    .bind(price)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?
+    .try_get("id")?;
+    sqlx::query(
+        "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, 1, $3)",
+    )
+    .bind(order_id)
+    .bind(item.to_i64())
+    .bind(price)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "UPDATE flash_attempts SET outcome = 'bought', order_id = $1 \
+         WHERE user_id = $2 AND idempotency_key = $3",
+    )
+    .bind(order_id)
+    .bind(user.to_i64())
+    .bind(key)
+    .execute(&mut **tx)
+    .await?;
+    Ok(order_id)
 }

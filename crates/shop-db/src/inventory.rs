@@ -80,8 +80,11 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Puts an item on sale. `false` if there is no such item.
+    /// Puts an item on sale, replacing an earlier sale of it: the users' counts
+    /// toward the per-user limit start again (the limit is per sale). `false` if
+    /// there is no such item (nothing changed then).
     pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<bool, DbError> {
+        let mut tx = self.write.begin().await?;
         let done = sqlx::query(
             "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
              WHERE item_id = $5",
@@ -91,9 +94,46 @@ impl Db {
         .bind(sale.start)
         .bind(sale.end)
         .bind(id.to_i64())
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM flash_claims WHERE item_id = $1")
+            .bind(id.to_i64())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Every sale ending after `since`, by item: its terms as the database holds
+    /// them now (the stock is what is left).
+    pub async fn sales(&self, since: i64) -> Result<Vec<(ItemId, Sale)>, DbError> {
+        let rows = sqlx::query(
+            "SELECT v.item_id, v.stock, COALESCE(v.sale_price_cents, i.price_cents) AS price, \
+             v.sale_start, v.sale_end FROM inventory v JOIN items i ON i.id = v.item_id \
+             WHERE v.sale_end > $1 AND v.sale_start IS NOT NULL ORDER BY v.item_id",
+        )
+        .bind(since)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let item =
+                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
+                        what: "inventory.item_id",
+                    })?;
+                let sale = Sale {
+                    stock: r.try_get("stock")?,
+                    price_cents: r.try_get("price")?,
+                    start: r.try_get("sale_start")?,
+                    end: r.try_get("sale_end")?,
+                };
+                Ok((item, sale))
+            })
+            .collect()
     }
 
     /// The items currently or soon on sale (sale end in the future), by id.

@@ -6,8 +6,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+mod flash;
 mod token;
 
+pub use flash::BuyOutcome;
 pub use token::SessionToken;
 
 /// Why a value from outside was refused. The text is safe to show to a user.

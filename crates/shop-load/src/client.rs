@@ -66,6 +66,18 @@ impl Conn {
         cookie: Option<&str>,
         form: Option<&str>,
     ) -> anyhow::Result<Reply> {
+        self.send_with(method, path, cookie, form, &[]).await
+    }
+
+    /// [`Conn::send`] with extra request headers.
+    pub async fn send_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        form: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
         self.sender.ready().await?;
         let mut req = Request::builder()
             .method(Method::from_bytes(method.as_bytes())?)
@@ -77,6 +89,9 @@ impl Conn {
         }
         if form.is_some() {
             req = req.header(CONTENT_TYPE, "application/x-www-form-urlencoded");
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let body = Full::new(Bytes::from(form.unwrap_or("").to_owned()));
         let resp = self.sender.send_request(req.body(body)?).await?;

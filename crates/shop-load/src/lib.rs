@@ -17,6 +17,7 @@
 //! (answers with a 4xx or 5xx status).
 
 mod client;
+pub mod flash;
 mod mix;
 mod report;
 mod rng;
@@ -190,7 +191,7 @@ impl Tally {
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     // 1 us .. 60 s at 3 significant digits.
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }

@@ -88,7 +88,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(h: &Histogram<u64>) -> Self {
+    pub(crate) fn of(h: &Histogram<u64>) -> Self {
         Self {
             p50: h.value_at_quantile(0.50),
             p90: h.value_at_quantile(0.90),

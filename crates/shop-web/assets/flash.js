@@ -1,21 +1,22 @@
-// Everything per-item and live on the sale page comes from the row cache
-// (/api/inventory/{id}, refreshed from the database every second or so), so the
-// page itself is the same for everyone and can be cached whole.
+// Everything live on the sale page (stock, sale price, window) comes from Redis
+// through /api/flash/events, one stream for every item: the server pushes each
+// change, so "sold out" shows within a second; the page itself is the same for
+// everyone and cached whole.
 const money = c => '$' + (c / 100).toFixed(2);
 const when = s => new Date(s * 1000).toLocaleTimeString();
-async function refresh(li) {
-  const r = await fetch('/api/inventory/' + li.dataset.item);
-  if (!r.ok) { li.querySelector('.stock').textContent = 'unavailable'; return; }
-  const row = await r.json();
+function show(li, sale) {
+  const stock = li.querySelector('.stock');
+  const buy = li.querySelector('.buy');
+  if (!sale) { stock.textContent = 'not on sale'; buy.disabled = true; return; }
   const now = Date.now() / 1000;
-  const open = row.sale_start <= now && now < row.sale_end;
-  li.querySelector('.title').textContent = row.title;
-  li.querySelector('.price').textContent = row.sale_price_cents != null
-    ? money(row.sale_price_cents) + ' (was ' + money(row.price_cents) + ')' : money(row.price_cents);
-  li.querySelector('.stock').textContent = row.stock > 0 ? row.stock + ' left' : 'sold out';
-  li.querySelector('.window').textContent = row.sale_start
-    ? (open ? 'ends ' + when(row.sale_end) : 'starts ' + when(row.sale_start)) : '';
-  li.querySelector('.buy').disabled = !(open && row.stock > 0);
+  const open = sale.start <= now && now < sale.end;
+  li.querySelector('.price').textContent =
+    money(sale.price_cents) + ' (was ' + money(Number(li.dataset.priceCents)) + ')';
+  stock.textContent = sale.stock > 0 ? sale.stock + ' left' : 'sold out';
+  li.dataset.stock = sale.stock;
+  li.querySelector('.window').textContent =
+    now < sale.start ? 'starts ' + when(sale.start) : (open ? 'ends ' + when(sale.end) : 'ended');
+  buy.disabled = !(open && sale.stock > 0);
 }
 async function buy(li) {
   const key = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
@@ -24,10 +25,18 @@ async function buy(li) {
   const body = await r.json();
   li.querySelector('.result').textContent =
     r.status === 401 ? 'log in to buy' : (body.outcome || body.message).replace(/_/g, ' ');
-  refresh(li);
 }
-for (const li of document.querySelectorAll('.sale-item')) {
+const items = document.querySelectorAll('.sale-item');
+for (const li of items) {
   li.querySelector('.buy').addEventListener('click', () => buy(li));
-  refresh(li);
-  setInterval(() => refresh(li), 2000);
+}
+if (items.length > 0) {
+  const events = new EventSource('/api/flash/events');
+  events.onmessage = e => {
+    const sales = new Map(JSON.parse(e.data).map(s => [String(s.item_id), s]));
+    for (const li of items) show(li, sales.get(li.dataset.item));
+  };
+  events.onerror = () => {
+    for (const li of items) li.querySelector('.stock').textContent = 'reconnecting…';
+  };
 }

@@ -69,6 +69,18 @@ impl WebError {
         e
     }
 
+    /// 503: an earlier request with the same idempotency key is still being
+    /// answered; retry with the same key shortly to get its answer.
+    pub fn in_progress() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "in_progress",
+            "an earlier request with this key is still being processed; try again shortly",
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
     /// 500: a bug or an unexpected state; details are in the log, not the answer.
     pub fn internal() -> Self {
         Self::new(
@@ -176,6 +188,10 @@ impl From<CacheError> for WebError {
             CacheError::Corrupt { what } => {
                 tracing::error!(what, "corrupt value in redis");
                 WebError::internal()
+            }
+            CacheError::Source { what, source } => {
+                tracing::warn!(what, error = %source, "unavailable");
+                WebError::unavailable()
             }
         }
     }

@@ -24,7 +24,7 @@ pub mod pages;
 pub mod session;
 pub mod views;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -32,6 +32,7 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use shop_cache::RedisConn;
 use shop_cache::analytics::Analytics;
 use shop_cache::cart::Carts;
+use shop_cache::flash_sale::{Board, FlashSales, SaleWatcher};
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::login_limit::{LoginLimiter, LoginLimits};
@@ -39,6 +40,7 @@ use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
 use shop_db::Db;
+use tokio::sync::watch;
 
 use crate::error::WebError;
 
@@ -47,6 +49,11 @@ use crate::error::WebError;
 pub struct WebConfig {
     /// Most units of one sale item a user may buy.
     pub flash_limit: i64,
+    /// Who decides a flash-sale buy: Redis (the default) or the database.
+    pub flash_decider: flash::FlashDecider,
+    /// How long a reserved unit waits for its order before the reconciler settles
+    /// it (returns it to stock if no order was recorded).
+    pub flash_hold: Duration,
     /// Mark the session cookie `Secure` (the shop is served over HTTPS).
     pub secure_cookies: bool,
     /// Most of one item a cart line may hold.
@@ -68,6 +75,8 @@ impl Default for WebConfig {
     fn default() -> Self {
         Self {
             flash_limit: shop_db::flash::DEFAULT_PER_USER_LIMIT,
+            flash_decider: flash::FlashDecider::default(),
+            flash_hold: shop_cache::flash_sale::DEFAULT_HOLD,
             secure_cookies: false,
             max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
             page_ttl: shop_cache::page_cache::DEFAULT_TTL,
@@ -106,6 +115,14 @@ pub struct AppParts {
     pub analytics: Analytics,
     /// Cached database rows (`inv:<id>`).
     pub rows: RowCache,
+    /// Flash sales decided in Redis.
+    pub flash: FlashSales,
+    /// Every loaded sale's state as this process last read it, for the sale
+    /// pages' event streams; published by the [`SaleWatcher`] that
+    /// [`AppState::take_sale_watcher`] hands out.
+    pub sale_board: watch::Receiver<Board>,
+    /// That watcher, until the server takes it to run.
+    sale_watcher: Mutex<Option<SaleWatcher>>,
     /// Viewed-then-bought and also-bought.
     pub insights: Insights,
     /// Where whole pages are cached.
@@ -125,7 +142,12 @@ pub struct AppParts {
 impl AppState {
     /// Every Redis-backed part over one shared connection, under `keys`.
     pub fn new(db: Db, conn: RedisConn, keys: Keys, config: WebConfig) -> Self {
+        let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);
+        let (watcher, sale_board) = SaleWatcher::new(flash.clone());
         Self::from_parts(AppParts {
+            flash,
+            sale_board,
+            sale_watcher: Mutex::new(Some(watcher)),
             db,
             sessions: Sessions::new(conn.clone(), keys.clone()),
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
@@ -145,6 +167,16 @@ impl AppState {
     /// The state over parts built by the caller.
     pub fn from_parts(parts: AppParts) -> Self {
         Self(Arc::new(parts))
+    }
+
+    /// The daemon that keeps [`AppParts::sale_board`] current, the first time it is
+    /// asked for (a server runs it until shutdown; stopping it ends the sale pages'
+    /// event streams). `None` after that.
+    pub fn take_sale_watcher(&self) -> Option<SaleWatcher> {
+        self.sale_watcher
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
     }
 }
 

@@ -115,8 +115,18 @@ pub struct AccountPage {
 #[derive(Template)]
 #[template(path = "flash.html")]
 pub struct FlashPage {
-    /// The items on sale (their details come from the row cache, by script).
-    pub items: Vec<u64>,
+    /// The items on sale (their stock, price and window come live, by script).
+    pub items: Vec<SaleItem>,
+}
+
+/// An item on the sale page.
+pub struct SaleItem {
+    /// Its id.
+    pub id: u64,
+    /// Its title.
+    pub title: String,
+    /// Its regular price in cents.
+    pub price_cents: i64,
 }
 
 /// Any error, as a page.

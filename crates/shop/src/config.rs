@@ -85,6 +85,37 @@ pub struct LoadArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// What to run: the shop's request `mix`, or a `flash` sale: --buyers registered
+    /// buyers (created and logged in first, through the database and Redis given)
+    /// buy --sale-item at once, in one burst, from a sale of --stock units started
+    /// just before.
+    #[arg(long, value_enum, default_value_t = Scenario::Mix)]
+    pub scenario: Scenario,
+    /// Flash scenario: buyers, one buy each.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub buyers: u64,
+    /// Flash scenario: units on sale.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(0..))]
+    pub stock: i64,
+    /// Flash scenario: the item put on sale.
+    #[arg(long, default_value = "1")]
+    pub sale_item: ItemId,
+    /// Flash scenario: the shop's Redis (to log the buyers in).
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// Flash scenario: the shop's database (to register the buyers and check the
+    /// orders).
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+/// `shop load --scenario`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Views, home pages, carts, logins, checkouts (see `shop_load::Mix`).
+    Mix,
+    /// A flash sale's opening burst.
+    Flash,
 }
 
 /// `shop serve`.
@@ -100,6 +131,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOP_FLASH_LIMIT", default_value_t = DEFAULT_PER_USER_LIMIT,
           value_parser = clap::value_parser!(i64).range(1..))]
     pub flash_limit: i64,
+    /// Who decides a flash-sale buy: `redis` (one script per buy, only winners
+    /// write to the database) or `database` (a transaction per buy: the older
+    /// design, kept to measure against).
+    #[arg(long, env = "SHOP_FLASH_DECIDER", value_enum, default_value_t = FlashDeciderArg::Redis)]
+    pub flash_decider: FlashDeciderArg,
+    /// Seconds a reserved flash-sale unit waits for its order before the
+    /// reconciler settles it (a unit whose server died goes back on sale then).
+    #[arg(long, env = "SHOP_FLASH_HOLD", default_value_t = shop_cache::flash_sale::DEFAULT_HOLD.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub flash_hold: u64,
     /// Most of one item a cart line may hold.
     #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -230,7 +271,8 @@ pub struct SaleArgs {
 /// The sale subcommands.
 #[derive(Debug, Subcommand)]
 pub enum SaleCommand {
-    /// Put an item on sale now, and cache its row so the sale page shows live stock.
+    /// Put an item on sale now: its stock in the database and in Redis, where buys
+    /// are decided and the sale page's live stock comes from.
     Start {
         /// The item.
         id: ItemId,
@@ -243,7 +285,8 @@ pub enum SaleCommand {
         /// How long the sale lasts, in minutes.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..))]
         minutes: i64,
-        /// How often the sale page's stock is refreshed from the database, in seconds.
+        /// How often the item's cached database row (`/api/inventory/{id}`) is
+        /// refreshed, in seconds.
         #[arg(long, default_value_t = crate::sale::DEFAULT_REFRESH)]
         refresh: f64,
         /// Redis settings.
@@ -253,6 +296,24 @@ pub enum SaleCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+}
+
+/// `--flash-decider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlashDeciderArg {
+    /// Redis decides; only winners reach the database.
+    Redis,
+    /// The database decides every attempt.
+    Database,
+}
+
+impl From<FlashDeciderArg> for shop_web::flash::FlashDecider {
+    fn from(arg: FlashDeciderArg) -> Self {
+        match arg {
+            FlashDeciderArg::Redis => Self::Redis,
+            FlashDeciderArg::Database => Self::Database,
+        }
+    }
 }
 
 /// Where the hot state lives.

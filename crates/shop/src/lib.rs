@@ -3,6 +3,7 @@
 //! says and runs one subcommand. `main.rs` only parses flags and sets up logging.
 
 pub mod config;
+pub mod flash_load;
 pub mod managed_redis;
 pub mod sale;
 pub mod server;
@@ -16,6 +17,7 @@ use anyhow::Context;
 use shop_cache::RedisConn;
 use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
+use shop_cache::flash_sale::{FlashSales, Reconciler};
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
@@ -138,10 +140,15 @@ pub fn spawn_daemons(
         workers.rescale_keep,
     );
     let refresher = Refresher::new(conn.clone(), keys.clone(), row_source(db.clone()));
+    let reconciler = Reconciler::new(
+        FlashSales::new(conn.clone(), keys.clone()),
+        sale::DbLedger(db.clone()),
+    );
     let removed = cleaner.removed_counter();
     set.spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(refresher, shutdown.clone()));
+    set.spawn(shop_cache::daemon::run(reconciler, shutdown.clone()));
     Ok(removed)
 }
 
@@ -174,6 +181,8 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     }
     let config = WebConfig {
         flash_limit: args.flash_limit,
+        flash_decider: args.flash_decider.into(),
+        flash_hold: Duration::from_secs(args.flash_hold),
         secure_cookies: args.secure_cookies,
         max_quantity: args.max_quantity,
         page_ttl: Duration::from_secs(args.page_ttl),
@@ -207,6 +216,11 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         ViewFlusher::new(state.sessions.clone()),
         flush_stop.clone(),
     ));
+    // Every serving process reads the sales for its own sale pages; stopped at the
+    // shutdown signal, which ends the pages' event streams so connections drain.
+    if let Some(watcher) = state.take_sale_watcher() {
+        daemons.spawn(shop_cache::daemon::run(watcher, shutdown.clone()));
+    }
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let options = server::ServeOptions {
@@ -318,14 +332,18 @@ async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
                 start,
                 end: start + minutes * 60,
             };
-            let rows = RowCache::new(conn.clone(), keys.clone());
-            let pages = PageStore::new(
-                conn,
-                keys,
-                shop_cache::page_cache::DEFAULT_TTL,
-                shop_cache::page_cache::DEFAULT_RANK_LIMIT,
-            );
-            if !sale::start(&db, &rows, &pages, id, sale, refresh).await? {
+            let stores = sale::SaleStores {
+                db: &db,
+                flash: &FlashSales::new(conn.clone(), keys.clone()),
+                rows: &RowCache::new(conn.clone(), keys.clone()),
+                pages: &PageStore::new(
+                    conn,
+                    keys,
+                    shop_cache::page_cache::DEFAULT_TTL,
+                    shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+                ),
+            };
+            if !sale::start(&stores, id, sale, refresh).await? {
                 anyhow::bail!("there is no item {id}");
             }
             println!(
@@ -337,6 +355,9 @@ async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
 }
 
 async fn load(args: LoadArgs) -> anyhow::Result<()> {
+    if args.scenario == config::Scenario::Flash {
+        return flash_load::run(&args).await;
+    }
     let duration = match (args.duration, args.requests) {
         (Some(secs), _) if !(secs > 0.0 && secs.is_finite()) => {
             anyhow::bail!("--duration must be positive")

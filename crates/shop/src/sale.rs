@@ -1,8 +1,13 @@
-//! Starting a flash sale: the database row changes, the row cache starts refreshing
-//! its copy often (so the sale page shows live stock without querying the
-//! database), and the cached sale page is dropped so it lists the new item at once.
+//! Flash sales from the binary's side: starting one, and the database as the
+//! reconciler's [`Ledger`].
+//!
+//! Starting a sale writes its terms to the database (the record), loads them into
+//! Redis (where buys are decided and the sale page's live stock comes from), keeps
+//! the item's row cached for `/api/inventory`, and drops the cached sale page so it
+//! lists the new item at once.
 
-use shop_cache::domain::ItemId;
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::flash_sale::{FlashSales, Ledger, LedgerError, SaleTerms};
 use shop_cache::page_cache::{PageRequest, PageStore};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
@@ -11,22 +16,74 @@ use shop_db::inventory::Sale;
 /// How often a sale item's cached row is refreshed by default, in seconds.
 pub const DEFAULT_REFRESH: f64 = 1.0;
 
-/// Puts `item` on sale, caches its row every `refresh` seconds and drops the cached
-/// sale page. `false` if there is no such item (nothing changed then).
+/// Where a sale is started: the database, and the Redis parts that show and
+/// decide it.
+pub struct SaleStores<'a> {
+    /// The record.
+    pub db: &'a Db,
+    /// Where buys are decided.
+    pub flash: &'a FlashSales,
+    /// The item's cached row.
+    pub rows: &'a RowCache,
+    /// The cached sale page.
+    pub pages: &'a PageStore,
+}
+
+/// Puts `item` on sale (replacing a sale of it still running, with its buyers and
+/// answers), caches its row every `refresh` seconds and drops the cached sale page.
+/// `false` if there is no such item (nothing changed then).
 pub async fn start(
-    db: &Db,
-    rows: &RowCache,
-    pages: &PageStore,
+    stores: &SaleStores<'_>,
     item: ItemId,
     sale: Sale,
     refresh: f64,
 ) -> anyhow::Result<bool> {
-    if !db.set_sale(item, sale).await? {
+    if !stores.db.set_sale(item, sale).await? {
         return Ok(false);
     }
-    rows.schedule(item, refresh).await?;
-    pages
+    stores.flash.open(item, &terms(&sale)).await?;
+    stores.rows.schedule(item, refresh).await?;
+    stores
+        .pages
         .remove(&PageRequest::new(shop_web::flash::SHELL_PATH, None).key())
         .await?;
     Ok(true)
+}
+
+fn terms(sale: &Sale) -> SaleTerms {
+    SaleTerms {
+        stock: sale.stock,
+        price_cents: sale.price_cents,
+        start: sale.start,
+        end: sale.end,
+    }
+}
+
+/// The database as the flash-sale reconciler's ledger.
+#[derive(Clone)]
+pub struct DbLedger(pub Db);
+
+impl Ledger for DbLedger {
+    async fn fence(
+        &self,
+        item: ItemId,
+        user: UserId,
+        key: &str,
+    ) -> Result<Option<i64>, LedgerError> {
+        Ok(self.0.fence_flash(user, item, key).await?)
+    }
+
+    async fn stock(&self, item: ItemId) -> Result<Option<i64>, LedgerError> {
+        Ok(self.0.inventory_row(item).await?.map(|row| row.stock))
+    }
+
+    async fn sales(&self, since: i64) -> Result<Vec<(ItemId, SaleTerms)>, LedgerError> {
+        Ok(self
+            .0
+            .sales(since)
+            .await?
+            .iter()
+            .map(|(item, sale)| (*item, terms(sale)))
+            .collect())
+    }
 }

@@ -6,6 +6,7 @@
 mod analytics;
 mod cart;
 mod cleaner;
+mod flash_sale;
 mod insights;
 mod outage;
 mod page_store;

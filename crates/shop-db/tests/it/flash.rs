@@ -1,5 +1,5 @@
 use shop_db::Db;
-use shop_db::flash::BuyOutcome;
+use shop_db::flash::{BuyOutcome, WinRecord};
 use shop_db::inventory::Sale;
 use shop_domain::{ItemId, UserId};
 
@@ -185,5 +185,97 @@ async fn outside_the_window_or_unknown_items_are_refused() {
         );
         assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 10);
         assert_eq!(db.units_ordered(item(1)).await.unwrap(), 0);
+    }
+}
+
+/// The Redis-decided path's side here: a winner's order (the stock backstop
+/// refusing once the database has none), the reconciler's fence against a late
+/// order, a new sale resetting the users' counts, and one run's orders counted by
+/// their keys.
+#[tokio::test]
+async fn winners_orders_the_fence_and_counting_by_key() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 2).await;
+        let u = users(&db, 4).await;
+        let won = db
+            .record_flash_win(u[0], item(1), "run1-a", 1, NOW)
+            .await
+            .unwrap();
+        let WinRecord::Ordered { order_id } = won else {
+            panic!("{kind}: {won:?}")
+        };
+        assert_eq!(
+            db.record_flash_win(u[0], item(1), "run1-a", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Earlier(BuyOutcome::Bought { order_id }),
+            "{kind}: the same key again"
+        );
+        assert_eq!(
+            db.record_flash_win(u[0], item(1), "run1-b", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Refused(BuyOutcome::LimitReached),
+            "{kind}"
+        );
+        // The reconciler fences an attempt that never wrote: a late order fails.
+        assert_eq!(db.fence_flash(u[1], item(1), "run1-c").await.unwrap(), None);
+        assert_eq!(
+            db.record_flash_win(u[1], item(1), "run1-c", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Earlier(BuyOutcome::Expired),
+            "{kind}"
+        );
+        // And finds an order that did write.
+        assert_eq!(
+            db.fence_flash(u[0], item(1), "run1-a").await.unwrap(),
+            Some(order_id),
+            "{kind}"
+        );
+        assert!(matches!(
+            db.record_flash_win(u[2], item(1), "run1-d", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Ordered { .. }
+        ));
+        assert_eq!(
+            db.record_flash_win(u[3], item(1), "run1-e", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Refused(BuyOutcome::SoldOut),
+            "{kind}: the backstop"
+        );
+        assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 0);
+        // A new sale: the users' counts start again.
+        let sale = Sale {
+            stock: 1,
+            price_cents: 999,
+            start: NOW - 10,
+            end: NOW + 60,
+        };
+        assert!(db.set_sale(item(1), sale).await.unwrap());
+        assert!(matches!(
+            db.record_flash_win(u[0], item(1), "run2-a", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Ordered { .. }
+        ));
+        assert_eq!(
+            db.flash_units_keyed(item(1), "run1-").await.unwrap(),
+            2,
+            "{kind}"
+        );
+        assert_eq!(
+            db.flash_units_keyed(item(1), "run2-").await.unwrap(),
+            1,
+            "{kind}"
+        );
+        assert_eq!(
+            db.flash_units_keyed(item(1), "run3-").await.unwrap(),
+            0,
+            "{kind}"
+        );
     }
 }

@@ -86,7 +86,8 @@ impl App {
         }
     }
 
-    /// Puts `item` on a flash sale that began a minute ago and ends in an hour.
+    /// Puts `item` on a flash sale that began a minute ago and ends in an hour, in
+    /// the database and in Redis (as `shop sale start` does).
     pub async fn start_sale(&self, item: u64, stock: i64, price_cents: i64) {
         let now = shop_db::unix_now();
         let sale = Sale {
@@ -97,6 +98,17 @@ impl App {
         };
         let item = ItemId::new(item).unwrap();
         assert!(self.db.set_sale(item, sale).await.unwrap(), "no {item:?}");
+        // And in Redis, where buys are decided.
+        let terms = shop_cache::flash_sale::SaleTerms {
+            stock,
+            price_cents,
+            start: sale.start,
+            end: sale.end,
+        };
+        shop_cache::flash_sale::FlashSales::new(self.conn.clone(), Keys::default())
+            .open(item, &terms)
+            .await
+            .unwrap();
     }
 
     /// One request through the router.

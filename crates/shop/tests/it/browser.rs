@@ -1,7 +1,8 @@
 //! The shop as a person sees it: headless Chromium (Debian's `chromium`, driven
 //! through `chromedriver`) loads an item page, adds it to the cart and sees the
 //! cart count that the page's script fetched from `/api/me`; then loads the
-//! flash-sale page and sees the stock its script filled in from the row cache. The
+//! flash-sale page, sees the stock pushed to it from Redis, and sees "sold out"
+//! within a second of other shoppers buying the rest. The
 //! item page also shows the shopper insights its script fetched.
 //! Screenshots land in `target/browser/` for a human look.
 
@@ -213,6 +214,65 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let price = text_of(&client, ".sale-item[data-item=\"1\"] .price").await;
     assert!(price.starts_with("$4.99"), "{price}");
     screenshot(&client, "flash.png").await;
+
+    // Seven other shoppers buy the rest; the open page says "sold out" within a
+    // second of the last purchase, pushed to it (no reload, no poll).
+    let db = shop_db::Db::connect(shop.db.url()).await.unwrap();
+    let names: Vec<String> = (0..7).map(|i| format!("rush{i}")).collect();
+    let buyers = db
+        .create_users_sharing_password(&names, "rush-password")
+        .await
+        .unwrap();
+    let mut cookies = Vec::new();
+    for user in buyers {
+        let token = sessions
+            .login(&SessionToken::generate(), user, None)
+            .await
+            .unwrap();
+        cookies.push(format!("shop_session={}", token.expose()));
+    }
+    let buy_addr = addr.clone();
+    let last_bought = tokio::task::spawn_blocking(move || {
+        for (i, cookie) in cookies.iter().enumerate() {
+            let key = format!("rush-{i}");
+            let bought = crate::e2e::request_with(
+                &buy_addr,
+                "POST",
+                "/api/flash/1/buy",
+                Some(cookie),
+                None,
+                &[("Idempotency-Key", &key), ("Accept", "application/json")],
+            );
+            assert_eq!(bought.status, 200, "{}", bought.body);
+        }
+        Instant::now()
+    })
+    .await
+    .unwrap();
+    let sold_out = loop {
+        let shown = text_of(&client, ".sale-item[data-item=\"1\"] .stock").await;
+        if shown == "sold out" {
+            break last_bought.elapsed();
+        }
+        assert!(
+            last_bought.elapsed() < Duration::from_secs(3),
+            "still showing {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        sold_out < Duration::from_secs(1),
+        "sold out reached the page after {sold_out:?}"
+    );
+    let disabled = client
+        .find(Locator::Css(".sale-item[data-item=\"1\"] .buy"))
+        .await
+        .unwrap()
+        .attr("disabled")
+        .await
+        .unwrap();
+    assert!(disabled.is_some(), "the buy button is off when sold out");
+    screenshot(&client, "flash-sold-out.png").await;
 
     // An open redirect the drills found: `next=/<TAB>/evil.host/x` was sent back as
     // `Location: /\t/evil.host/x`, which Chromium (dropping the tab) followed to

@@ -99,9 +99,14 @@ pub struct TestShop {
 impl TestShop {
     /// A shop whose catalogue holds `items` items.
     pub fn seeded(items: &str) -> Self {
+        Self::seeded_on(TestDb::sqlite(), items)
+    }
+
+    /// The same on `db` (SQLite or PostgreSQL).
+    pub fn seeded_on(db: TestDb, items: &str) -> Self {
         let shop = Self {
             redis: TestRedis::start(),
-            db: TestDb::sqlite(),
+            db,
             cwd: tempfile::tempdir().unwrap(),
         };
         seed(shop.command(), items);

@@ -1,70 +1,110 @@
-//! The flash sale over HTTP, through the router (no socket).
+//! The flash sale over HTTP, through the router (no socket), on SQLite and
+//! PostgreSQL: exact counts under contention, idempotent retries across web
+//! servers, the window and the per-user limit, and the reconciler after a server
+//! died mid-buy. The killed process and the pages' live stock are in `e2e_flash`.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
-use shop_cache::domain::ItemId;
+use shop::sale::{DbLedger, SaleStores};
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::flash_sale::{Reconciled, Reconciler, Reserve};
 use shop_cache::keys::Keys;
 use shop_cache::row_cache::{RefreshStep, Refresher};
 use shop_cache::session::SessionToken;
 use shop_db::Db;
+use shop_db::flash::WinRecord;
 use shop_db::inventory::Sale;
 use shop_testkit::{TestDb, TestRedis};
+use shop_web::flash::FlashDecider;
 use shop_web::{AppState, WebConfig};
 use tower::ServiceExt;
 
-struct Shop {
+pub struct Shop {
     _redis: TestRedis,
-    _db_dir: TestDb,
-    db: Db,
+    test_db: TestDb,
+    pub db: Db,
     conn: shop_cache::RedisConn,
-    state: AppState,
+    pub state: AppState,
     app: Router,
+    config: WebConfig,
 }
 
 impl Shop {
-    async fn start() -> Self {
+    async fn start(test_db: TestDb, config: WebConfig) -> Self {
         let redis = TestRedis::start();
         let conn = shop_cache::connect(&redis.url()).await.unwrap();
-        let test_db = TestDb::sqlite();
         let db = Db::connect(test_db.url()).await.unwrap();
         db.seed(10, 1, &|_| {}).await.unwrap();
-        let state = AppState::new(
-            db.clone(),
-            conn.clone(),
-            Keys::default(),
-            WebConfig::default(),
-        );
+        let state = AppState::new(db.clone(), conn.clone(), Keys::default(), config.clone());
         let app = shop_web::router(state.clone());
         Self {
             _redis: redis,
-            _db_dir: test_db,
+            test_db,
             db,
             conn,
             state,
             app,
+            config,
         }
     }
 
-    /// Puts item 1 on sale now with `stock` units and refreshes its cached row once.
-    async fn sale(&self, stock: i64) {
-        self.sale_of(1, stock).await;
+    /// One shop per database (SQLite, and PostgreSQL where it answers).
+    async fn on_every_database(config: WebConfig) -> Vec<Self> {
+        let mut shops = Vec::new();
+        for test_db in TestDb::all().await {
+            shops.push(Self::start(test_db, config.clone()).await);
+        }
+        shops
+    }
+
+    fn kind(&self) -> &'static str {
+        self.test_db.kind()
+    }
+
+    /// Another web server over the same Redis and database.
+    fn second_server(&self) -> Router {
+        let state = AppState::new(
+            self.db.clone(),
+            self.conn.clone(),
+            Keys::default(),
+            self.config.clone(),
+        );
+        shop_web::router(state)
     }
 
     /// Puts item `n` on sale now with `stock` units and refreshes its cached row once.
     async fn sale_of(&self, n: u64, stock: i64) {
         let now = shop_db::unix_now();
-        let sale = Sale {
-            stock,
-            price_cents: 500,
-            start: now - 60,
-            end: now + 3_600,
+        self.sale_with(
+            n,
+            Sale {
+                stock,
+                price_cents: 500,
+                start: now - 60,
+                end: now + 3_600,
+            },
+        )
+        .await;
+    }
+
+    async fn sale_with(&self, n: u64, sale: Sale) {
+        let stores = SaleStores {
+            db: &self.db,
+            flash: &self.state.flash,
+            rows: &self.state.rows,
+            pages: &self.state.pages,
         };
-        let (rows, pages) = (&self.state.rows, &self.state.pages);
-        let started = shop::sale::start(&self.db, rows, pages, item(n), sale, 1.0);
-        assert!(started.await.unwrap());
+        assert!(
+            shop::sale::start(&stores, item(n), sale, 1.0)
+                .await
+                .unwrap()
+        );
         self.refresh().await;
     }
 
@@ -77,9 +117,32 @@ impl Shop {
         while !matches!(refresher.step().await.unwrap(), RefreshStep::Idle(_)) {}
     }
 
-    /// A logged-in session's cookie.
+    fn reconciler(&self) -> Reconciler<DbLedger> {
+        Reconciler::new(self.state.flash.clone(), DbLedger(self.db.clone()))
+    }
+
+    /// A logged-in session's cookie for a new user `name`.
     async fn login(&self, name: &str) -> String {
         let user = self.db.create_user(name, "pw").await.unwrap().unwrap();
+        self.cookie_of(user).await
+    }
+
+    /// `n` new users (one password hash for all), logged in: (id, cookie) each.
+    async fn buyers(&self, prefix: &str, n: usize) -> Vec<(UserId, String)> {
+        let names: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+        let ids = self
+            .db
+            .create_users_sharing_password(&names, "buyer-password")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for id in ids {
+            out.push((id, self.cookie_of(id).await));
+        }
+        out
+    }
+
+    async fn cookie_of(&self, user: UserId) -> String {
         let token = self
             .state
             .sessions
@@ -90,7 +153,7 @@ impl Shop {
     }
 
     async fn send(&self, req: Request<Body>) -> Response {
-        self.app.clone().oneshot(req).await.unwrap()
+        send(&self.app, req).await
     }
 
     async fn buy(
@@ -99,21 +162,65 @@ impl Shop {
         cookie: Option<&str>,
         key: Option<&str>,
     ) -> (StatusCode, serde_json::Value) {
-        let mut req = Request::post(format!("/api/flash/{id}/buy"));
-        if let Some(cookie) = cookie {
-            req = req.header(header::COOKIE, cookie);
-        }
-        if let Some(key) = key {
-            req = req.header("idempotency-key", key);
-        }
-        let resp = self.send(req.body(Body::empty()).unwrap()).await;
-        let status = resp.status();
-        (status, json(resp).await)
+        buy_on(&self.app, id, cookie, key).await
     }
+
+    /// Redis's stock of item `n`'s sale.
+    async fn redis_stock(&self, n: u64) -> i64 {
+        self.state
+            .flash
+            .state(item(n))
+            .await
+            .unwrap()
+            .unwrap()
+            .stock
+    }
+
+    /// The database's stock of item `n`.
+    async fn db_stock(&self, n: u64) -> i64 {
+        self.db.inventory_row(item(n)).await.unwrap().unwrap().stock
+    }
+
+    /// Attempts the database recorded (winners only, when Redis decides).
+    async fn recorded_attempts(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM flash_attempts")
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap()
+    }
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Response {
+    app.clone().oneshot(req).await.unwrap()
+}
+
+async fn buy_on(
+    app: &Router,
+    id: &str,
+    cookie: Option<&str>,
+    key: Option<&str>,
+) -> (StatusCode, serde_json::Value) {
+    let mut req = Request::post(format!("/api/flash/{id}/buy"));
+    if let Some(cookie) = cookie {
+        req = req.header(header::COOKIE, cookie);
+    }
+    if let Some(key) = key {
+        req = req.header("idempotency-key", key);
+    }
+    let resp = send(app, req.body(Body::empty()).unwrap()).await;
+    let status = resp.status();
+    (status, json(resp).await)
 }
 
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
+}
+
+fn config(decider: FlashDecider) -> WebConfig {
+    WebConfig {
+        flash_decider: decider,
+        ..WebConfig::default()
+    }
 }
 
 async fn html_of(resp: Response) -> String {
@@ -127,114 +234,354 @@ async fn json(resp: Response) -> serde_json::Value {
         .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)))
 }
 
-#[tokio::test]
-async fn inventory_answers_from_the_row_cache_alone() {
-    let shop = Shop::start().await;
-    let get = |uri: &str| Request::get(uri.to_owned()).body(Body::empty()).unwrap();
-    let bad = shop.send(get("/api/inventory/abc")).await;
-    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(json(bad).await["error"], "bad_request");
-    let unscheduled = shop.send(get("/api/inventory/2")).await;
-    assert_eq!(unscheduled.status(), StatusCode::NOT_FOUND);
-    assert_eq!(
-        shop.send(get("/api/inventory/999")).await.status(),
-        StatusCode::NOT_FOUND
-    );
+fn get(uri: &str) -> Request<Body> {
+    Request::get(uri.to_owned()).body(Body::empty()).unwrap()
+}
 
-    shop.sale(20).await;
-    // The database is gone: the endpoint still answers, so it never asked it.
+#[tokio::test]
+async fn inventory_and_sale_state_answer_from_redis_alone() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    for path in ["/api/inventory/abc", "/api/flash/abc", "/api/flash/0"] {
+        let bad = shop.send(get(path)).await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(json(bad).await["error"], "bad_request");
+    }
+    for path in ["/api/inventory/2", "/api/inventory/999", "/api/flash/2"] {
+        assert_eq!(shop.send(get(path)).await.status(), StatusCode::NOT_FOUND);
+    }
+
+    shop.sale_of(1, 20).await;
+    // The database is gone: both still answer, so they never asked it.
     shop.db.close().await;
     let ok = shop.send(get("/api/inventory/1")).await;
     assert_eq!(ok.status(), StatusCode::OK);
     assert_eq!(ok.headers()[header::CONTENT_TYPE], "application/json");
     let row = json(ok).await;
-    assert_eq!(row["item_id"], 1);
-    assert_eq!(row["stock"], 20);
-    assert_eq!(row["sale_price_cents"], 500);
-    assert!(row["sale_end"].as_i64().unwrap() > row["sale_start"].as_i64().unwrap());
+    assert_eq!(
+        (row["item_id"].as_i64(), row["stock"].as_i64()),
+        (Some(1), Some(20))
+    );
+    let sale = json(shop.send(get("/api/flash/1")).await).await;
+    assert_eq!(sale["stock"], 20);
+    assert_eq!(sale["price_cents"], 500);
+    assert!(sale["end"].as_i64().unwrap() > sale["start"].as_i64().unwrap());
 }
 
 #[tokio::test]
 async fn buying_needs_a_key_and_a_login_and_is_idempotent() {
-    let shop = Shop::start().await;
-    shop.sale(2).await;
-    let alice = shop.login("alice2").await;
-    let bob = shop.login("bob2").await;
-    let carol = shop.login("carol2").await;
+    for decider in [FlashDecider::Redis, FlashDecider::Database] {
+        for shop in Shop::on_every_database(config(decider)).await {
+            let kind = (shop.kind(), decider);
+            shop.sale_of(1, 2).await;
+            let alice = shop.login("alice2").await;
+            let bob = shop.login("bob2").await;
+            let carol = shop.login("carol2").await;
 
-    let (status, body) = shop.buy("1", Some(&alice), None).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    let (status, _) = shop.buy("1", Some(&alice), Some(&"k".repeat(101))).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, body) = shop.buy("1", None, Some("k1")).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (StatusCode::UNAUTHORIZED, Some("login_required"))
-    );
-    let forged = format!("shop_session={}", SessionToken::generate().expose());
-    assert_eq!(
-        shop.buy("1", Some(&forged), Some("k1")).await.0,
-        StatusCode::UNAUTHORIZED
-    );
-    assert_eq!(
-        shop.buy("x", Some(&alice), Some("k1")).await.0,
-        StatusCode::BAD_REQUEST
-    );
+            let (status, body) = shop.buy("1", Some(&alice), None).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+            let (status, _) = shop.buy("1", Some(&alice), Some(&"k".repeat(101))).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            let (status, body) = shop.buy("1", None, Some("k1")).await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (StatusCode::UNAUTHORIZED, Some("login_required"))
+            );
+            let forged = format!("shop_session={}", SessionToken::generate().expose());
+            let (status, _) = shop.buy("1", Some(&forged), Some("k1")).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            let (status, _) = shop.buy("x", Some(&alice), Some("k1")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST);
 
-    let (status, first) = shop.buy("1", Some(&alice), Some("k1")).await;
-    assert_eq!(status, StatusCode::OK, "{first}");
-    assert_eq!(first["outcome"], "bought");
-    let (status, again) = shop.buy("1", Some(&alice), Some("k1")).await;
-    assert_eq!(
-        (status, &again),
-        (StatusCode::OK, &first),
-        "a retry gets the same answer"
-    );
-    let (status, limit) = shop.buy("1", Some(&alice), Some("k2")).await;
-    assert_eq!(
-        (status, limit["outcome"].as_str()),
-        (StatusCode::CONFLICT, Some("limit_reached"))
-    );
-
-    assert_eq!(
-        shop.buy("1", Some(&bob), Some("b1")).await.0,
-        StatusCode::OK
-    );
-    let (status, sold_out) = shop.buy("1", Some(&carol), Some("c1")).await;
-    assert_eq!(
-        (status, sold_out["outcome"].as_str()),
-        (StatusCode::CONFLICT, Some("sold_out"))
-    );
-    let (status, _) = shop.buy("2", Some(&carol), Some("c2")).await;
-    assert_eq!(status, StatusCode::CONFLICT, "item 2 is not on sale");
-    let (status, unknown) = shop.buy("999", Some(&carol), Some("c3")).await;
-    assert_eq!(
-        (status, unknown["outcome"].as_str()),
-        (StatusCode::NOT_FOUND, Some("unknown_item"))
-    );
-
-    assert_eq!(shop.db.units_ordered(item(1)).await.unwrap(), 2);
-    // The shown stock follows within the row's one-second refresh.
-    let started = std::time::Instant::now();
-    loop {
-        shop.refresh().await;
-        let cached = shop.state.rows.get(item(1)).await.unwrap().unwrap();
-        let row: serde_json::Value = serde_json::from_str(&cached).unwrap();
-        if row["stock"] == 0 {
-            break;
+            let (status, first) = shop.buy("1", Some(&alice), Some("k1")).await;
+            assert_eq!(status, StatusCode::OK, "{kind:?} {first}");
+            assert_eq!(first["outcome"], "bought");
+            let again = shop.buy("1", Some(&alice), Some("k1")).await;
+            assert_eq!(
+                again,
+                (StatusCode::OK, first.clone()),
+                "{kind:?}: same answer"
+            );
+            let (status, limit) = shop.buy("1", Some(&alice), Some("k2")).await;
+            assert_eq!(
+                (status, limit["outcome"].as_str()),
+                (StatusCode::CONFLICT, Some("limit_reached")),
+                "{kind:?}"
+            );
+            assert_eq!(
+                shop.buy("1", Some(&bob), Some("b1")).await.0,
+                StatusCode::OK
+            );
+            let (status, sold_out) = shop.buy("1", Some(&carol), Some("c1")).await;
+            assert_eq!(
+                (status, sold_out["outcome"].as_str()),
+                (StatusCode::CONFLICT, Some("sold_out")),
+                "{kind:?}"
+            );
+            let (status, _) = shop.buy("2", Some(&carol), Some("c2")).await;
+            assert_eq!(status, StatusCode::CONFLICT, "item 2 is not on sale");
+            let (status, unknown) = shop.buy("999", Some(&carol), Some("c3")).await;
+            // Redis knows sales, not the catalogue: no sale is "not on sale" there.
+            let expected = match decider {
+                FlashDecider::Redis => (StatusCode::CONFLICT, Some("not_on_sale")),
+                FlashDecider::Database => (StatusCode::NOT_FOUND, Some("unknown_item")),
+            };
+            assert_eq!((status, unknown["outcome"].as_str()), expected, "{kind:?}");
+            assert_eq!(shop.db.units_ordered(item(1)).await.unwrap(), 2, "{kind:?}");
+            assert_eq!(shop.db_stock(1).await, 0, "{kind:?}");
         }
-        assert!(
-            started.elapsed().as_secs() < 3,
-            "stock not refreshed: {row}"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_sells_exactly_the_stock_and_refusals_skip_the_database() {
+    for decider in [FlashDecider::Redis, FlashDecider::Database] {
+        for shop in Shop::on_every_database(config(decider)).await {
+            let kind = (shop.kind(), decider);
+            shop.sale_of(1, 20).await;
+            let buyers = shop.buyers("b", 200).await;
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, (_, cookie)) in buyers.into_iter().enumerate() {
+                let app = shop.app.clone();
+                tasks.spawn(async move {
+                    let key = format!("key-{i}");
+                    buy_on(&app, "1", Some(&cookie), Some(&key)).await
+                });
+            }
+            let mut outcomes: HashMap<(u16, String), u32> = HashMap::new();
+            let mut orders = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                let (status, body) = done.unwrap();
+                if let Some(order) = body["order_id"].as_i64() {
+                    orders.push(order);
+                }
+                let outcome = body["outcome"].as_str().unwrap_or("none").to_owned();
+                *outcomes.entry((status.as_u16(), outcome)).or_default() += 1;
+            }
+            let expected: HashMap<(u16, String), u32> = [
+                ((200, "bought".to_owned()), 20),
+                ((409, "sold_out".to_owned()), 180),
+            ]
+            .into();
+            assert_eq!(outcomes, expected, "{kind:?}");
+            orders.sort_unstable();
+            orders.dedup();
+            assert_eq!(orders.len(), 20, "{kind:?}: twenty different orders");
+            assert_eq!(
+                shop.db.units_ordered(item(1)).await.unwrap(),
+                20,
+                "{kind:?}"
+            );
+            assert_eq!(shop.db_stock(1).await, 0, "{kind:?}");
+            let attempts = shop.recorded_attempts().await;
+            match decider {
+                FlashDecider::Redis => {
+                    assert_eq!(shop.redis_stock(1).await, 0, "{kind:?}");
+                    assert_eq!(attempts, 20, "{kind:?}: only winners reach the database");
+                }
+                FlashDecider::Database => assert_eq!(attempts, 200, "{kind:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_get_one_answer_across_web_servers() {
+    for shop in Shop::on_every_database(WebConfig::default()).await {
+        let kind = shop.kind();
+        shop.sale_of(1, 5).await;
+        let other = shop.second_server();
+        let buyers = shop.buyers("r", 10).await;
+        // Each buyer sends the same attempt to both servers at once, twice.
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, (_, cookie)) in buyers.iter().enumerate() {
+            for app in [
+                shop.app.clone(),
+                other.clone(),
+                shop.app.clone(),
+                other.clone(),
+            ] {
+                let cookie = cookie.clone();
+                tasks.spawn(async move {
+                    let answer = buy_on(&app, "1", Some(&cookie), Some("same-key")).await;
+                    (i, answer)
+                });
+            }
+        }
+        let mut answers: HashMap<usize, Vec<(StatusCode, serde_json::Value)>> = HashMap::new();
+        while let Some(done) = tasks.join_next().await {
+            let (i, answer) = done.unwrap();
+            answers.entry(i).or_default().push(answer);
+        }
+        let mut bought = 0;
+        for (i, got) in &answers {
+            // A retry racing the first attempt may be told to come back (503);
+            // every answer given is the same one.
+            let given: Vec<_> = got.iter().filter(|(s, _)| s.as_u16() != 503).collect();
+            assert!(
+                !given.is_empty(),
+                "{kind}: buyer {i} got no answer: {got:?}"
+            );
+            assert!(
+                given.iter().all(|a| *a == given[0]),
+                "{kind}: buyer {i}: {got:?}"
+            );
+            // And a later retry on either server gets it too.
+            let later = buy_on(&other, "1", Some(&buyers[*i].1), Some("same-key")).await;
+            assert_eq!(&later, given[0], "{kind}: buyer {i}");
+            bought += u32::from(given[0].0 == StatusCode::OK);
+        }
+        assert_eq!(bought, 5, "{kind}");
+        assert_eq!(shop.db.units_ordered(item(1)).await.unwrap(), 5, "{kind}");
+        assert_eq!(shop.recorded_attempts().await, 5, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn the_sale_window_and_the_per_user_limit_hold() {
+    let limit_two = WebConfig {
+        flash_limit: 2,
+        ..WebConfig::default()
+    };
+    for shop in Shop::on_every_database(limit_two).await {
+        let kind = shop.kind();
+        let now = shop_db::unix_now();
+        let terms = |start, end| Sale {
+            stock: 10,
+            price_cents: 100,
+            start,
+            end,
+        };
+        shop.sale_with(1, terms(now + 600, now + 1_200)).await;
+        shop.sale_with(2, terms(now - 1_200, now - 600)).await;
+        shop.sale_with(3, terms(now - 10, now + 600)).await;
+        let dana = shop.login("dana").await;
+        for id in ["1", "2"] {
+            let (status, body) = shop.buy(id, Some(&dana), Some(&format!("w{id}"))).await;
+            assert_eq!(
+                (status, body["outcome"].as_str()),
+                (StatusCode::CONFLICT, Some("not_on_sale")),
+                "{kind}: item {id} is outside its window"
+            );
+        }
+        for key in ["l1", "l2"] {
+            assert_eq!(
+                shop.buy("3", Some(&dana), Some(key)).await.0,
+                StatusCode::OK
+            );
+        }
+        let (status, body) = shop.buy("3", Some(&dana), Some("l3")).await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (StatusCode::CONFLICT, Some("limit_reached")),
+            "{kind}"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(shop.redis_stock(3).await, 8, "{kind}");
+        assert_eq!(shop.db_stock(3).await, 8, "{kind}");
+        assert_eq!(shop.redis_stock(1).await, 10, "{kind}: nothing sold early");
+    }
+}
+
+/// A server that reserved units and died before (or after) writing their orders:
+/// past the hold, the reconciler confirms what the database has and returns the
+/// rest to stock; a late order for a returned unit is refused; drift and a sale
+/// lost from Redis are repaired from the database.
+#[tokio::test]
+async fn the_reconciler_settles_what_a_dead_server_left() {
+    let short_hold = WebConfig {
+        flash_hold: Duration::from_secs(1),
+        ..WebConfig::default()
+    };
+    for shop in Shop::on_every_database(short_hold).await {
+        let kind = shop.kind();
+        shop.sale_of(1, 5).await;
+        let buyers = shop.buyers("d", 3).await;
+        let now = shop_db::unix_now();
+        let flash = &shop.state.flash;
+        let reserve = |(user, key): (UserId, &'static str)| async move {
+            match flash.reserve(item(1), user, key, 1, now).await.unwrap() {
+                Reserve::Reserved(r) => r,
+                other => panic!("{other:?}"),
+            }
+        };
+        // a: died right after reserving. b: died after its order was committed.
+        // c: alive but slow: its order comes after the reconciler gave up on it.
+        reserve((buyers[0].0, "ka")).await;
+        reserve((buyers[1].0, "kb")).await;
+        let b = shop.db.record_flash_win(buyers[1].0, item(1), "kb", 1, now);
+        let Ok(WinRecord::Ordered { order_id: b_order }) = b.await else {
+            panic!("{kind}: b's order")
+        };
+        reserve((buyers[2].0, "kc")).await;
+        assert_eq!((shop.redis_stock(1).await, shop.db_stock(1).await), (2, 4));
+
+        let reconciler = shop.reconciler();
+        assert_eq!(
+            reconciler.step().await.unwrap(),
+            Reconciled::default(),
+            "{kind}: nothing is overdue yet"
+        );
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        let done = reconciler.step().await.unwrap();
+        assert_eq!((done.confirmed, done.released), (1, 2), "{kind}: {done:?}");
+        assert_eq!(
+            (shop.redis_stock(1).await, shop.db_stock(1).await),
+            (4, 4),
+            "{kind}"
+        );
+        let late = shop
+            .db
+            .record_flash_win(buyers[2].0, item(1), "kc", 1, now)
+            .await;
+        assert_eq!(
+            late.unwrap(),
+            WinRecord::Earlier(shop_db::flash::BuyOutcome::Expired),
+            "{kind}: a late order for a returned unit is refused"
+        );
+        assert_eq!(shop.db_stock(1).await, 4, "{kind}");
+        // The buyers' retries get the settled answers.
+        let (status, a) = shop.buy("1", Some(&buyers[0].1), Some("ka")).await;
+        assert_eq!(
+            (status, a["outcome"].as_str()),
+            (StatusCode::CONFLICT, Some("expired"))
+        );
+        let (status, b) = shop.buy("1", Some(&buyers[1].1), Some("kb")).await;
+        assert_eq!(
+            (status, b["order_id"].as_i64()),
+            (StatusCode::OK, Some(b_order))
+        );
+        // a may buy again with a new key: its unit and its count came back.
+        let (status, _) = shop.buy("1", Some(&buyers[0].1), Some("ka2")).await;
+        assert_eq!(status, StatusCode::OK, "{kind}");
+        assert_eq!((shop.redis_stock(1).await, shop.db_stock(1).await), (3, 3));
+
+        // Redis drifted (lost writes): set back to the database's when quiet.
+        let mut raw = shop.conn.clone();
+        let sale_key = Keys::default().sale(item(1));
+        let _: () = redis::cmd("HSET")
+            .arg(&sale_key)
+            .arg("stock")
+            .arg(9)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(reconciler.step().await.unwrap().corrected, 1, "{kind}");
+        assert_eq!(shop.redis_stock(1).await, 3, "{kind}");
+        // Redis lost the sale: loaded again from the database.
+        let _: () = redis::cmd("DEL")
+            .arg(&sale_key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(reconciler.step().await.unwrap().reloaded, 1, "{kind}");
+        assert_eq!(shop.redis_stock(1).await, 3, "{kind}");
+        assert_eq!(shop.db.units_ordered(item(1)).await.unwrap(), 2, "{kind}");
     }
 }
 
 #[tokio::test]
 async fn the_sale_page_is_one_shared_cached_shell() {
-    let shop = Shop::start().await;
-    shop.sale(5).await;
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    shop.sale_of(1, 5).await;
     let page = |cookie: Option<String>| {
         let mut req = Request::get("/flash");
         if let Some(c) = cookie {
@@ -248,6 +595,8 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     let html = html_of(first).await;
     assert!(html.contains("data-item=\"1\""), "{html}");
     assert!(!html.contains("data-item=\"2\""), "only sale items");
+    let title = shop.db.item(item(1)).await.unwrap().unwrap().title;
+    assert!(html.contains(&title), "the title is in the shell");
     assert!(
         html.contains("/static/flash.js"),
         "stock comes from the script"
@@ -260,13 +609,120 @@ async fn the_sale_page_is_one_shared_cached_shell() {
         "HIT",
         "the same page for a logged-in visitor"
     );
-    let again = html_of(second).await;
-    assert_eq!(again, html);
+    assert_eq!(html_of(second).await, html);
 
     // A sale started later shows at once: starting it drops the cached page.
     shop.sale_of(2, 3).await;
     let third = shop.send(page(None)).await;
     assert_eq!(third.headers()["x-cache"], "MISS");
-    let html = html_of(third).await;
-    assert!(html.contains("data-item=\"2\""), "{html}");
+    assert!(html_of(third).await.contains("data-item=\"2\""));
+}
+
+#[tokio::test]
+async fn the_event_stream_pushes_each_change_and_ends_with_the_watcher() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    let watcher = shop.state.take_sale_watcher().expect("a watcher to run");
+    assert!(shop.state.take_sale_watcher().is_none(), "handed out once");
+    let resp = shop.send(get("/api/flash/events")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut body = resp.into_body();
+    let mut next_data = async || -> Option<serde_json::Value> {
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+                .await
+                .expect("an event within 5 s")?
+                .unwrap();
+            if let Ok(bytes) = frame.into_data() {
+                let text = String::from_utf8(bytes.to_vec()).unwrap();
+                if let Some(data) = text.strip_prefix("data: ") {
+                    return Some(serde_json::from_str(data.trim()).unwrap());
+                }
+            }
+        }
+    };
+    assert_eq!(
+        next_data().await.unwrap(),
+        serde_json::json!([]),
+        "no sale yet"
+    );
+    shop.sale_of(1, 2).await;
+    watcher.step().await.unwrap();
+    let first = next_data().await.unwrap();
+    assert_eq!(
+        (first[0]["item_id"].as_i64(), first[0]["stock"].as_i64()),
+        (Some(1), Some(2))
+    );
+    shop.sale_of(3, 9).await;
+    watcher.step().await.unwrap();
+    let both = next_data().await.unwrap();
+    assert_eq!(
+        both.as_array().unwrap().len(),
+        2,
+        "every sale in one stream: {both}"
+    );
+    let buyer = shop.login("erin").await;
+    assert_eq!(
+        shop.buy("1", Some(&buyer), Some("e")).await.0,
+        StatusCode::OK
+    );
+    watcher.step().await.unwrap();
+    assert_eq!(next_data().await.unwrap()[0]["stock"], 1);
+    drop(watcher);
+    assert_eq!(next_data().await, None, "the stream ends with the watcher");
+}
+
+/// The reconciler's ledger, with a buy landing between its read of the sales
+/// and its look at Redis (the moment a stale read would undo).
+struct BuyWhileReading {
+    ledger: DbLedger,
+    app: Router,
+    cookie: String,
+}
+
+impl shop_cache::flash_sale::Ledger for BuyWhileReading {
+    async fn fence(
+        &self,
+        item: ItemId,
+        user: UserId,
+        key: &str,
+    ) -> Result<Option<i64>, shop_cache::flash_sale::LedgerError> {
+        self.ledger.fence(item, user, key).await
+    }
+
+    async fn sales(
+        &self,
+        since: i64,
+    ) -> Result<Vec<(ItemId, shop_cache::flash_sale::SaleTerms)>, shop_cache::flash_sale::LedgerError>
+    {
+        let sales = self.ledger.sales(since).await?;
+        let (status, body) = buy_on(&self.app, "1", Some(&self.cookie), Some("between")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        Ok(sales)
+    }
+
+    async fn stock(
+        &self,
+        item: ItemId,
+    ) -> Result<Option<i64>, shop_cache::flash_sale::LedgerError> {
+        self.ledger.stock(item).await
+    }
+}
+
+#[tokio::test]
+async fn a_buy_during_the_reconcilers_read_is_not_undone() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    shop.sale_of(1, 5).await;
+    let cookie = shop.login("fay").await;
+    let reconciler = Reconciler::new(
+        shop.state.flash.clone(),
+        BuyWhileReading {
+            ledger: DbLedger(shop.db.clone()),
+            app: shop.app.clone(),
+            cookie,
+        },
+    );
+    let done = reconciler.step().await.unwrap();
+    assert_eq!(done, Reconciled::default(), "nothing to correct");
+    assert_eq!((shop.redis_stock(1).await, shop.db_stock(1).await), (4, 4));
 }

@@ -89,3 +89,57 @@ fn two_seconds_of_load_give_a_well_formed_report() {
 
     assert!(stop(server).success());
 }
+
+/// The flash scenario on both deciders: every buyer answered, exactly the stock
+/// ordered, no 5xx, and the JSON says so.
+#[test]
+fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
+    for decider in ["redis", "database"] {
+        let test_shop = TestShop::seeded("20");
+        let (server, addr) = test_shop.serve(&["--flash-decider", decider]);
+        let json = test_shop.cwd.path().join("flash.json");
+        let out = test_shop
+            .command()
+            .args(["load", "--scenario", "flash", "--target", &addr])
+            .args(["--buyers", "300", "--stock", "25", "--connections", "16"])
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{decider}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("buys/s"), "{stdout}");
+        assert!(
+            stdout.contains("25 units ordered for a stock of 25 (0 oversold)"),
+            "{decider}: {stdout}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let outcomes = &report["report"]["outcomes"];
+        assert_eq!(outcomes["bought"], 25, "{decider}: {report}");
+        assert_eq!(outcomes["sold_out"], 275, "{decider}: {report}");
+        assert_eq!(report["report"]["connection_failures"], 0);
+        assert_eq!(
+            report["report"]["distinct_orders"], 25,
+            "each unit sold once"
+        );
+        assert_eq!(report["check"]["ok"], true);
+        // A second run on the same shop: a new sale, the same buyers, again exact.
+        let again = test_shop
+            .command()
+            .args(["load", "--scenario", "flash", "--target", &addr])
+            .args(["--buyers", "300", "--stock", "25", "--connections", "16"])
+            .output()
+            .unwrap();
+        assert!(
+            again.status.success(),
+            "{decider}: {}",
+            String::from_utf8_lossy(&again.stdout)
+        );
+        assert!(stop(server).success());
+    }
+}

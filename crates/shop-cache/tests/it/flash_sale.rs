@@ -1,0 +1,234 @@
+//! The flash sale's Redis side: exact counts under contention, the window, the
+//! per-user limit, remembered answers, once-only settlement, the reconciler's
+//! reads and correction, and the per-process board.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use shop_cache::domain::{BuyOutcome, ItemId, UserId};
+use shop_cache::flash_sale::{
+    FlashSales, Reservation, Reserve, SaleState, SaleTerms, SaleWatcher, Settlement,
+};
+
+use crate::both_layouts;
+
+const NOW: i64 = 1_900_000_000;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+fn user(n: u64) -> UserId {
+    UserId::new(n).unwrap()
+}
+
+fn terms(stock: i64) -> SaleTerms {
+    SaleTerms {
+        stock,
+        price_cents: 500,
+        start: NOW - 60,
+        end: NOW + 3_600,
+    }
+}
+
+fn reserved(answer: Reserve) -> Reservation {
+    match answer {
+        Reserve::Reserved(r) => r,
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+}
+
+both_layouts! {
+/// 300 buyers racing for 25 units over many connections: exactly 25 reserved, the
+/// rest refused as sold out, the stock at 0, never below.
+#[multi_thread]
+async fn contention_reserves_exactly_the_stock(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    sales.open(item(1), &terms(25)).await.unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(fx.raw().await);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for u in 1..=300 {
+        let sales = FlashSales::new(conns[u as usize % 8].clone(), fx.keys.clone());
+        tasks.spawn(async move { sales.reserve(item(1), user(u), "k", 1, NOW).await.unwrap() });
+    }
+    let mut counts: HashMap<&str, u32> = HashMap::new();
+    let mut numbers = Vec::new();
+    while let Some(answer) = tasks.join_next().await {
+        match answer.unwrap() {
+            Reserve::Reserved(r) => {
+                numbers.push(r.number);
+                *counts.entry("reserved").or_default() += 1;
+            }
+            Reserve::Answered(BuyOutcome::SoldOut) => *counts.entry("sold_out").or_default() += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(counts["reserved"], 25);
+    assert_eq!(counts["sold_out"], 275);
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=25).collect::<Vec<u64>>(), "each unit numbered once");
+    let state = sales.state(item(1)).await.unwrap().unwrap();
+    assert_eq!(state.stock, 0);
+    let snap = sales.snapshot(item(1)).await.unwrap().unwrap();
+    assert_eq!((snap.seq, snap.pending), (25, 25));
+}
+
+async fn the_window_and_a_missing_sale_refuse(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    assert_eq!(
+        sales.reserve(item(2), user(1), "k", 1, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::NotOnSale),
+        "no sale loaded"
+    );
+    assert!(fx.all_keys().await.is_empty(), "a refusal for no sale writes nothing");
+    sales.open(item(2), &terms(5)).await.unwrap();
+    let early = sales.reserve(item(2), user(1), "a", 1, NOW - 61).await.unwrap();
+    assert_eq!(early, Reserve::Answered(BuyOutcome::NotOnSale));
+    let at_end = sales.reserve(item(2), user(1), "b", 1, NOW + 3_600).await.unwrap();
+    assert_eq!(at_end, Reserve::Answered(BuyOutcome::NotOnSale), "the end is exclusive");
+    reserved(sales.reserve(item(2), user(1), "c", 1, NOW - 60).await.unwrap());
+    assert_eq!(sales.state(item(2)).await.unwrap().unwrap().stock, 4);
+    // The refused key keeps its answer even once the sale is open.
+    assert_eq!(
+        sales.reserve(item(2), user(1), "a", 1, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::NotOnSale)
+    );
+}
+
+async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    sales.open(item(3), &terms(10)).await.unwrap();
+    let first = reserved(sales.reserve(item(3), user(7), "1", 2, NOW).await.unwrap());
+    let second = reserved(sales.reserve(item(3), user(7), "2", 2, NOW).await.unwrap());
+    assert_eq!(
+        sales.reserve(item(3), user(7), "3", 2, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::LimitReached)
+    );
+    reserved(sales.reserve(item(3), user(8), "1", 2, NOW).await.unwrap());
+    // One confirmed, one released: the user may buy one more.
+    assert!(sales.settle(&first, Settlement::Confirm { order_id: 41 }).await.unwrap());
+    assert!(sales
+        .settle(&second, Settlement::Release(BuyOutcome::Expired))
+        .await
+        .unwrap());
+    assert_eq!(sales.state(item(3)).await.unwrap().unwrap().stock, 8);
+    reserved(sales.reserve(item(3), user(7), "4", 2, NOW).await.unwrap());
+    assert_eq!(
+        sales.reserve(item(3), user(7), "5", 2, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::LimitReached)
+    );
+}
+
+async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    sales.open(item(4), &terms(3)).await.unwrap();
+    let r = reserved(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap());
+    // A retry while the order is written: in flight, and no second unit.
+    assert_eq!(
+        sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(),
+        Reserve::InFlight
+    );
+    assert_eq!(sales.answer(item(4), user(1), "k1").await.unwrap(), Some(Reserve::InFlight));
+    assert!(sales.settle(&r, Settlement::Confirm { order_id: 99 }).await.unwrap());
+    let bought = Reserve::Answered(BuyOutcome::Bought { order_id: 99 });
+    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(), bought);
+    // Settling again (the reconciler after the web server) changes nothing.
+    assert!(!sales
+        .settle(&r, Settlement::Release(BuyOutcome::Expired))
+        .await
+        .unwrap());
+    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(), bought);
+    assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 2);
+    // A void takes the unit for good; a release gives it back.
+    let v = reserved(sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap());
+    assert!(sales.settle(&v, Settlement::Void(BuyOutcome::SoldOut)).await.unwrap());
+    assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
+    assert_eq!(
+        sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::SoldOut)
+    );
+    let g = reserved(sales.reserve(item(4), user(3), "k", 1, NOW).await.unwrap());
+    assert!(sales.settle(&g, Settlement::Release(BuyOutcome::Expired)).await.unwrap());
+    assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
+    assert_eq!(
+        sales.reserve(item(4), user(3), "k", 1, NOW).await.unwrap(),
+        Reserve::Answered(BuyOutcome::Expired)
+    );
+    // Keys are per user: another user's "k1" is a new attempt.
+    reserved(sales.reserve(item(4), user(9), "k1", 1, NOW).await.unwrap());
+}
+
+async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone()).with_hold(Duration::from_secs(10));
+    sales.open(item(5), &terms(4)).await.unwrap();
+    let a = reserved(sales.reserve(item(5), user(1), "ka", 1, NOW).await.unwrap());
+    let b = reserved(sales.reserve(item(5), user(2), "k:b", 1, NOW + 5).await.unwrap());
+    assert!(sales.overdue(item(5), NOW + 9, 10).await.unwrap().is_empty());
+    let due = sales.overdue(item(5), NOW + 10, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!((due[0].reservation.clone(), due[0].user, due[0].key.as_str()), (a.clone(), user(1), "ka"));
+    let both = sales.overdue(item(5), NOW + 15, 10).await.unwrap();
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[1].key, "k:b", "a key may hold the separator");
+    assert_eq!(sales.overdue(item(5), NOW + 15, 1).await.unwrap().len(), 1);
+
+    // No correction while anything is pending.
+    let seen = sales.snapshot(item(5)).await.unwrap().unwrap();
+    assert_eq!((seen.stock, seen.pending), (2, 2));
+    assert!(!sales.correct(item(5), &seen, 3).await.unwrap());
+    sales.settle(&a, Settlement::Confirm { order_id: 1 }).await.unwrap();
+    sales.settle(&b, Settlement::Void(BuyOutcome::SoldOut)).await.unwrap();
+    let quiet = sales.snapshot(item(5)).await.unwrap().unwrap();
+    assert_eq!(quiet.pending, 0);
+    // A reservation after the snapshot voids it.
+    reserved(sales.reserve(item(5), user(3), "k", 1, NOW).await.unwrap());
+    assert!(!sales.correct(item(5), &quiet, 3).await.unwrap());
+    assert_eq!(sales.state(item(5)).await.unwrap().unwrap().stock, 1);
+    let c = sales.overdue(item(5), NOW + 100, 10).await.unwrap().remove(0);
+    sales.settle(&c.reservation, Settlement::Confirm { order_id: 2 }).await.unwrap();
+    let quiet = sales.snapshot(item(5)).await.unwrap().unwrap();
+    assert!(sales.correct(item(5), &quiet, 0).await.unwrap());
+    assert_eq!(sales.state(item(5)).await.unwrap().unwrap().stock, 0);
+    assert!(!sales.correct(item(5), &quiet, 0).await.unwrap(), "already equal");
+}
+
+async fn opening_again_replaces_the_sale_and_the_board_follows(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    let (watcher, mut board) = SaleWatcher::new(sales.clone());
+    assert_eq!(watcher.step().await.unwrap(), 0);
+    let now = shop_cache_now();
+    let live = SaleTerms { start: now - 10, end: now + 600, ..terms(2) };
+    sales.open(item(6), &live).await.unwrap();
+    reserved(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap());
+    assert_eq!(watcher.step().await.unwrap(), 1);
+    assert!(board.has_changed().unwrap());
+    let shown = board.borrow_and_update().get(&item(6)).cloned();
+    assert_eq!(
+        shown,
+        Some(SaleState { item_id: item(6), stock: 1, start: now - 10, end: now + 600, price_cents: 500 })
+    );
+    watcher.step().await.unwrap();
+    assert!(!board.has_changed().unwrap(), "nothing changed, nothing published");
+    // Loaded again: a fresh sale, earlier answers and buyers gone.
+    sales.open(item(6), &SaleTerms { stock: 7, ..live }).await.unwrap();
+    assert!(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap() != Reserve::InFlight);
+    watcher.step().await.unwrap();
+    assert_eq!(board.borrow_and_update()[&item(6)].stock, 6);
+    // A sale long over leaves the board.
+    let old = SaleTerms { start: now - 7_200, end: now - 3_600, ..terms(1) };
+    sales.open(item(7), &old).await.unwrap();
+    assert_eq!(watcher.step().await.unwrap(), 1);
+    drop(watcher);
+    assert!(board.changed().await.is_err(), "a stopped watcher closes the board");
+}
+}
+
+fn shop_cache_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
