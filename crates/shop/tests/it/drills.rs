@@ -293,7 +293,9 @@ fn database_write_locked_for_twenty_seconds() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (child, addr) = shop.serve(&[]);
+    // A high per-user limit, so every buy of alice's is a winner that must write
+    // its order (refusals are Redis's alone and never wait on the database).
+    let (child, addr) = shop.serve(&["--flash-limit", "1000"]);
     warm_item_pages(&addr, 20);
     let login = request(
         &addr,
@@ -388,8 +390,11 @@ fn database_write_locked_for_twenty_seconds() {
             s.iter().all(|x| x.status == 503),
             "{kind} answers 503 while the database is locked: {s:?}"
         );
+        // The bound by design: waiting for SQLite's one write connection (2 s at
+        // most) and then for the lock (1 s); checkout and buy queue for that one
+        // connection behind each other. Half a second on top for the machine.
         assert!(
-            pct(&s, 1.0) < 3_000.0,
+            pct(&s, 1.0) < 3_500.0,
             "{kind} fails fast: {}",
             pct(&s, 1.0)
         );
@@ -403,4 +408,6 @@ fn database_write_locked_for_twenty_seconds() {
     // Writes work again once the lock is gone.
     let after = select(&all, "checkout", unlocked + Duration::from_secs(1), end_at);
     assert!(after.iter().any(|x| x.status == 303), "{after:?}");
+    let after = select(&all, "buy", unlocked + Duration::from_secs(1), end_at);
+    assert!(after.iter().any(|x| x.status == 200), "{after:?}");
 }
