@@ -43,7 +43,7 @@ pub struct Item {
 }
 
 impl Item {
-    fn from_row(row: &AnyRow) -> Result<Self, DbError> {
+    pub(crate) fn from_row(row: &AnyRow) -> Result<Self, DbError> {
         Ok(Self {
             id: ItemId::from_i64(row.try_get("id")?)
                 .map_err(|_| DbError::Corrupt { what: "items.id" })?,
@@ -112,5 +112,66 @@ impl Db {
             .await?
             .try_get("n")?;
         Ok(n as u64)
+    }
+}
+
+/// Catalogue browsing: the departments, and the items page by page in id order.
+///
+/// Pages are keyset pages: a page is asked for by the last id of the one before
+/// (`after`), so page 1,000 reads the same few index entries as page 1, where
+/// `OFFSET` would read and throw away every row before it.
+impl Db {
+    /// The departments, in name order. A loose index scan (one index probe per
+    /// department, not a read of every item), written as a recursive query both
+    /// databases run.
+    pub async fn categories(&self) -> Result<Vec<String>, DbError> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE c (name) AS ( \
+                 SELECT MIN(category) FROM items \
+                 UNION ALL \
+                 SELECT (SELECT MIN(category) FROM items WHERE category > c.name) \
+                 FROM c WHERE c.name IS NOT NULL \
+             ) SELECT name FROM c WHERE name IS NOT NULL",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| Ok(row.try_get::<String, _>("name")?))
+            .collect()
+    }
+
+    /// Up to `limit` items in id order with ids above `after` (from the first
+    /// when `None`), of one department when `category` is given.
+    pub async fn items_page(
+        &self,
+        category: Option<&str>,
+        after: Option<ItemId>,
+        limit: u32,
+    ) -> Result<Vec<Item>, DbError> {
+        let after = after.map_or(0, ItemId::to_i64);
+        let rows = match category {
+            Some(category) => {
+                sqlx::query(
+                    "SELECT id, title, description, price_cents, category FROM items \
+                     WHERE category = $1 AND id > $2 ORDER BY id LIMIT $3",
+                )
+                .bind(category)
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(&self.read)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT id, title, description, price_cents, category FROM items \
+                     WHERE id > $1 ORDER BY id LIMIT $2",
+                )
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(&self.read)
+                .await?
+            }
+        };
+        rows.iter().map(Item::from_row).collect()
     }
 }

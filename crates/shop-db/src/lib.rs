@@ -20,6 +20,7 @@ pub mod flash;
 pub mod inventory;
 pub mod items;
 pub mod orders;
+pub mod search;
 pub mod seed;
 pub mod users;
 

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub mod account;
 mod flash;
 mod token;
 
@@ -30,6 +31,14 @@ pub enum InvalidInput {
         /// The configured maximum.
         max: u32,
     },
+    /// A new account's name breaks the naming rules ([`account`]).
+    #[error(
+        "a name is 3 to 32 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+    )]
+    UserName,
+    /// A new account's password is too short or too long ([`account`]).
+    #[error("a password is at least 10 characters (and at most 200 bytes)")]
+    Password,
     /// A new line for a cart that already holds the most lines allowed.
     #[error("a cart holds at most {max} different items; remove one first")]
     CartFull {

@@ -1,4 +1,4 @@
-//! Logging in and out. Logging in checks the password against its argon2 hash, then
+//! Accounts: signing up, logging in and out. Logging in checks the password against its argon2 hash, then
 //! moves the session to a fresh token (a token planted before login is worthless
 //! after it) keeping the cart and the viewed history. Logging out ends the session.
 //!
@@ -15,13 +15,15 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
+use shop_cache::domain::UserId;
+use shop_cache::domain::account::check_new_account;
 use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
 
@@ -30,7 +32,7 @@ use crate::cart::wants_json;
 use crate::error::{WebError, idempotency_key};
 use crate::pages::local_path;
 use crate::session::{NewToken, Session};
-use crate::views::{self, LoginPage};
+use crate::views::{self, LoginPage, SignupPage};
 
 /// Names and passwords longer than this are refused before any hashing.
 const MAX_FIELD: usize = 200;
@@ -93,6 +95,7 @@ pub fn client_address(
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/login", post(login))
+        .route("/signup", get(signup_form).post(signup))
         .route("/logout", post(logout))
         .with_state(state)
 }
@@ -114,33 +117,8 @@ async fn login(
     {
         return Err(WebError::bad_request("enter a name and a password"));
     }
-    // The one-time key is bound to the cookie the browser presented: a double
-    // submit carries the same (old) cookie, while another device reusing the key
-    // (a JSON client with a fixed Idempotency-Key) gets a session of its own.
-    let once = match form
-        .get("key")
-        .map(String::as_str)
-        .or_else(|| headers.get("idempotency-key").and_then(|v| v.to_str().ok()))
-    {
-        Some(raw) => {
-            let key = idempotency_key(Some(raw))?;
-            let presented =
-                crate::session::token(&headers).unwrap_or_else(|| session.token.clone());
-            Some(format!("{key}\n{}", presented.expose()))
-        }
-        None => None,
-    };
-    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
-    if let Attempt::Refused { retry_after } = state
-        .login_limiter
-        .attempt(address.as_deref(), name)
-        .await?
-    {
-        return Err(WebError::too_many_requests(
-            "too many login attempts; wait a minute and try again",
-            retry_after,
-        ));
-    }
+    let once = once_key(&form, &headers, &session)?;
+    limit_attempts(&state, peer, &headers, name).await?;
     let Some(user) = state.db.check_password(name, password).await? else {
         if wants_json(&headers) {
             return Err(WebError::new(
@@ -156,17 +134,134 @@ async fn login(
         };
         return Ok((StatusCode::UNAUTHORIZED, views::render(&page)?).into_response());
     };
+    logged_in(&state, &session, &headers, user, once, &next).await
+}
+
+/// The login form's one-time key, bound to the cookie the browser presented: a
+/// double submit carries the same (old) cookie, while another device reusing the
+/// key (a JSON client with a fixed Idempotency-Key) gets a session of its own.
+fn once_key(
+    form: &HashMap<String, String>,
+    headers: &HeaderMap,
+    session: &Session,
+) -> Result<Option<String>, WebError> {
+    match form
+        .get("key")
+        .map(String::as_str)
+        .or_else(|| headers.get("idempotency-key").and_then(|v| v.to_str().ok()))
+    {
+        Some(raw) => {
+            let key = idempotency_key(Some(raw))?;
+            let presented = crate::session::token(headers).unwrap_or_else(|| session.token.clone());
+            Ok(Some(format!("{key}\n{}", presented.expose())))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Counts an attempt against the per-address and per-name limits: 429 when over.
+async fn limit_attempts(
+    state: &AppState,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<(), WebError> {
+    let address = client_address(peer, headers, state.config.trust_forwarded_for);
+    match state
+        .login_limiter
+        .attempt(address.as_deref(), name)
+        .await?
+    {
+        Attempt::Allowed => Ok(()),
+        Attempt::Refused { retry_after } => Err(WebError::too_many_requests(
+            "too many attempts; wait a minute and try again",
+            retry_after,
+        )),
+    }
+}
+
+/// Moves the session to a fresh token for `user` (cart and history kept) and
+/// answers: the user as JSON, or a redirect to `next`.
+async fn logged_in(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    user: UserId,
+    once: Option<String>,
+    next: &str,
+) -> Result<Response, WebError> {
     let token = state
         .sessions
         .login(&session.token, user, once.as_deref())
         .await?;
-    let mut resp = if wants_json(&headers) {
+    let mut resp = if wants_json(headers) {
         Json(json!({ "user": user.get() })).into_response()
     } else {
-        Redirect::to(&next).into_response()
+        Redirect::to(next).into_response()
     };
     resp.extensions_mut().insert(NewToken(token));
     Ok(resp)
+}
+
+async fn signup_form(Query(q): Query<crate::pages::Next>) -> Result<Response, WebError> {
+    let page = SignupPage {
+        next: local_path(q.next())?,
+        name: String::new(),
+        message: None,
+        key: SessionToken::generate().expose().to_owned(),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+}
+
+/// `POST /signup`: checks the name and password ([`check_new_account`]), counts
+/// the attempt like a login, creates the user and logs them in as a login would
+/// (the guest's cart carried over). A name already taken is a 409, unless the
+/// password is that account's: then it is the same form sent twice, and it logs
+/// in.
+async fn signup(
+    State(state): State<AppState>,
+    session: Session,
+    PeerAddr(peer): PeerAddr,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, WebError> {
+    let name = form.get("name").map(|s| s.trim()).unwrap_or("");
+    let password = form.get("password").map(String::as_str).unwrap_or("");
+    let next = local_path(form.get("next").map(String::as_str))?;
+    let refuse = |status: StatusCode, code: &'static str, message: String| {
+        if wants_json(&headers) {
+            return Err(WebError::new(status, code, message));
+        }
+        let page = SignupPage {
+            next: next.clone(),
+            name: name.chars().take(MAX_FIELD).collect(),
+            message: Some(message),
+            key: SessionToken::generate().expose().to_owned(),
+        };
+        Ok((status, views::render(&page)?).into_response())
+    };
+    if let Err(invalid) = check_new_account(name, password) {
+        return refuse(StatusCode::BAD_REQUEST, "bad_request", invalid.to_string());
+    }
+    let once = once_key(&form, &headers, &session)?;
+    limit_attempts(&state, peer, &headers, name).await?;
+    let user = match state.db.create_user(name, password).await? {
+        Some(user) => {
+            tracing::info!(user = user.get(), "new account");
+            user
+        }
+        None => match state.db.check_password(name, password).await? {
+            Some(user) => user,
+            None => {
+                return refuse(
+                    StatusCode::CONFLICT,
+                    "name_taken",
+                    "That name is taken: choose another.".to_owned(),
+                );
+            }
+        },
+    };
+    logged_in(&state, &session, &headers, user, once, &next).await
 }
 
 async fn logout(

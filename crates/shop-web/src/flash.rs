@@ -262,6 +262,7 @@ async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
         .await?
         .into_iter()
         .map(|item| SaleItem {
+            demo: state.config.demo_sale == Some(item.id),
             id: item.id.get(),
             title: item.title,
             price_cents: item.price_cents,

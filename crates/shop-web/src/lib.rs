@@ -12,6 +12,7 @@
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod browse;
 pub mod cart;
 pub mod csrf;
 pub mod error;
@@ -69,6 +70,9 @@ pub struct WebConfig {
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
+    /// The item of the demo sale `shop serve` starts on a new shop, if it does:
+    /// the sale page marks that item's sale as a demo.
+    pub demo_sale: Option<shop_cache::domain::ItemId>,
 }
 
 impl Default for WebConfig {
@@ -84,6 +88,7 @@ impl Default for WebConfig {
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
             trust_forwarded_for: false,
+            demo_sale: None,
         }
     }
 }
@@ -187,6 +192,7 @@ pub fn router(state: AppState) -> Router {
     // What visitors use: every request is a session's.
     let visitors = Router::new()
         .merge(pages::router(state.clone()))
+        .merge(browse::router(state.clone()))
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
         .merge(api::router(state.clone()))

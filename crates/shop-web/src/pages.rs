@@ -13,7 +13,9 @@ use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer};
 use crate::session::Session;
-use crate::views::{self, AccountPage, HomePage, ItemPage, ItemView, LoginPage, OrderView};
+use crate::views::{
+    self, AccountPage, CategoryLink, HomePage, ItemPage, ItemView, LoginPage, OrderView,
+};
 
 /// How many items the home page lists.
 const HOME_ITEMS: u64 = 24;
@@ -47,6 +49,7 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
     let items = state.db.items(&ids).await?;
     let page = HomePage {
         items: items.iter().map(ItemView::from).collect(),
+        categories: CategoryLink::all(&state.db.categories().await?),
     };
     Ok(views::render(&page)?.into_response())
 }
@@ -73,6 +76,13 @@ async fn item(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
 #[derive(Debug, Deserialize)]
 pub struct Next {
     next: Option<String>,
+}
+
+impl Next {
+    /// The parameter as sent.
+    pub fn next(&self) -> Option<&str> {
+        self.next.as_deref()
+    }
 }
 
 /// Checks where to go after logging in: a path on this site, or `/` when none is

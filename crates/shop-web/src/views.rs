@@ -33,12 +33,98 @@ impl From<&Item> for ItemView {
     }
 }
 
+/// `text` for a URL path segment or query value: letters, digits and `-._~` as
+/// they are, every other byte of its UTF-8 as `%XX`.
+pub fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A department link.
+pub struct CategoryLink {
+    /// Its name.
+    pub name: String,
+    /// `/c/<name>`.
+    pub href: String,
+}
+
+impl CategoryLink {
+    /// The links to these departments.
+    pub fn all(names: &[String]) -> Vec<Self> {
+        names
+            .iter()
+            .map(|name| Self {
+                name: name.clone(),
+                href: format!("/c/{}", url_encode(name)),
+            })
+            .collect()
+    }
+}
+
 /// `GET /`.
 #[derive(Template)]
 #[template(path = "home.html")]
 pub struct HomePage {
     /// The most viewed items.
     pub items: Vec<ItemView>,
+    /// The departments.
+    pub categories: Vec<CategoryLink>,
+}
+
+/// `GET /items` and `GET /c/{category}`: one page of a listing, the same for
+/// every visitor.
+#[derive(Template)]
+#[template(path = "listing.html")]
+pub struct ListingPage {
+    /// "All items" or the department's name.
+    pub heading: String,
+    /// Every department, for the side links.
+    pub categories: Vec<String>,
+    /// The department shown, if one is.
+    pub current: Option<String>,
+    /// The items of this page.
+    pub items: Vec<ItemView>,
+    /// The next page, if there is one.
+    pub next: Option<String>,
+    /// The first page, when this is not it.
+    pub first: Option<String>,
+}
+
+impl ListingPage {
+    /// The department links, the current one marked by the template.
+    pub fn links(&self) -> Vec<CategoryLink> {
+        CategoryLink::all(&self.categories)
+    }
+
+    /// Whether `name` is the department shown.
+    pub fn is_current(&self, name: &str) -> bool {
+        self.current.as_deref() == Some(name)
+    }
+}
+
+/// `GET /search?q=`.
+#[derive(Template)]
+#[template(path = "search.html")]
+pub struct SearchPage {
+    /// What was typed (shown back in the box).
+    pub q: String,
+    /// Whether there were any words to search for.
+    pub searched: bool,
+    /// This page's number, from 1.
+    pub page: u32,
+    /// The results on this page, best first.
+    pub items: Vec<ItemView>,
+    /// The next page, if there is one.
+    pub next: Option<String>,
+    /// The page before, if there is one.
+    pub previous: Option<String>,
 }
 
 /// `GET /items/{id}`: the same for every visitor.
@@ -89,6 +175,20 @@ pub struct LoginPage {
     pub key: String,
 }
 
+/// `GET /signup`, and `POST /signup` when it is refused.
+#[derive(Template)]
+#[template(path = "signup.html")]
+pub struct SignupPage {
+    /// Where to go after signing up (a local path).
+    pub next: String,
+    /// The name typed last time, kept in the box.
+    pub name: String,
+    /// Why the last attempt was refused.
+    pub message: Option<String>,
+    /// The form's one-time key: submitting the same form twice signs up once.
+    pub key: String,
+}
+
 /// One order on the account page.
 pub struct OrderView {
     /// Its id.
@@ -127,6 +227,8 @@ pub struct SaleItem {
     pub title: String,
     /// Its regular price in cents.
     pub price_cents: i64,
+    /// The demo sale `shop serve` started (marked as such on the page).
+    pub demo: bool,
 }
 
 /// Any error, as a page.
@@ -157,6 +259,13 @@ mod tests {
         assert_eq!(money(5), "$0.05");
         assert_eq!(money(1234), "$12.34");
         assert_eq!(money(100_000), "$1000.00");
+    }
+
+    #[test]
+    fn url_encoding_keeps_only_unreserved_bytes() {
+        assert_eq!(url_encode("kitchen"), "kitchen");
+        assert_eq!(url_encode("a b&c/d?e"), "a%20b%26c%2Fd%3Fe");
+        assert_eq!(url_encode("café"), "caf%C3%A9");
     }
 
     #[test]

@@ -141,6 +141,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SHOP_FLASH_HOLD", default_value_t = shop_cache::flash_sale::DEFAULT_HOLD.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub flash_hold: u64,
+    /// Start a demo flash sale (item 1, 100 units at half price, 24 hours) when no
+    /// sale is running or coming, so a new shop's sale page has something live.
+    #[arg(long, env = "SHOP_DEMO_SALE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub demo_sale: bool,
     /// Most of one item a cart line may hold.
     #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]

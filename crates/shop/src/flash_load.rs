@@ -15,15 +15,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use futures::StreamExt;
-use shop_cache::flash_sale::FlashSales;
-use shop_cache::page_cache::PageStore;
-use shop_cache::row_cache::RowCache;
 use shop_cache::session::{SessionToken, Sessions};
 use shop_db::inventory::Sale;
 use shop_load::flash::{FlashLoad, FlashReport};
 
 use crate::config::LoadArgs;
-use crate::sale::{self, SaleStores};
+use crate::sale;
 
 /// The buyers' shared password (they are load-test accounts).
 const BUYER_PASSWORD: &str = "flash-buyer-password";
@@ -79,19 +76,15 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         start: now - 1,
         end: now + 3_600,
     };
-    let flash = FlashSales::new(conn.clone(), keys.clone());
-    let stores = SaleStores {
-        db: &db,
-        flash: &flash,
-        rows: &RowCache::new(conn.clone(), keys.clone()),
-        pages: &PageStore::new(
-            conn,
-            keys,
-            shop_cache::page_cache::DEFAULT_TTL,
-            shop_cache::page_cache::DEFAULT_RANK_LIMIT,
-        ),
-    };
-    if !sale::start(&stores, args.sale_item, terms, sale::DEFAULT_REFRESH).await? {
+    let parts = sale::SaleParts::new(&conn, &keys);
+    if !sale::start(
+        &parts.stores(&db),
+        args.sale_item,
+        terms,
+        sale::DEFAULT_REFRESH,
+    )
+    .await?
+    {
         anyhow::bail!("there is no item {}", args.sale_item);
     }
     eprintln!(
@@ -120,7 +113,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         .inventory_row(args.sale_item)
         .await?
         .map_or(0, |row| row.stock);
-    let redis_stock_left = flash.state(args.sale_item).await?.map(|s| s.stock);
+    let redis_stock_left = parts.flash().state(args.sale_item).await?.map(|s| s.stock);
     let expected = args.stock.min(args.buyers as i64);
     let check = Check {
         stock: args.stock,

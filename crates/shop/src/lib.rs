@@ -19,7 +19,6 @@ use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
 use shop_cache::flash_sale::{FlashSales, Reconciler};
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::{Refresher, RowCache, RowSource, SourceError};
 use shop_cache::session::ViewFlusher;
 use shop_cache::session_cleaner::SessionCleaner;
@@ -194,7 +193,20 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
             ..Default::default()
         },
         trust_forwarded_for: args.trust_forwarded_for,
+        demo_sale: args
+            .demo_sale
+            .then(|| ItemId::new(sale::DEMO_ITEM))
+            .transpose()?,
     };
+    if args.demo_sale {
+        let parts = sale::SaleParts::new(&conn, &keys);
+        if sale::start_demo(&parts.stores(&db)).await? {
+            println!(
+                "started a demo flash sale of item {}: see /flash (--demo-sale false to skip)",
+                sale::DEMO_ITEM
+            );
+        }
+    }
     let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
     let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind(args.bind)
@@ -332,18 +344,8 @@ async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {
                 start,
                 end: start + minutes * 60,
             };
-            let stores = sale::SaleStores {
-                db: &db,
-                flash: &FlashSales::new(conn.clone(), keys.clone()),
-                rows: &RowCache::new(conn.clone(), keys.clone()),
-                pages: &PageStore::new(
-                    conn,
-                    keys,
-                    shop_cache::page_cache::DEFAULT_TTL,
-                    shop_cache::page_cache::DEFAULT_RANK_LIMIT,
-                ),
-            };
-            if !sale::start(&stores, id, sale, refresh).await? {
+            let parts = sale::SaleParts::new(&conn, &keys);
+            if !sale::start(&parts.stores(&db), id, sale, refresh).await? {
                 anyhow::bail!("there is no item {id}");
             }
             println!(

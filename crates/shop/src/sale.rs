@@ -6,8 +6,10 @@
 //! the item's row cached for `/api/inventory`, and drops the cached sale page so it
 //! lists the new item at once.
 
+use shop_cache::RedisConn;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::flash_sale::{FlashSales, Ledger, LedgerError, SaleTerms};
+use shop_cache::keys::Keys;
 use shop_cache::page_cache::{PageRequest, PageStore};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
@@ -29,6 +31,44 @@ pub struct SaleStores<'a> {
     pub pages: &'a PageStore,
 }
 
+/// The Redis parts of [`SaleStores`], made from one connection.
+pub struct SaleParts {
+    flash: FlashSales,
+    rows: RowCache,
+    pages: PageStore,
+}
+
+impl SaleParts {
+    /// The parts over `conn`, with the default page-cache settings.
+    pub fn new(conn: &RedisConn, keys: &Keys) -> Self {
+        Self {
+            flash: FlashSales::new(conn.clone(), keys.clone()),
+            rows: RowCache::new(conn.clone(), keys.clone()),
+            pages: PageStore::new(
+                conn.clone(),
+                keys.clone(),
+                shop_cache::page_cache::DEFAULT_TTL,
+                shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+            ),
+        }
+    }
+
+    /// Where buys are decided.
+    pub fn flash(&self) -> &FlashSales {
+        &self.flash
+    }
+
+    /// These parts with the database.
+    pub fn stores<'a>(&'a self, db: &'a Db) -> SaleStores<'a> {
+        SaleStores {
+            db,
+            flash: &self.flash,
+            rows: &self.rows,
+            pages: &self.pages,
+        }
+    }
+}
+
 /// Puts `item` on sale (replacing a sale of it still running, with its buyers and
 /// answers), caches its row every `refresh` seconds and drops the cached sale page.
 /// `false` if there is no such item (nothing changed then).
@@ -48,6 +88,35 @@ pub async fn start(
         .remove(&PageRequest::new(shop_web::flash::SHELL_PATH, None).key())
         .await?;
     Ok(true)
+}
+
+/// The demo sale's item.
+pub const DEMO_ITEM: u64 = 1;
+/// The demo sale's units.
+pub const DEMO_STOCK: i64 = 100;
+/// How long the demo sale lasts, in seconds.
+pub const DEMO_LENGTH: i64 = 24 * 3_600;
+
+/// Starts the demo sale (item [`DEMO_ITEM`], [`DEMO_STOCK`] units at half its
+/// price, for [`DEMO_LENGTH`]) unless a sale is running or coming: a new shop's
+/// sale page then has something live to buy, and a sale an operator started is
+/// never replaced. `true` if it started one.
+pub async fn start_demo(stores: &SaleStores<'_>) -> anyhow::Result<bool> {
+    let now = shop_db::unix_now();
+    if !stores.db.sales(now).await?.is_empty() {
+        return Ok(false);
+    }
+    let item = ItemId::new(DEMO_ITEM)?;
+    let Some(found) = stores.db.item(item).await? else {
+        return Ok(false);
+    };
+    let sale = Sale {
+        stock: DEMO_STOCK,
+        price_cents: found.price_cents / 2,
+        start: now,
+        end: now + DEMO_LENGTH,
+    };
+    start(stores, item, sale, DEFAULT_REFRESH).await
 }
 
 fn terms(sale: &Sale) -> SaleTerms {

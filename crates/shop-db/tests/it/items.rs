@@ -83,3 +83,66 @@ async fn a_checkout_of_more_lines_than_one_chunk_is_placed() {
         );
     }
 }
+
+#[tokio::test]
+async fn browsing_walks_every_item_once_by_keyset_pages() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        db.seed(2_000, 9, &|_| {}).await.unwrap();
+        let want: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT category FROM items ORDER BY category")
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        let categories = db.categories().await.unwrap();
+        assert_eq!(categories, want, "{kind}");
+        assert!(categories.len() > 1, "{kind}");
+
+        // The whole catalogue, 64 at a time: every id once, in order.
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = db.items_page(None, after, 64).await.unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 64);
+            after = page.last().map(|it| it.id);
+            seen.extend(page.iter().map(|it| it.id.get()));
+        }
+        assert_eq!(seen, (1..=2_000).collect::<Vec<u64>>(), "{kind}");
+
+        // One department: exactly its items, in id order.
+        let category = &categories[1];
+        let want: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM items WHERE category = $1 ORDER BY id")
+                .bind(category)
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = db.items_page(Some(category), after, 50).await.unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.iter().all(|it| &it.category == category), "{kind}");
+            after = page.last().map(|it| it.id);
+            seen.extend(page.iter().map(|it| it.id.to_i64()));
+        }
+        assert_eq!(seen, want, "{kind}");
+        assert!(
+            db.items_page(Some("no such department"), None, 50)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            db.items_page(None, Some(item(2_000)), 50)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

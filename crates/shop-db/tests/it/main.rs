@@ -5,6 +5,7 @@ mod connect;
 mod flash;
 mod items;
 mod locks;
+mod search;
 mod seed;
 mod users;
 

@@ -268,6 +268,10 @@ fn anything() -> impl Strategy<Value = (Method, String, Option<BodyKind>)> {
         "/static/shop.js",
         "/items",
         "/api/flash",
+        "/search",
+        "/signup",
+        "/c/kitchen",
+        "/c",
     ];
     let path = prop_oneof![
         3 => pick(fixed),
@@ -290,7 +294,19 @@ fn target() -> impl Strategy<Value = (&'static str, Method, String, Option<BodyK
         ))
     };
     let pages = &[
-        "/", "/cart", "/login", "/account", "/flash", "/api/me", "/healthz", "/metrics",
+        "/",
+        "/cart",
+        "/login",
+        "/account",
+        "/flash",
+        "/api/me",
+        "/healthz",
+        "/metrics",
+        "/items",
+        "/search",
+        "/signup",
+        "/c/kitchen",
+        "/c/tools",
     ];
     prop_oneof![
         3 => id().prop_map(|id| ("item page", Method::GET, format!("/items/{id}"), None)),
@@ -312,6 +328,10 @@ fn target() -> impl Strategy<Value = (&'static str, Method, String, Option<BodyK
             let fields = vec![("name", n), ("password", p)];
             ("bad login", Method::POST, "/login".to_owned(), form(fields))
         }),
+        1 => (value(), value()).prop_map(move |(n, p)| {
+            let fields = vec![("name", n), ("password", p)];
+            ("signup", Method::POST, "/signup".to_owned(), form(fields))
+        }),
         1 => Just(("logout", Method::POST, "/logout".to_owned(), None)),
         2 => key().prop_map(move |k| {
             ("checkout", Method::POST, "/checkout".to_owned(), form(vec![("key", k)]))
@@ -326,7 +346,7 @@ fn query() -> impl Strategy<Value = String> {
     let pairs = prop::collection::vec(
         (
             prop_oneof![
-                4 => pick(&["next", "_", "item", "count", "utm_source"]),
+                4 => pick(&["next", "_", "item", "count", "utm_source", "q", "page", "after"]),
                 1 => field_name(),
             ],
             value(),

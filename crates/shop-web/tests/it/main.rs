@@ -1,5 +1,6 @@
 //! Integration tests of the web tier, each against its own `redis-server`.
 
+mod browse;
 mod db_faults;
 mod fuzz;
 mod layers;

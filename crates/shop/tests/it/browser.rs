@@ -4,7 +4,8 @@
 //! flash-sale page, sees the stock pushed to it from Redis, and sees "sold out"
 //! within a second of other shoppers buying the rest. The
 //! item page also shows the shopper insights its script fetched.
-//! Screenshots land in `target/browser/` for a human look.
+//! A newcomer browses the listings, searches, signs up (the guest cart carried
+//! over) and checks out. Screenshots land in `target/browser/` for a human look.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -118,6 +119,31 @@ async fn screenshot(client: &fantoccini::Client, name: &str) {
     }
 }
 
+/// A headless Chromium session through `driver`, with its own profile directory
+/// (kept until the second value is dropped).
+async fn chromium(driver: &Driver) -> (fantoccini::Client, tempfile::TempDir) {
+    let profile = tempfile::tempdir().unwrap();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1200,900",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromedriver session");
+    (client, profile)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let Some(driver) = driver() else {
@@ -148,26 +174,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         insights.record_order(shopper, &order).await.unwrap();
     }
     let (server, addr) = shop.serve(&[]);
-
-    let profile = tempfile::tempdir().unwrap();
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        serde_json::json!({
-            "binary": CHROMIUM,
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-quic", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1200,900",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
-    );
-    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a chromedriver session");
+    let (client, _profile) = chromium(&driver).await;
 
     let base = format!("http://{addr}");
     client.goto(&format!("{base}/items/3")).await.unwrap();
@@ -314,6 +321,150 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     assert_eq!(landed.host_str(), Some("127.0.0.1"), "{landed}");
     assert_eq!(landed.path(), "/login");
     screenshot(&client, "open-redirect-refused.png").await;
+
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}
+
+/// Types `text` into the field `css` of the page.
+async fn fill(client: &fantoccini::Client, css: &str, text: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+}
+
+async fn click(client: &fantoccini::Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Waits for the browser to land on a page whose path (and `?query`, if any)
+/// starts with `prefix`; that path and query.
+async fn wait_path(client: &fantoccini::Client, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let url = client.current_url().await.unwrap();
+        let here = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        if here.starts_with(prefix) {
+            return here;
+        }
+        assert!(Instant::now() < deadline, "still on {here}, not {prefix}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = TestShop::seeded("100");
+    let (server, addr) = shop.serve(&[]);
+    let (client, _profile) = chromium(&driver).await;
+    let base = format!("http://{addr}");
+
+    // Home: the departments and "all items", nothing viewed yet.
+    client.goto(&base).await.unwrap();
+    assert!(
+        text_of(&client, "main")
+            .await
+            .contains("Nothing has been viewed yet")
+    );
+    click(&client, "main nav.categories a[href=\"/items\"]").await;
+    wait_path(&client, "/items").await;
+    wait_text(&client, "h1", |t| t == "All items").await;
+    let first_page = text_of(&client, "ul.items").await;
+    click(&client, "a[rel=next]").await;
+    wait_path(&client, "/items?after=24").await;
+    assert_ne!(text_of(&client, "ul.items").await, first_page);
+    screenshot(&client, "listing.png").await;
+
+    // A department, then an item in it.
+    click(&client, "main nav.categories a[href^=\"/c/\"]").await;
+    let here = wait_path(&client, "/c/").await;
+    let department = here.trim_start_matches("/c/").to_owned();
+    assert!(
+        text_of(&client, "h1")
+            .await
+            .eq_ignore_ascii_case(&department),
+        "{department}"
+    );
+    click(&client, "ul.items li a").await;
+    wait_path(&client, "/items/").await;
+    let title = text_of(&client, "h1").await;
+    click(&client, "#add-to-cart button").await;
+    wait_text(&client, "#cart-count", |t| t == "1").await;
+
+    // Search from the header box for the item's noun: the item is among the results.
+    let noun = title.split(' ').nth(1).unwrap().to_owned();
+    fill(
+        &client,
+        "header form.search input[name=q]",
+        &format!("{noun}\n"),
+    )
+    .await;
+    wait_path(&client, "/search").await;
+    let results = wait_text(&client, "main", |t| t.contains("Page 1")).await;
+    assert!(results.contains(&title), "{title} in {results}");
+    screenshot(&client, "search.png").await;
+
+    // Sign up: a refused name first, then a good one; the cart comes along.
+    client.goto(&format!("{base}/signup")).await.unwrap();
+    fill(
+        &client,
+        "form[action=\"/signup\"] input[name=name]",
+        "newcomer",
+    )
+    .await;
+    fill(
+        &client,
+        "form[action=\"/signup\"] input[name=password]",
+        "short",
+    )
+    .await;
+    // The browser's own checks would stop a short password; send it anyway.
+    client
+        .execute(
+            "document.querySelector('form[action=\"/signup\"]').noValidate = true;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "form[action=\"/signup\"] button").await;
+    wait_text(&client, "p.error", |t| t.contains("at least 10")).await;
+    fill(
+        &client,
+        "form[action=\"/signup\"] input[name=password]",
+        "newcomer-password",
+    )
+    .await;
+    click(&client, "form[action=\"/signup\"] button").await;
+    wait_text(&client, "#who", |t| t.contains("newcomer")).await;
+    wait_text(&client, "#cart-count", |t| t == "1").await;
+    screenshot(&client, "signed-up.png").await;
+
+    // Check out: one order on the account page.
+    client.goto(&format!("{base}/cart")).await.unwrap();
+    assert!(text_of(&client, "table.cart").await.contains(&title));
+    click(&client, "#checkout").await;
+    wait_path(&client, "/account").await;
+    let account = text_of(&client, "table.orders").await;
+    assert!(account.contains("cart"), "{account}");
+    wait_text(&client, "#cart-count", |t| t == "0").await;
+    screenshot(&client, "checked-out.png").await;
 
     client.close().await.unwrap();
     assert!(stop(server).success());

@@ -128,9 +128,13 @@ impl TestShop {
     }
 }
 
-/// Starts `cmd` as `shop serve` on a free port; returns it and its address.
+/// Starts `cmd` as `shop serve` on a free port; returns it and its address. No
+/// demo sale unless `extra` asks for one (tests start the sales they look at).
 pub fn serve(mut cmd: Command, extra: &[&str]) -> (Child, String) {
     cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
+    if !extra.contains(&"--demo-sale") {
+        cmd.args(["--demo-sale", "false"]);
+    }
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr = loop {
@@ -321,4 +325,45 @@ fn without_redis_server_installed_serve_says_how_to_get_it() {
     assert!(stderr.contains("apt-get install redis-server"), "{stderr}");
     assert!(stderr.contains("REDIS_URL"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_new_shop_runs_one_demo_sale_and_keeps_it_across_restarts() {
+    let shop = TestShop::seeded("50");
+    let (child, addr) = shop.serve(&["--demo-sale", "true"]);
+    let page = request(&addr, "GET", "/flash", None, None);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Demo sale"), "{}", page.body);
+    assert!(page.body.contains("data-item=\"1\""), "{}", page.body);
+    let state = request(&addr, "GET", "/api/flash/1", None, None);
+    assert_eq!(state.status, 200, "{}", state.body);
+    assert!(state.body.contains("\"stock\":100"), "{}", state.body);
+    let alice = request(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=alice&password=alice-password"),
+    )
+    .session_cookie()
+    .expect("alice logs in");
+    let bought = request_with(
+        &addr,
+        "POST",
+        "/api/flash/1/buy",
+        Some(&alice),
+        Some(""),
+        &[
+            ("Idempotency-Key", "demo-1"),
+            ("Accept", "application/json"),
+        ],
+    );
+    assert_eq!(bought.status, 200, "{}", bought.body);
+    assert!(stop(child).success());
+
+    // A restart finds the sale running and leaves it as it is.
+    let (child, addr) = shop.serve(&["--demo-sale", "true"]);
+    let state = request(&addr, "GET", "/api/flash/1", None, None);
+    assert!(state.body.contains("\"stock\":99"), "{}", state.body);
+    assert!(stop(child).success());
 }

@@ -1,0 +1,124 @@
+//! Full-text search over the catalogue's titles and descriptions, with each
+//! database's own index (migration `0002`): SQLite's FTS5 (porter stemming, ranked
+//! by bm25 with titles weighing ten times descriptions) and PostgreSQL's `tsvector`
+//! with a GIN index (English stemming, ranked by `ts_rank` with titles weighted `A`
+//! over descriptions `B`). Equal ranks are ordered by id, so pages are stable.
+//!
+//! What a visitor types is never handed to either query language. It is cut into
+//! words (runs of letters and digits, in any script), lowercased, at most
+//! [`MAX_WORDS`] of them, each at most [`MAX_WORD`] characters, and an item must
+//! match every word. Quotes, operators, brackets and the like only separate words,
+//! so no input is a syntax error, and none is an expensive query.
+
+use crate::items::Item;
+use crate::{Backend, Db, DbError};
+
+/// Most words of a search that count; the rest are ignored.
+pub const MAX_WORDS: usize = 8;
+/// Longest word kept, in characters (longer words are cut).
+pub const MAX_WORD: usize = 40;
+
+/// The words of a search, ready for either database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchWords(Vec<String>);
+
+impl SearchWords {
+    /// The words of `text` (see the module docs); empty if it has none.
+    pub fn from_text(text: &str) -> Self {
+        let words = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.chars().take(MAX_WORD).collect::<String>().to_lowercase())
+            .take(MAX_WORDS)
+            .collect();
+        Self(words)
+    }
+
+    /// True when there is nothing to search for.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The words, space-separated (what a search box shows back).
+    pub fn joined(&self) -> String {
+        self.0.join(" ")
+    }
+
+    /// An FTS5 query: each word a quoted string (so nothing in it is syntax),
+    /// all of them required.
+    fn fts5(&self) -> String {
+        self.0
+            .iter()
+            .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl Db {
+    /// Items matching every word, best first, skipping `offset`, at most `limit`.
+    pub async fn search(
+        &self,
+        words: &SearchWords,
+        offset: u32,
+        limit: u32,
+    ) -> Result<Vec<Item>, DbError> {
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, text) = match self.backend() {
+            Backend::Sqlite => (
+                "SELECT items.id, items.title, items.description, items.price_cents, \
+                        items.category \
+                 FROM items_search JOIN items ON items.id = items_search.rowid \
+                 WHERE items_search MATCH $1 \
+                 ORDER BY bm25(items_search, 10.0, 1.0), items.id \
+                 LIMIT $2 OFFSET $3",
+                words.fts5(),
+            ),
+            Backend::Postgres => (
+                "SELECT id, title, description, price_cents, category \
+                 FROM items, plainto_tsquery('english', $1) AS q \
+                 WHERE search @@ q \
+                 ORDER BY ts_rank(search, q) DESC, id \
+                 LIMIT $2 OFFSET $3",
+                words.joined(),
+            ),
+        };
+        let rows = sqlx::query(sql)
+            .bind(text)
+            .bind(i64::from(limit))
+            .bind(i64::from(offset))
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(Item::from_row).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_letters_and_digits_only() {
+        let w = SearchWords::from_text(r#"  "Kettle" OR (lamp* -NEAR/2) AND col:x ^^ "#);
+        assert_eq!(
+            w.0,
+            ["kettle", "or", "lamp", "near", "2", "and", "col", "x"]
+        );
+        assert_eq!(
+            w.fts5(),
+            r#""kettle" "or" "lamp" "near" "2" "and" "col" "x""#
+        );
+        assert!(SearchWords::from_text("").is_empty());
+        assert!(SearchWords::from_text("\"' ; -- */ %_").is_empty());
+        assert_eq!(
+            SearchWords::from_text("Café ÜBER 東京").0,
+            ["café", "über", "東京"]
+        );
+        let long = SearchWords::from_text(&"a".repeat(1_000));
+        assert_eq!(long.0, ["a".repeat(MAX_WORD)]);
+        let many = SearchWords::from_text(&"w ".repeat(500));
+        assert_eq!(many.0.len(), MAX_WORDS);
+    }
+}

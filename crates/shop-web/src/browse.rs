@@ -1,0 +1,192 @@
+//! Finding things without knowing their id: the catalogue page by page
+//! (`/items`), one department at a time (`/c/{category}`), and full-text search
+//! (`/search?q=`).
+//!
+//! Listings are keyset pages (`?after=<last id of the page before>`, see
+//! [`shop_db::items`]), so page 1,000 costs what page 1 does. They are the same
+//! for every visitor, so they sit behind the page cache (keyed by path and
+//! `after` only). Search pages are not cached: any text makes a new page, and a
+//! cache anyone can fill with arbitrary keys is a memory leak with extra steps.
+//! Search reads the database's own full-text index ([`shop_db::search`]); what
+//! a visitor types is cut into words there, so any input is a search.
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Deserialize;
+use shop_cache::domain::ItemId;
+use shop_db::search::SearchWords;
+
+use crate::AppState;
+use crate::error::WebError;
+use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
+use crate::views::{self, ItemView, ListingPage, SearchPage, url_encode};
+
+/// Items on a listing page.
+pub const LISTING_PAGE: u32 = 24;
+/// Results on a search page.
+pub const SEARCH_PAGE: u32 = 20;
+/// The last search page offered (deeper pages are 400: nobody reads them, and
+/// each costs the database more than the one before).
+pub const MAX_SEARCH_PAGE: u32 = 50;
+/// Longest search text accepted, in characters.
+pub const MAX_QUERY: usize = 1_000;
+/// Longest department name in a URL.
+const MAX_CATEGORY: usize = 100;
+
+/// The browsing and search routes; listings behind the page cache.
+pub fn router(state: AppState) -> Router {
+    let listing_cache = PageCacheLayer::new(
+        state.pages.clone(),
+        PageCacheConfig {
+            pages: Pages::Shared,
+            params: vec!["after"],
+            ..PageCacheConfig::default()
+        },
+    );
+    state
+        .metrics
+        .register_page_cache("listing", listing_cache.stats());
+    Router::new()
+        .route("/items", get(all_items).layer(listing_cache.clone()))
+        .route("/c/{category}", get(category).layer(listing_cache))
+        .route("/search", get(search))
+        .with_state(state)
+}
+
+/// The query of a listing page.
+#[derive(Debug, Deserialize)]
+pub struct After {
+    after: Option<String>,
+}
+
+fn parse_after(raw: Option<&str>) -> Result<Option<ItemId>, WebError> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(raw) => raw.parse().map(Some).map_err(|_| {
+            WebError::bad_request("after must be an item id (a positive whole number)")
+        }),
+    }
+}
+
+async fn all_items(
+    State(state): State<AppState>,
+    Query(q): Query<After>,
+) -> Result<Response, WebError> {
+    let after = parse_after(q.after.as_deref())?;
+    listing(&state, None, after).await
+}
+
+async fn category(
+    State(state): State<AppState>,
+    Path(category): Path<String>,
+    Query(q): Query<After>,
+) -> Result<Response, WebError> {
+    if category.is_empty() || category.chars().count() > MAX_CATEGORY {
+        return Err(WebError::not_found("there is no such department"));
+    }
+    let after = parse_after(q.after.as_deref())?;
+    listing(&state, Some(&category), after).await
+}
+
+async fn listing(
+    state: &AppState,
+    category: Option<&str>,
+    after: Option<ItemId>,
+) -> Result<Response, WebError> {
+    let mut items = state
+        .db
+        .items_page(category, after, LISTING_PAGE + 1)
+        .await?;
+    if items.is_empty() && after.is_none() && category.is_some() {
+        return Err(WebError::not_found("there is no such department"));
+    }
+    let more = items.len() > LISTING_PAGE as usize;
+    items.truncate(LISTING_PAGE as usize);
+    let base = match category {
+        Some(c) => format!("/c/{}", url_encode(c)),
+        None => "/items".to_owned(),
+    };
+    let page = ListingPage {
+        heading: category.map_or_else(|| "All items".to_owned(), capitalised),
+        categories: state.db.categories().await?,
+        current: category.map(str::to_owned),
+        next: more.then(|| {
+            let last = items.last().map_or(0, |it| it.id.get());
+            format!("{base}?after={last}")
+        }),
+        first: after.is_some().then_some(base),
+        items: items.iter().map(ItemView::from).collect(),
+    };
+    Ok(views::render(&page)?.into_response())
+}
+
+/// "kitchen" -> "Kitchen".
+fn capitalised(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// The query of a search page.
+#[derive(Debug, Deserialize)]
+pub struct SearchQuery {
+    q: Option<String>,
+    page: Option<String>,
+}
+
+async fn search(
+    State(state): State<AppState>,
+    Query(q): Query<SearchQuery>,
+) -> Result<Response, WebError> {
+    let text = q.q.unwrap_or_default();
+    if text.chars().count() > MAX_QUERY {
+        return Err(WebError::bad_request(
+            "search text is at most 1,000 characters",
+        ));
+    }
+    let page: u32 = match q.page.as_deref() {
+        None | Some("") => 1,
+        Some(raw) => raw
+            .parse()
+            .ok()
+            .filter(|p| (1..=MAX_SEARCH_PAGE).contains(p))
+            .ok_or_else(|| WebError::bad_request("page must be a whole number from 1 to 50"))?,
+    };
+    let words = SearchWords::from_text(&text);
+    let mut items = state
+        .db
+        .search(&words, (page - 1) * SEARCH_PAGE, SEARCH_PAGE + 1)
+        .await?;
+    let more = items.len() > SEARCH_PAGE as usize && page < MAX_SEARCH_PAGE;
+    items.truncate(SEARCH_PAGE as usize);
+    let link = |p: u32| format!("/search?q={}&page={p}", url_encode(&words.joined()));
+    let view = SearchPage {
+        q: text.trim().to_owned(),
+        searched: !words.is_empty(),
+        page,
+        next: more.then(|| link(page + 1)),
+        previous: (page > 1).then(|| link(page - 1)),
+        items: items.iter().map(ItemView::from).collect(),
+    };
+    Ok(views::render(&view)?.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_is_an_item_id_or_nothing() {
+        assert_eq!(parse_after(None).unwrap(), None);
+        assert_eq!(parse_after(Some("")).unwrap(), None);
+        assert_eq!(parse_after(Some("24")).unwrap().unwrap().get(), 24);
+        for bad in ["0", "-1", "x", "1.5", "99999999999999999999999"] {
+            assert!(parse_after(Some(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(capitalised("kitchen"), "Kitchen");
+        assert_eq!(capitalised(""), "");
+    }
+}
