@@ -28,11 +28,13 @@ pub struct SeedReport {
     pub users: u64,
 }
 
-const ADJECTIVES: [&str; 16] = [
+/// The adjectives of the demo titles (a load generator's search words too).
+pub const ADJECTIVES: [&str; 16] = [
     "Compact", "Deluxe", "Classic", "Wireless", "Rugged", "Slim", "Smart", "Vintage", "Eco", "Pro",
     "Ultra", "Cozy", "Modular", "Portable", "Silent", "Bright",
 ];
-const NOUNS: [&str; 16] = [
+/// The nouns of the demo titles.
+pub const NOUNS: [&str; 16] = [
     "Kettle",
     "Backpack",
     "Lamp",
@@ -50,7 +52,8 @@ const NOUNS: [&str; 16] = [
     "Chair",
     "Watch",
 ];
-const CATEGORIES: [&str; 8] = [
+/// The demo catalogue's departments.
+pub const CATEGORIES: [&str; 8] = [
     "kitchen",
     "outdoor",
     "audio",

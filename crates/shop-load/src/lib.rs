@@ -59,6 +59,10 @@ pub struct LoadConfig {
     pub shoppers: usize,
     /// The request mix.
     pub mix: Mix,
+    /// The catalogue's departments, for listing pages (`/c/{category}`).
+    pub categories: Vec<String>,
+    /// Words searches pick from (one or two per search).
+    pub search_words: Vec<String>,
     /// The seed of every random choice, for repeatable runs.
     pub seed: u64,
     /// Show a progress bar on stderr.
@@ -77,6 +81,8 @@ impl Default for LoadConfig {
             zipf_exponent: 1.0,
             shoppers: 10_000,
             mix: Mix::default(),
+            categories: Vec::new(),
+            search_words: Vec::new(),
             seed: 1,
             progress: true,
         }
@@ -414,13 +420,60 @@ fn request_for(
             let key = format!("load-{}-{}", shared.config.seed, rng.next());
             ("POST", "/checkout".to_owned(), Some(format!("key={key}")))
         }
+        Action::Browse => {
+            // Half the time the first page, else a page anywhere in the catalogue.
+            let after = if rng.unit() < 0.5 {
+                String::new()
+            } else {
+                format!("?after={}", 1 + rng.below(shared.config.items.max(1)))
+            };
+            let categories = &shared.config.categories;
+            let path = if categories.is_empty() || rng.unit() < 0.3 {
+                "/items".to_owned()
+            } else {
+                format!(
+                    "/c/{}",
+                    categories[rng.below(categories.len() as u64) as usize]
+                )
+            };
+            ("GET", format!("{path}{after}"), None)
+        }
+        Action::Search => {
+            let words = &shared.config.search_words;
+            let q = if words.is_empty() {
+                "item".to_owned()
+            } else {
+                let two = rng.unit() < 0.5;
+                let mut pick = || words[rng.below(words.len() as u64) as usize].clone();
+                if two {
+                    format!("{}+{}", pick(), pick())
+                } else {
+                    pick()
+                }
+            };
+            ("GET", format!("/search?q={q}"), None)
+        }
+        Action::SignUp => {
+            let name = format!(
+                "load{}x{}",
+                shared.config.seed,
+                rng.next() % 1_000_000_000_000
+            );
+            (
+                "POST",
+                "/signup".to_owned(),
+                Some(format!("name={name}&password=load-password")),
+            )
+        }
     }
 }
 
 /// Updates the shopper from the answer: a new session cookie, a login, a cart.
 fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
     if let Some(cookie) = &reply.session_cookie {
-        if shopper.cookie.as_ref() != Some(cookie) && action != Action::Login {
+        if shopper.cookie.as_ref() != Some(cookie)
+            && !matches!(action, Action::Login | Action::SignUp)
+        {
             // A fresh session (first visit, or the old one was cleaned).
             shopper.logged_in = false;
             shopper.cart_lines = 0;
@@ -429,7 +482,7 @@ fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
     }
     let ok = reply.status < 400;
     match action {
-        Action::Login if ok => shopper.logged_in = true,
+        Action::Login | Action::SignUp if ok => shopper.logged_in = true,
         Action::AddToCart if ok => shopper.cart_lines += 1,
         Action::Checkout if ok => shopper.cart_lines = 0,
         _ => {}

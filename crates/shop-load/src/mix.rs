@@ -18,6 +18,12 @@ pub enum Action {
     Login,
     /// `POST /checkout`.
     Checkout,
+    /// `GET /items` or `GET /c/{category}`: the first page, or one deep in.
+    Browse,
+    /// `GET /search?q=`: one or two catalogue words.
+    Search,
+    /// `POST /signup` as a new account (a guest only).
+    SignUp,
 }
 
 /// Relative weights of the actions. Logins and checkouts only happen when they can
@@ -37,47 +43,87 @@ pub struct Mix {
     pub login: f64,
     /// Checkouts (about 0.1% of views by default).
     pub checkout: f64,
+    /// Listing pages.
+    pub browse: f64,
+    /// Searches.
+    pub search: f64,
+    /// Sign-ups.
+    pub sign_up: f64,
 }
 
 impl Default for Mix {
     fn default() -> Self {
         Self {
-            view: 0.88,
+            view: 0.83,
             home: 0.03,
             me: 0.06,
             add_to_cart: 0.025,
             login: 0.004,
             checkout: 0.001,
+            browse: 0.03,
+            search: 0.02,
+            sign_up: 0.0005,
         }
     }
 }
 
 impl Mix {
-    /// Item views only: to measure the page-cache path by itself.
-    pub fn views_only() -> Self {
+    /// Nothing at all (a base to set one weight on).
+    fn none() -> Self {
         Self {
-            view: 1.0,
+            view: 0.0,
             home: 0.0,
             me: 0.0,
             add_to_cart: 0.0,
             login: 0.0,
             checkout: 0.0,
+            browse: 0.0,
+            search: 0.0,
+            sign_up: 0.0,
+        }
+    }
+
+    /// Item views only: to measure the page-cache path by itself.
+    pub fn views_only() -> Self {
+        Self {
+            view: 1.0,
+            ..Self::none()
+        }
+    }
+
+    /// Listing pages only (`/items`, `/c/{category}`).
+    pub fn browse_only() -> Self {
+        Self {
+            browse: 1.0,
+            ..Self::none()
+        }
+    }
+
+    /// Searches only.
+    pub fn search_only() -> Self {
+        Self {
+            search: 1.0,
+            ..Self::none()
         }
     }
 
     pub(crate) fn pick(&self, rng: &mut Rng, shopper: &Shopper) -> Action {
-        let total = self.view + self.home + self.me + self.add_to_cart + self.login + self.checkout;
-        let mut x = rng.unit() * total;
-        for (weight, action) in [
+        let weighted = [
             (self.home, Action::Home),
             (self.me, Action::Me),
             (self.add_to_cart, Action::AddToCart),
             (self.login, Action::Login),
             (self.checkout, Action::Checkout),
-        ] {
+            (self.browse, Action::Browse),
+            (self.search, Action::Search),
+            (self.sign_up, Action::SignUp),
+        ];
+        let total = self.view + weighted.iter().map(|(w, _)| w).sum::<f64>();
+        let mut x = rng.unit() * total;
+        for (weight, action) in weighted {
             if x < weight {
                 return match action {
-                    Action::Login if shopper.logged_in => Action::ViewItem,
+                    Action::Login | Action::SignUp if shopper.logged_in => Action::ViewItem,
                     Action::Checkout if !shopper.logged_in || shopper.cart_lines == 0 => {
                         Action::ViewItem
                     }

@@ -79,9 +79,15 @@ pub struct LoadArgs {
     /// Also write an SVG of latency over time to this file.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
-    /// Item views only (the page-cache path), instead of the shop's request mix.
-    #[arg(long)]
+    /// Item views only (the page-cache path), instead of the shop's request mix
+    /// (the same as `--only views`).
+    #[arg(long, conflicts_with = "only")]
     pub views_only: bool,
+    /// One kind of request only, instead of the shop's request mix: item `views`,
+    /// listing pages (`browse`: `/items`, `/c/{category}`, first pages and deep
+    /// ones) or `search`.
+    #[arg(long, value_enum)]
+    pub only: Option<OnlyArg>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -112,10 +118,22 @@ pub struct LoadArgs {
 /// `shop load --scenario`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
-    /// Views, home pages, carts, logins, checkouts (see `shop_load::Mix`).
+    /// Views, home pages, listings, searches, carts, logins, sign-ups, checkouts
+    /// (see `shop_load::Mix`).
     Mix,
     /// A flash sale's opening burst.
     Flash,
+}
+
+/// `shop load --only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnlyArg {
+    /// Item pages.
+    Views,
+    /// Listing pages.
+    Browse,
+    /// Searches.
+    Search,
 }
 
 /// `shop serve`.

@@ -377,11 +377,19 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         items: args.items,
         zipf_exponent: args.zipf,
         shoppers: args.shoppers as usize,
-        mix: if args.views_only {
-            shop_load::Mix::views_only()
-        } else {
-            shop_load::Mix::default()
+        mix: match (args.views_only, args.only) {
+            (true, _) | (_, Some(config::OnlyArg::Views)) => shop_load::Mix::views_only(),
+            (_, Some(config::OnlyArg::Browse)) => shop_load::Mix::browse_only(),
+            (_, Some(config::OnlyArg::Search)) => shop_load::Mix::search_only(),
+            (false, None) => shop_load::Mix::default(),
         },
+        categories: shop_db::seed::CATEGORIES.map(str::to_owned).to_vec(),
+        search_words: shop_db::seed::NOUNS
+            .iter()
+            .chain(&shop_db::seed::ADJECTIVES)
+            .chain(&shop_db::seed::CATEGORIES)
+            .map(|w| w.to_lowercase())
+            .collect(),
         seed: args.seed,
         progress: !args.quiet,
     };

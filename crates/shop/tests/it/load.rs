@@ -143,3 +143,41 @@ fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
         assert!(stop(server).success());
     }
 }
+
+#[test]
+fn listing_and_search_loads_ask_only_for_pages_that_exist() {
+    let test_shop = TestShop::seeded("300");
+    let (server, addr) = test_shop.serve(&[]);
+    for only in ["browse", "search"] {
+        let json = test_shop.cwd.path().join(format!("{only}.json"));
+        let out = shop()
+            .args([
+                "load",
+                "--target",
+                &addr,
+                "--duration",
+                "1",
+                "--connections",
+                "2",
+            ])
+            .args(["--items", "300", "--quiet", "--only", only, "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let statuses = report["statuses"].as_object().unwrap();
+        assert!(report["requests"].as_u64().unwrap() > 0, "{only}: {report}");
+        assert_eq!(
+            statuses.keys().collect::<Vec<_>>(),
+            ["200"],
+            "{only}: every request a page: {report}"
+        );
+    }
+    assert!(stop(server).success());
+}
