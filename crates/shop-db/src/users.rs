@@ -341,6 +341,27 @@ impl Db {
         self.password_checks.load(Ordering::Relaxed)
     }
 
+    /// Makes the user named `name` an admin (the operations page); `false` if
+    /// there is no such user.
+    pub async fn grant_admin(&self, name: &str) -> Result<bool, DbError> {
+        let done = sqlx::query("UPDATE users SET is_admin = 1 WHERE name = $1")
+            .bind(name)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether the user is an admin.
+    pub async fn is_admin(&self, id: UserId) -> Result<bool, DbError> {
+        Ok(
+            sqlx::query("SELECT 1 AS yes FROM users WHERE id = $1 AND is_admin = 1")
+                .bind(id.to_i64())
+                .fetch_optional(&self.read)
+                .await?
+                .is_some(),
+        )
+    }
+
     /// The user's name, for pages.
     pub async fn user_name(&self, id: UserId) -> Result<Option<String>, DbError> {
         let row = sqlx::query("SELECT name FROM users WHERE id = $1")

@@ -20,6 +20,7 @@ pub mod flash;
 pub mod health;
 pub mod http_limits;
 pub mod metrics;
+pub mod ops;
 pub mod page_cache;
 pub mod pages;
 pub mod session;
@@ -140,6 +141,9 @@ pub struct AppParts {
     pub health: health::HealthCache,
     /// Counters for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
+    /// The last minutes of traffic for `/ops`, kept by an [`ops::TrafficSampler`]
+    /// (see [`AppState::traffic_sampler`]).
+    pub traffic: Arc<ops::Traffic>,
     /// Settings.
     pub config: WebConfig,
 }
@@ -165,6 +169,7 @@ impl AppState {
             insights: Insights::new(conn.clone(), keys.clone()),
             pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit),
             metrics: Arc::default(),
+            traffic: Arc::default(),
             config,
         })
     }
@@ -172,6 +177,12 @@ impl AppState {
     /// The state over parts built by the caller.
     pub fn from_parts(parts: AppParts) -> Self {
         Self(Arc::new(parts))
+    }
+
+    /// A daemon that samples this state's metrics into [`AppParts::traffic`] (a
+    /// server runs one).
+    pub fn traffic_sampler(&self) -> ops::TrafficSampler {
+        ops::TrafficSampler::new(self.metrics.clone(), self.traffic.clone())
     }
 
     /// The daemon that keeps [`AppParts::sale_board`] current, the first time it is
@@ -193,6 +204,7 @@ pub fn router(state: AppState) -> Router {
     let visitors = Router::new()
         .merge(pages::router(state.clone()))
         .merge(browse::router(state.clone()))
+        .merge(ops::router(state.clone()))
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
         .merge(api::router(state.clone()))

@@ -167,6 +167,53 @@ impl Metrics {
     }
 }
 
+/// Running totals over every route and page cache, for the operations page's
+/// plots (which take differences between two of them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Requests answered.
+    pub requests: u64,
+    /// Of those, how many took at most each of [`Totals::BOUNDS`] (cumulative, as
+    /// Prometheus counts them).
+    pub buckets: [u64; BUCKETS.len()],
+    /// Page-cache hits, all layers.
+    pub hits: u64,
+    /// Page-cache misses, all layers.
+    pub misses: u64,
+}
+
+impl Totals {
+    /// The latency buckets' upper bounds, in seconds.
+    pub const BOUNDS: [f64; BUCKETS.len()] = BUCKETS;
+}
+
+impl Metrics {
+    /// The running totals now.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for statuses in lock(&self.routes).values() {
+            for s in statuses.values() {
+                t.requests += s.count;
+                for (sum, n) in t.buckets.iter_mut().zip(s.buckets) {
+                    *sum += n;
+                }
+            }
+        }
+        for (_, stats) in lock(&self.page_caches).iter() {
+            t.hits += stats.hits.load(Ordering::Relaxed);
+            t.misses += stats.misses.load(Ordering::Relaxed);
+        }
+        t
+    }
+
+    /// Sessions the in-process cleaner removed, if it runs in this process.
+    pub fn cleaner_removed(&self) -> Option<u64> {
+        lock(&self.cleaner_removed)
+            .as_ref()
+            .map(|n| n.load(Ordering::Relaxed))
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

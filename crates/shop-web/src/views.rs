@@ -189,6 +189,50 @@ pub struct SignupPage {
     pub key: String,
 }
 
+/// `GET /ops`: the operations page (admins only, never cached).
+#[derive(Template)]
+#[template(path = "ops.html")]
+pub struct OpsPage {
+    /// Live sessions.
+    pub sessions: String,
+    /// Page-cache hits over lookups since this process started.
+    pub hit_ratio: String,
+    /// Sessions this process's cleaner removed.
+    pub cleaned: String,
+    /// How overdue the most overdue cached row is.
+    pub row_lag: String,
+    /// The most viewed items.
+    pub top: Vec<OpsTop>,
+    /// Running sales and their stock in Redis.
+    pub sales: Vec<OpsSale>,
+    /// Seconds of history in the plots.
+    pub seconds: usize,
+    /// Requests per second (inline SVG, built from numbers only).
+    pub rate_plot: String,
+    /// p99 latency (inline SVG).
+    pub p99_plot: String,
+    /// Page-cache hits and misses per second (inline SVG).
+    pub cache_plot: String,
+}
+
+/// A most-viewed item on the operations page.
+pub struct OpsTop {
+    /// Its id.
+    pub id: u64,
+    /// Its title.
+    pub title: String,
+    /// Its score in `viewed:`.
+    pub score: String,
+}
+
+/// A running sale on the operations page.
+pub struct OpsSale {
+    /// The item.
+    pub id: u64,
+    /// Units left in Redis.
+    pub stock: String,
+}
+
 /// One order on the account page.
 pub struct OrderView {
     /// Its id.

@@ -39,6 +39,8 @@ pub enum Command {
     Rows(RowsArgs),
     /// Manage flash sales.
     Sale(SaleArgs),
+    /// Manage accounts: add one, make one an admin.
+    Users(UsersArgs),
     /// Drive a running shop with shopper traffic and report throughput and latency.
     Load(LoadArgs),
 }
@@ -280,6 +282,40 @@ pub enum RowsCommand {
     },
     /// List the scheduled rows.
     List,
+}
+
+/// `shop users ...`.
+#[derive(Debug, Args)]
+pub struct UsersArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: UsersCommand,
+}
+
+/// The account subcommands.
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Add an account (the sign-up page's rules), reading its password from the
+    /// first line of standard input, so it never shows in the process list or the
+    /// shell's history: `printf '%s\n' "$PW" | shop users add NAME`.
+    Add {
+        /// The account's name.
+        name: String,
+        /// Make it an admin too.
+        #[arg(long)]
+        admin: bool,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Make an existing account an admin (it may open `/ops`).
+    GrantAdmin {
+        /// The account's name.
+        name: String,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
 }
 
 /// `shop sale ...`.

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use config::{
     Cli, Command, DEFAULT_REDIS_URL, DatabaseArgs, LoadArgs, RedisArgs, RowsArgs, RowsCommand,
-    SaleCommand, SeedArgs, ServeArgs, WorkArgs, WorkerArgs, redact_url,
+    SaleCommand, SeedArgs, ServeArgs, UsersCommand, WorkArgs, WorkerArgs, redact_url,
 };
 
 /// Runs one subcommand to its end (for `serve` and `work`: until SIGINT/SIGTERM).
@@ -42,6 +42,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Seed(args) => seed(args).await,
         Command::Rows(args) => rows(args).await,
         Command::Sale(args) => sale_command(args.command).await,
+        Command::Users(args) => users_command(args.command).await,
         Command::Load(args) => load(args).await,
     }
 }
@@ -233,6 +234,11 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     if let Some(watcher) = state.take_sale_watcher() {
         daemons.spawn(shop_cache::daemon::run(watcher, shutdown.clone()));
     }
+    // And keeps the last minutes of its own traffic for /ops.
+    daemons.spawn(shop_cache::daemon::run(
+        state.traffic_sampler(),
+        shutdown.clone(),
+    ));
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let options = server::ServeOptions {
@@ -322,6 +328,40 @@ async fn rows(args: RowsArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn users_command(command: UsersCommand) -> anyhow::Result<()> {
+    match command {
+        UsersCommand::Add {
+            name,
+            admin,
+            database,
+        } => {
+            let mut password = String::new();
+            std::io::stdin()
+                .read_line(&mut password)
+                .context("reading the password from standard input")?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            shop_cache::domain::account::check_new_account(&name, password)?;
+            let db = connect_db(&database).await?;
+            if db.create_user(&name, password).await?.is_none() {
+                anyhow::bail!("the name {name:?} is taken");
+            }
+            if admin {
+                db.grant_admin(&name).await?;
+            }
+            println!("added {name}{}", if admin { " (admin)" } else { "" });
+            Ok(())
+        }
+        UsersCommand::GrantAdmin { name, database } => {
+            let db = connect_db(&database).await?;
+            if !db.grant_admin(&name).await? {
+                anyhow::bail!("there is no user {name:?}");
+            }
+            println!("{name} is an admin: /ops is open to them");
+            Ok(())
+        }
+    }
 }
 
 async fn sale_command(command: SaleCommand) -> anyhow::Result<()> {

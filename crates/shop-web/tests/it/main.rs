@@ -4,6 +4,7 @@ mod browse;
 mod db_faults;
 mod fuzz;
 mod layers;
+mod ops;
 mod page_cache;
 mod routes;
 mod support;

@@ -46,6 +46,8 @@ pub struct App {
     pub conn: RedisConn,
     /// The whole application.
     pub router: Router,
+    /// Its state (the same parts the router uses).
+    pub state: AppState,
 }
 
 /// A shop with the default settings.
@@ -82,7 +84,8 @@ impl App {
             test_db,
             db,
             conn,
-            router: shop_web::router(state),
+            router: shop_web::router(state.clone()),
+            state,
         }
     }
 

@@ -5,7 +5,8 @@
 //! within a second of other shoppers buying the rest. The
 //! item page also shows the shopper insights its script fetched.
 //! A newcomer browses the listings, searches, signs up (the guest cart carried
-//! over) and checks out. Screenshots land in `target/browser/` for a human look.
+//! over) and checks out, and an admin opens the operations page and its plots.
+//! Screenshots land in `target/browser/` for a human look.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -465,6 +466,55 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     assert!(account.contains("cart"), "{account}");
     wait_text(&client, "#cart-count", |t| t == "0").await;
     screenshot(&client, "checked-out.png").await;
+
+    // An admin's operations page: the figures, and plots drawn from the traffic
+    // this browser just made (one point a second).
+    let mut add = shop.command();
+    add.args(["users", "add", "boss", "--admin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    let mut child = add.spawn().unwrap();
+    {
+        use std::io::Write as _;
+        writeln!(child.stdin.take().unwrap(), "boss-password-1").unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    client
+        .goto(&format!("{base}/login?next=/ops"))
+        .await
+        .unwrap();
+    fill(&client, "form[action=\"/login\"] input[name=name]", "boss").await;
+    fill(
+        &client,
+        "form[action=\"/login\"] input[name=password]",
+        "boss-password-1",
+    )
+    .await;
+    click(&client, "form[action=\"/login\"] button").await;
+    wait_path(&client, "/ops").await;
+    assert_eq!(text_of(&client, "h1").await, "Operations");
+    let sessions: u64 = text_of(&client, "#sessions").await.parse().unwrap();
+    assert!(sessions >= 1);
+    let points = client
+        .find(Locator::Css("#rate-plot polyline"))
+        .await
+        .unwrap()
+        .attr("points")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    let points = points.split_whitespace().count();
+    assert!(points >= 2, "the request-rate plot has {points} points");
+    let p99 = client
+        .find(Locator::Css("#p99-plot polyline"))
+        .await
+        .unwrap()
+        .attr("points")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(p99.split_whitespace().count() >= 2, "{p99}");
+    screenshot(&client, "ops.png").await;
 
     client.close().await.unwrap();
     assert!(stop(server).success());

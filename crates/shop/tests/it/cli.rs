@@ -116,3 +116,65 @@ fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     assert!(flash.body.contains("Flash sale"));
     assert!(stop(server).success());
 }
+
+/// `shop users add NAME` with `password` on standard input.
+fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
+    use std::io::Write as _;
+    let mut child = shop()
+        .args(["users", "add", name])
+        .args(extra)
+        .env("DATABASE_URL", db.url())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn users_add_and_grant_admin() {
+    let db = TestDb::sqlite();
+    let env = [("DATABASE_URL", db.url())];
+    stdout(&run(&["seed", "--items", "10"], &env));
+
+    let out = add_user(&db, "Boss", "long-enough-password", &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lowercase letters"));
+    let out = add_user(&db, "boss", "short", &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 10"));
+
+    let added = stdout(&add_user(&db, "boss", "long-enough-password", &["--admin"]));
+    assert!(added.contains("added boss (admin)"), "{added}");
+    let taken = add_user(&db, "boss", "another-password", &[]);
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("taken"));
+
+    let granted = stdout(&run(&["users", "grant-admin", "alice"], &env));
+    assert!(granted.contains("alice is an admin"), "{granted}");
+    let unknown = run(&["users", "grant-admin", "nobody"], &env);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no user \"nobody\""));
+
+    // The new account logs in with the password given on standard input, and
+    // both admins see /ops.
+    let shop = TestShop::seeded_on(db, "10");
+    let (server, addr) = shop.serve(&[]);
+    for (name, password) in [
+        ("boss", "long-enough-password"),
+        ("alice", "alice-password"),
+    ] {
+        let login = request(
+            &addr,
+            "POST",
+            "/login",
+            None,
+            Some(&format!("name={name}&password={password}")),
+        );
+        let cookie = login.session_cookie().expect("logs in");
+        let ops = request(&addr, "GET", "/ops", Some(&cookie), None);
+        assert_eq!(ops.status, 200, "{name}: {}", ops.body);
+    }
+    assert!(stop(server).success());
+}
