@@ -119,6 +119,9 @@ impl Db {
             progress(end);
             start = end + 1;
         }
+        if report.items > 0 {
+            self.tidy_search_index().await?;
+        }
         for (name, password) in DEMO_USERS {
             let exists = sqlx::query("SELECT 1 FROM users WHERE name = $1")
                 .bind(name)
