@@ -4,8 +4,9 @@
 //! A daemon's work lives in its `step()`, which tests call directly; this loop only
 //! adds pacing, error logging and shutdown. A step interrupted by shutdown is
 //! dropped mid-way, so every step must be safe to drop: each is one Redis script or
-//! command, which Redis runs entirely or not at all, or (the view flusher) puts back
-//! what it took from memory unless it was written.
+//! command, which Redis runs entirely or not at all, or (the view flusher, whose
+//! write takes views from memory) runs as a task of its own that outlives the
+//! dropped step and that the daemon's `finish` waits for.
 
 use std::future::Future;
 use std::time::Duration;

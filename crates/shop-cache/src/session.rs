@@ -446,20 +446,39 @@ impl Drop for Unwritten<'_> {
 /// the server has answered its last request. A flush that fails keeps its views for
 /// the next one (up to a bound on the viewers held, so an outage cannot grow memory
 /// without end).
-#[derive(Clone)]
+///
+/// The loop's steps run as tasks of their own: the daemon loop drops a step in
+/// flight at shutdown, and a write dropped after Redis ran it but before its
+/// answer came back would put its views back to be written (and counted) twice.
+/// So the step's task goes on, and the last step waits for it before writing the
+/// rest.
 pub struct ViewFlusher {
     sessions: Sessions,
+    in_flight: Option<tokio::task::JoinHandle<Result<u64, CacheError>>>,
 }
 
 impl ViewFlusher {
     /// A flusher of `sessions`' batch.
     pub fn new(sessions: Sessions) -> Self {
-        Self { sessions }
+        Self {
+            sessions,
+            in_flight: None,
+        }
     }
 
     /// Writes what is pending; the single step.
     pub async fn step(&self) -> Result<u64, CacheError> {
         self.sessions.flush_views().await
+    }
+
+    /// Waits for the step a dropped tick left running, if any.
+    async fn settle(&mut self) -> Result<u64, CacheError> {
+        let Some(task) = self.in_flight.as_mut() else {
+            return Ok(0);
+        };
+        let done = task.await;
+        self.in_flight = None;
+        done.unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()))
     }
 }
 
@@ -467,11 +486,18 @@ impl Daemon for ViewFlusher {
     const NAME: &'static str = "view-flusher";
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
-        self.step().await?;
+        if self.in_flight.is_none() {
+            let sessions = self.sessions.clone();
+            self.in_flight = Some(tokio::spawn(async move { sessions.flush_views().await }));
+        }
+        self.settle().await?;
         Ok(VIEW_FLUSH_EVERY)
     }
 
     async fn finish(&mut self) {
+        if let Err(error) = self.settle().await {
+            tracing::warn!(%error, "the step in flight at shutdown failed");
+        }
         match self.step().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(views = n, "wrote the last batch of views"),

@@ -60,18 +60,7 @@ impl Db {
         now: i64,
     ) -> Result<BuyOutcome, DbError> {
         let mut tx = self.write.begin().await?;
-        let fresh = sqlx::query(
-            "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
-             VALUES ($1, $2, $3, 'pending') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
-        )
-        .bind(user.to_i64())
-        .bind(key)
-        .bind(item.to_i64())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !fresh {
+        if !first_attempt(&mut tx, user, item, key).await? {
             tx.rollback().await?;
             return self.earlier_answer(user, item, key).await;
         }
@@ -197,18 +186,7 @@ impl Db {
         now: i64,
     ) -> Result<WinRecord, DbError> {
         let mut tx = self.write.begin().await?;
-        let fresh = sqlx::query(
-            "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
-             VALUES ($1, $2, $3, 'pending') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
-        )
-        .bind(user.to_i64())
-        .bind(key)
-        .bind(item.to_i64())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !fresh {
+        if !first_attempt(&mut tx, user, item, key).await? {
             tx.rollback().await?;
             return Ok(WinRecord::Earlier(
                 self.earlier_answer(user, item, key).await?,
@@ -296,6 +274,27 @@ impl Db {
                 .try_get("n")?,
         )
     }
+}
+
+/// Records that `user` tried `key` (answer pending); `false` if they tried it
+/// before (then the earlier answer stands).
+async fn first_attempt(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    user: UserId,
+    item: ItemId,
+    key: &str,
+) -> Result<bool, DbError> {
+    Ok(sqlx::query(
+        "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
+         VALUES ($1, $2, $3, 'pending') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
+    )
+    .bind(user.to_i64())
+    .bind(key)
+    .bind(item.to_i64())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1)
 }
 
 /// Counts one more unit of `item` for `user`, unless that would pass `limit`.

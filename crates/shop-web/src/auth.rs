@@ -107,9 +107,7 @@ async fn login(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    let name = form.get("name").map(|s| s.trim()).unwrap_or("");
-    let password = form.get("password").map(String::as_str).unwrap_or("");
-    let next = local_path(form.get("next").map(String::as_str))?;
+    let (name, password, next) = credentials(&form)?;
     if name.is_empty()
         || password.is_empty()
         || name.len() > MAX_FIELD
@@ -135,6 +133,14 @@ async fn login(
         return Ok((StatusCode::UNAUTHORIZED, views::render(&page)?).into_response());
     };
     logged_in(&state, &session, &headers, user, once, &next).await
+}
+
+/// The name (trimmed), password and checked `next` of a login or sign-up form.
+fn credentials(form: &HashMap<String, String>) -> Result<(&str, &str, String), WebError> {
+    let name = form.get("name").map(|s| s.trim()).unwrap_or("");
+    let password = form.get("password").map(String::as_str).unwrap_or("");
+    let next = local_path(form.get("next").map(String::as_str))?;
+    Ok((name, password, next))
 }
 
 /// The login form's one-time key, bound to the cookie the browser presented: a
@@ -225,9 +231,7 @@ async fn signup(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    let name = form.get("name").map(|s| s.trim()).unwrap_or("");
-    let password = form.get("password").map(String::as_str).unwrap_or("");
-    let next = local_path(form.get("next").map(String::as_str))?;
+    let (name, password, next) = credentials(&form)?;
     let refuse = |status: StatusCode, code: &'static str, message: String| {
         if wants_json(&headers) {
             return Err(WebError::new(status, code, message));

@@ -381,6 +381,54 @@ async fn a_graceful_stop_writes_the_last_batch_of_views(fx: Fixture) {
     let nine: f64 = raw.zscore(fx.keys.item_views(), "9").await.unwrap();
     assert_eq!((four, nine), (-1.0, -3.0));
 }
+
+async fn a_step_dropped_at_shutdown_counts_its_views_once(fx: Fixture) {
+    use shop_cache::daemon::Daemon;
+    use shop_cache::session::ViewFlusher;
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let mut flusher = ViewFlusher::new(sessions.clone());
+    let t = SessionToken::generate();
+    for _ in 0..3 {
+        sessions.touch(&t, None, Some(item(7))).await.unwrap();
+    }
+    // Every node holds its clients' commands for a while: the step's write is
+    // sent and waits; the step is dropped meanwhile, as the daemon loop drops a
+    // step in flight at shutdown; then the loop's last step runs. Dropping the
+    // step must not put its views back to be written a second time.
+    let urls = match &fx.server {
+        crate::Server::Node(server) => vec![server.url()],
+        crate::Server::Cluster(cluster) => cluster
+            .addrs()
+            .iter()
+            .map(|a| format!("redis://{a}"))
+            .collect(),
+    };
+    for url in urls {
+        let mut c = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(400)
+            .arg("ALL")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let dropped = tokio::time::timeout(std::time::Duration::from_millis(100), flusher.tick()).await;
+    assert_eq!(dropped.is_err(), fx.keys.batches_views(), "the write waited");
+    flusher.finish().await;
+    assert_eq!(sessions.pending_views(), 0);
+    let seven: f64 = fx
+        .raw()
+        .await
+        .zscore(fx.keys.item_views(), "7")
+        .await
+        .unwrap();
+    assert_eq!(seven, -3.0, "each view once");
+}
 }
 
 #[tokio::test]

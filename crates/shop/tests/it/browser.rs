@@ -495,25 +495,18 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     assert_eq!(text_of(&client, "h1").await, "Operations");
     let sessions: u64 = text_of(&client, "#sessions").await.parse().unwrap();
     assert!(sessions >= 1);
-    let points = client
-        .find(Locator::Css("#rate-plot polyline"))
-        .await
-        .unwrap()
-        .attr("points")
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    let points = points.split_whitespace().count();
-    assert!(points >= 2, "the request-rate plot has {points} points");
-    let p99 = client
-        .find(Locator::Css("#p99-plot polyline"))
-        .await
-        .unwrap()
-        .attr("points")
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    assert!(p99.split_whitespace().count() >= 2, "{p99}");
+    for plot in ["#rate-plot", "#p99-plot", "#cache-plot"] {
+        let points = client
+            .find(Locator::Css(&format!("{plot} polyline")))
+            .await
+            .unwrap()
+            .attr("points")
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        let points = points.split_whitespace().count();
+        assert!(points >= 2, "{plot} has {points} points");
+    }
     screenshot(&client, "ops.png").await;
 
     client.close().await.unwrap();
