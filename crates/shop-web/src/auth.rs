@@ -28,9 +28,8 @@ use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
 
 use crate::AppState;
-use crate::cart::wants_json;
-use crate::error::{WebError, idempotency_key};
-use crate::pages::local_path;
+use crate::error::WebError;
+use crate::request::{Next, idempotency_key, local_path, wants_json};
 use crate::session::{NewToken, Session};
 use crate::views::{self, LoginPage, SignupPage};
 
@@ -94,7 +93,7 @@ pub fn client_address(
 /// The login and logout routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/login", post(login))
+        .route("/login", get(login_form).post(login))
         .route("/signup", get(signup_form).post(signup))
         .route("/logout", post(logout))
         .with_state(state)
@@ -209,7 +208,16 @@ async fn logged_in(
     Ok(resp)
 }
 
-async fn signup_form(Query(q): Query<crate::pages::Next>) -> Result<Response, WebError> {
+async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
+    let page = LoginPage {
+        next: local_path(q.next())?,
+        message: None,
+        key: SessionToken::generate().expose().to_owned(),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+}
+
+async fn signup_form(Query(q): Query<Next>) -> Result<Response, WebError> {
     let page = SignupPage {
         next: local_path(q.next())?,
         name: String::new(),

@@ -19,7 +19,8 @@ use shop_cache::session::SessionToken;
 use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
-use crate::error::{WebError, idempotency_key};
+use crate::error::WebError;
+use crate::request::{idempotency_key, wants_json};
 use crate::session::Session;
 use crate::views::{self, CartLineView, CartPage, ItemView};
 
@@ -29,14 +30,6 @@ pub fn router(state: AppState) -> Router {
         .route("/cart", get(show).post(update))
         .route("/checkout", post(checkout))
         .with_state(state)
-}
-
-/// Does the client want JSON rather than a redirect or a page?
-pub fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("application/json"))
 }
 
 async fn show(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {

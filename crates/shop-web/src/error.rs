@@ -12,7 +12,7 @@ use shop_cache::CacheError;
 use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
 
-use crate::cart::wants_json;
+use crate::request::{BadRequest, wants_json};
 use crate::views::ErrorPage;
 
 /// An error answer. The message is for the user and must not contain internals.
@@ -152,22 +152,18 @@ pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
     }
 }
 
-/// The longest idempotency key accepted (an `Idempotency-Key` header, a checkout
-/// form's key).
-pub const MAX_IDEMPOTENCY_KEY: usize = 100;
+impl From<BadRequest> for WebError {
+    fn from(BadRequest(message): BadRequest) -> Self {
+        Self::bad_request(message)
+    }
+}
 
-/// Checks a client's idempotency key: 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII
-/// characters, else a 400 that says so.
-pub fn idempotency_key(raw: Option<&str>) -> Result<&str, WebError> {
-    raw.filter(|k| {
-        !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && k.bytes().all(|b| b.is_ascii_graphic())
-    })
-    .ok_or_else(|| {
-        WebError::bad_request(format!(
-            "an idempotency key of 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters is \
-                 required (reload the page and try again)"
-        ))
-    })
+/// A template that failed to render: a bug, logged, and a 500.
+impl From<askama::Error> for WebError {
+    fn from(error: askama::Error) -> Self {
+        tracing::error!(%error, "template failed");
+        Self::internal()
+    }
 }
 
 impl From<CacheError> for WebError {

@@ -38,8 +38,9 @@ use shop_db::unix_now;
 use tokio::sync::watch;
 
 use crate::AppState;
-use crate::error::{WebError, idempotency_key};
+use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
+use crate::request::idempotency_key;
 use crate::session::Session;
 use crate::views::{self, FlashPage, SaleItem};
 

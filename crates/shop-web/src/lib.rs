@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod ops;
 pub mod page_cache;
 pub mod pages;
+pub mod request;
 pub mod session;
 pub mod views;
 

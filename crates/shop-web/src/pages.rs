@@ -1,21 +1,17 @@
-//! The HTML pages that are not about the cart: home, item, login form, account.
+//! The HTML pages that are not about the cart or logging in: home, item, account.
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use serde::Deserialize;
 use shop_cache::domain::ItemId;
-use shop_cache::session::SessionToken;
 
 use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer};
 use crate::session::Session;
-use crate::views::{
-    self, AccountPage, CategoryLink, HomePage, ItemPage, ItemView, LoginPage, OrderView,
-};
+use crate::views::{self, AccountPage, CategoryLink, HomePage, ItemPage, ItemView, OrderView};
 
 /// How many items the home page lists.
 const HOME_ITEMS: u64 = 24;
@@ -29,7 +25,6 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/items/{id}", get(item).layer(item_cache))
-        .route("/login", get(login_form))
         .route("/account", get(account))
         .with_state(state)
 }
@@ -72,52 +67,6 @@ async fn item(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
     Ok(views::render(&page)?.into_response())
 }
 
-/// The `next` parameter of the login flow.
-#[derive(Debug, Deserialize)]
-pub struct Next {
-    next: Option<String>,
-}
-
-impl Next {
-    /// The parameter as sent.
-    pub fn next(&self) -> Option<&str> {
-        self.next.as_deref()
-    }
-}
-
-/// Checks where to go after logging in: a path on this site, or `/` when none is
-/// given. Anything else is refused (a 400 before anything changes), not quietly
-/// replaced: browsers strip tabs and newlines from URLs and read `\` as `/`, so
-/// `/\t/evil.host/x` and `/\\evil.host` are other sites to a browser. Allowed: a
-/// `/` not followed by `/` or `\`, then visible ASCII only (no control characters,
-/// spaces, backslashes or non-ASCII, which would also make an invalid `Location`).
-pub fn local_path(next: Option<&str>) -> Result<String, WebError> {
-    let Some(next) = next.filter(|n| !n.is_empty()) else {
-        return Ok("/".to_owned());
-    };
-    let bytes = next.as_bytes();
-    let ok = bytes[0] == b'/'
-        && !matches!(bytes.get(1), Some(b'/' | b'\\'))
-        && bytes.len() <= 2_000
-        && bytes.iter().all(|&b| b.is_ascii_graphic() && b != b'\\');
-    if ok {
-        Ok(next.to_owned())
-    } else {
-        Err(WebError::bad_request(
-            "next must be a path on this site, like /cart",
-        ))
-    }
-}
-
-async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
-    let page = LoginPage {
-        next: local_path(q.next.as_deref())?,
-        message: None,
-        key: SessionToken::generate().expose().to_owned(),
-    };
-    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
-}
-
 async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let Some(user) = session.user else {
         return Ok(Redirect::to("/login?next=/account").into_response());
@@ -137,34 +86,4 @@ async fn account(State(state): State<AppState>, session: Session) -> Result<Resp
             .collect(),
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::local_path;
-
-    #[test]
-    fn next_stays_on_this_site() {
-        assert_eq!(local_path(Some("/cart")).unwrap(), "/cart");
-        assert_eq!(local_path(Some("/account?x=1")).unwrap(), "/account?x=1");
-        assert_eq!(local_path(Some("/a%2F%2Fb")).unwrap(), "/a%2F%2Fb");
-        assert_eq!(local_path(Some("")).unwrap(), "/");
-        assert_eq!(local_path(None).unwrap(), "/");
-        for bad in [
-            "//evil.example",
-            "https://evil.example",
-            "evil",
-            "/\\evil",
-            "\\/evil",
-            "/\t/evil.host/x",
-            "/\n/evil.host",
-            "/x\ty",
-            "/ /evil",
-            "/caf\u{e9}",
-            "/\u{7f}",
-            "/a\\b",
-        ] {
-            assert!(local_path(Some(bad)).is_err(), "{bad:?}");
-        }
-    }
 }

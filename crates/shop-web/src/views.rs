@@ -5,8 +5,6 @@ use askama::Template;
 use serde::Serialize;
 use shop_db::items::Item;
 
-use crate::error::WebError;
-
 /// Cents as dollars, e.g. `$12.34`.
 pub fn money(cents: i64) -> String {
     format!("${}.{:02}", cents / 100, cents % 100)
@@ -285,12 +283,9 @@ pub struct ErrorPage<'a> {
     pub message: &'a str,
 }
 
-/// Renders a template, or fails as a 500 (a template bug, logged).
-pub fn render(page: &impl Template) -> Result<axum::response::Html<String>, WebError> {
-    page.render().map(axum::response::Html).map_err(|error| {
-        tracing::error!(%error, "template failed");
-        WebError::internal()
-    })
+/// Renders a template (a failure is a bug: `WebError` makes it a logged 500).
+pub fn render(page: &impl Template) -> Result<axum::response::Html<String>, askama::Error> {
+    page.render().map(axum::response::Html)
 }
 
 #[cfg(test)]

@@ -1,0 +1,104 @@
+//! What a request asks for, read the same way by every route: whether it wants
+//! JSON, its idempotency key, and where to go next. Refusals are [`BadRequest`]s
+//! (a 400 with the message, through `WebError`); this module depends on no other
+//! of the crate, so the error and page modules can use it without a cycle.
+
+use axum::http::{HeaderMap, header};
+use serde::Deserialize;
+
+/// A request the shop will not act on; the message says why, for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest(pub String);
+
+/// Does the client want JSON rather than a redirect or a page?
+pub fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
+}
+
+/// The longest idempotency key accepted (an `Idempotency-Key` header, a checkout
+/// form's key).
+pub const MAX_IDEMPOTENCY_KEY: usize = 100;
+
+/// Checks a client's idempotency key: 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII
+/// characters, else a refusal that says so.
+pub fn idempotency_key(raw: Option<&str>) -> Result<&str, BadRequest> {
+    raw.filter(|k| {
+        !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && k.bytes().all(|b| b.is_ascii_graphic())
+    })
+    .ok_or_else(|| {
+        BadRequest(format!(
+            "an idempotency key of 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters is \
+                 required (reload the page and try again)"
+        ))
+    })
+}
+
+/// The `next` parameter of the login flow.
+#[derive(Debug, Deserialize)]
+pub struct Next {
+    next: Option<String>,
+}
+
+impl Next {
+    /// The parameter as sent.
+    pub fn next(&self) -> Option<&str> {
+        self.next.as_deref()
+    }
+}
+
+/// Checks where to go after logging in: a path on this site, or `/` when none is
+/// given. Anything else is refused (a 400 before anything changes), not quietly
+/// replaced: browsers strip tabs and newlines from URLs and read `\` as `/`, so
+/// `/\t/evil.host/x` and `/\\evil.host` are other sites to a browser. Allowed: a
+/// `/` not followed by `/` or `\`, then visible ASCII only (no control characters,
+/// spaces, backslashes or non-ASCII, which would also make an invalid `Location`).
+pub fn local_path(next: Option<&str>) -> Result<String, BadRequest> {
+    let Some(next) = next.filter(|n| !n.is_empty()) else {
+        return Ok("/".to_owned());
+    };
+    let bytes = next.as_bytes();
+    let ok = bytes[0] == b'/'
+        && !matches!(bytes.get(1), Some(b'/' | b'\\'))
+        && bytes.len() <= 2_000
+        && bytes.iter().all(|&b| b.is_ascii_graphic() && b != b'\\');
+    if ok {
+        Ok(next.to_owned())
+    } else {
+        Err(BadRequest(
+            "next must be a path on this site, like /cart".to_owned(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(local_path(Some("/cart")).unwrap(), "/cart");
+        assert_eq!(local_path(Some("/account?x=1")).unwrap(), "/account?x=1");
+        assert_eq!(local_path(Some("/a%2F%2Fb")).unwrap(), "/a%2F%2Fb");
+        assert_eq!(local_path(Some("")).unwrap(), "/");
+        assert_eq!(local_path(None).unwrap(), "/");
+        for bad in [
+            "//evil.example",
+            "https://evil.example",
+            "evil",
+            "/\\evil",
+            "\\/evil",
+            "/\t/evil.host/x",
+            "/\n/evil.host",
+            "/x\ty",
+            "/ /evil",
+            "/caf\u{e9}",
+            "/\u{7f}",
+            "/a\\b",
+        ] {
+            assert!(local_path(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! One module per subcommand of the binary (`shop serve`, `seed`, `rows`, `sale`,
+//! `users`, `load`; `shop work` lives with the daemons it runs).
+
+pub mod load;
+pub mod rows;
+pub mod sale;
+pub mod seed;
+pub mod serve;
+pub mod users;

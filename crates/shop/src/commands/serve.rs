@@ -1,0 +1,136 @@
+//! `shop serve`: the web server, with the daemons in-process unless told not to.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use shop_cache::domain::ItemId;
+use shop_cache::session::ViewFlusher;
+use shop_web::{AppState, WebConfig};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::commands::seed;
+use crate::config::{DEFAULT_REDIS_URL, ServeArgs};
+use crate::connect::{connect_db, connect_redis_at};
+use crate::daemons::{join_all, spawn_daemons};
+use crate::managed_redis::{self, ManagedRedis};
+use crate::{sale, server, shutdown};
+
+/// Where the managed Redis keeps its files.
+pub const MANAGED_REDIS_DIR: &str = "data/redis";
+
+/// The Redis `serve` uses: the configured one; else the default address if it
+/// answers; else (or with `--managed-redis`) a private one it starts.
+async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<ManagedRedis>)> {
+    if let Some(url) = &args.redis.redis_url {
+        return Ok((url.clone(), None));
+    }
+    if args.redis.is_cluster() {
+        return Ok((String::new(), None));
+    }
+    if !args.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
+        return Ok((DEFAULT_REDIS_URL.to_owned(), None));
+    }
+    let managed = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR)).await?;
+    println!("started a private redis-server at {}", managed.url());
+    Ok((managed.url(), Some(managed)))
+}
+
+/// Runs `shop serve` until SIGINT/SIGTERM.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let (redis_url, managed) = serve_redis(&args).await?;
+    let served = serve_with(&args, &redis_url).await;
+    if let Some(managed) = managed {
+        managed.stop().await;
+    }
+    served
+}
+
+async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
+    let (conn, keys) = connect_redis_at(redis_url, &args.redis).await?;
+    let db = connect_db(&args.database).await?;
+    if db.item_count().await? == 0 {
+        seed::with_progress(
+            &db,
+            shop_db::seed::DEFAULT_ITEMS,
+            shop_db::seed::DEFAULT_SEED,
+        )
+        .await?;
+    }
+    let config = WebConfig {
+        flash_limit: args.flash_limit,
+        flash_decider: args.flash_decider.into(),
+        flash_hold: Duration::from_secs(args.flash_hold),
+        secure_cookies: args.secure_cookies,
+        max_quantity: args.max_quantity,
+        page_ttl: Duration::from_secs(args.page_ttl),
+        rank_limit: args.rank_limit,
+        max_cart_lines: args.max_cart_lines,
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: args.login_limit_address,
+            per_name: args.login_limit_name,
+            ..Default::default()
+        },
+        trust_forwarded_for: args.trust_forwarded_for,
+        demo_sale: args
+            .demo_sale
+            .then(|| ItemId::new(sale::DEMO_ITEM))
+            .transpose()?,
+    };
+    if args.demo_sale {
+        let parts = sale::SaleParts::new(&conn, &keys);
+        if sale::start_demo(&parts.stores(&db)).await? {
+            println!(
+                "started a demo flash sale of item {}: see /flash (--demo-sale false to skip)",
+                sale::DEMO_ITEM
+            );
+        }
+    }
+    let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
+    let metrics = state.metrics.clone();
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    let addr = listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let mut daemons = JoinSet::new();
+    if !args.no_workers {
+        let removed = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+        metrics.register_cleaner(removed);
+    }
+    // Every serving process writes the views it counted (cluster layout), workers
+    // or not; stopped only after the last request is answered, so its final flush
+    // loses none.
+    let flush_stop = CancellationToken::new();
+    let flusher = tokio::spawn(shop_cache::daemon::run(
+        ViewFlusher::new(state.sessions.clone()),
+        flush_stop.clone(),
+    ));
+    // Every serving process reads the sales for its own sale pages; stopped at the
+    // shutdown signal, which ends the pages' event streams so connections drain.
+    if let Some(watcher) = state.take_sale_watcher() {
+        daemons.spawn(shop_cache::daemon::run(watcher, shutdown.clone()));
+    }
+    // And keeps the last minutes of its own traffic for /ops.
+    daemons.spawn(shop_cache::daemon::run(
+        state.traffic_sampler(),
+        shutdown.clone(),
+    ));
+    println!("shop is serving at http://{addr}/");
+    let stop = shutdown.clone();
+    let options = server::ServeOptions {
+        header_timeout: Duration::from_secs(args.header_timeout),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+    };
+    server::serve(listener, shop_web::router(state), &options, async move {
+        shutdown::signal().await;
+        tracing::info!("shutting down");
+        stop.cancel();
+    })
+    .await;
+    shutdown.cancel();
+    flush_stop.cancel();
+    flusher.await.context("the view flusher panicked")?;
+    join_all(daemons).await
+}

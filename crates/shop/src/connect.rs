@@ -1,0 +1,48 @@
+//! Connecting to Redis and the database as the flags say, with errors that say
+//! what to do.
+
+use anyhow::Context;
+use shop_cache::RedisConn;
+use shop_cache::keys::Keys;
+use shop_db::Db;
+
+use crate::config::{DatabaseArgs, RedisArgs, redact_url};
+
+/// Connects to Redis as configured, with a message that says what to do if it fails.
+pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
+    connect_redis_at(redis.url(), redis).await
+}
+
+/// Connects to the Redis at `url` (or the cluster the flags name).
+pub async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
+    if redis.is_cluster() {
+        let conn = shop_cache::connect_cluster(&redis.redis_cluster)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot reach the Redis Cluster at {}; check the nodes \
+                     (`scripts/redis-cluster start` runs a local one)",
+                    redis.describe()
+                )
+            })?;
+        return Ok((conn, redis.keys()));
+    }
+    let conn = shop_cache::connect(url).await.with_context(|| {
+        format!(
+            "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
+             or set REDIS_URL",
+            redact_url(url)
+        )
+    })?;
+    Ok((conn, redis.keys()))
+}
+
+/// Connects to (and migrates) the database as configured.
+pub async fn connect_db(database: &DatabaseArgs) -> anyhow::Result<Db> {
+    Db::connect(&database.database_url).await.with_context(|| {
+        format!(
+            "cannot open the database at {}",
+            redact_url(&database.database_url)
+        )
+    })
+}
