@@ -180,6 +180,15 @@ impl AppState {
         Self(Arc::new(parts))
     }
 
+    /// The session layer over this state's sessions, counting its failures in
+    /// the metrics.
+    pub fn session_layer(&self) -> session::SessionLayer {
+        session::SessionLayer {
+            errors: self.metrics.session_errors.clone(),
+            ..session::SessionLayer::new(self.sessions.clone(), self.config.secure_cookies)
+        }
+    }
+
     /// A daemon that samples this state's metrics into [`AppParts::traffic`] (a
     /// server runs one).
     pub fn traffic_sampler(&self) -> ops::TrafficSampler {
@@ -211,7 +220,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api::router(state.clone()))
         .merge(flash::router(state.clone()))
         .route_layer(timed())
-        .layer(from_fn_with_state(state.clone(), session::track));
+        .layer(from_fn_with_state(state.session_layer(), session::track));
     // Probes, scrapers and static files: no session (a monitoring system polling
     // `/metrics` must not create a session per scrape).
     let operations = Router::new()

@@ -41,7 +41,7 @@ pub struct Metrics {
     page_caches: Mutex<Vec<(&'static str, Arc<PageCacheStats>)>>,
     flash: Mutex<BTreeMap<&'static str, u64>>,
     /// Requests the session layer served as guests because Redis failed.
-    pub session_errors: AtomicU64,
+    pub session_errors: Arc<AtomicU64>,
     /// Orders whose insights could not be recorded (the orders stand).
     pub insight_errors: AtomicU64,
     cleaner_removed: Mutex<Option<Arc<AtomicU64>>>,

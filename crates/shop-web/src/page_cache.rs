@@ -8,8 +8,9 @@
 //! - the key covers the path, the query parameters the page reads
 //!   ([`PageCacheConfig::params`], none by default) and the headers it varies on:
 //!   other parameters cannot change the page, so they do not make a new entry;
-//! - for [`Pages::Items`], only `/items/{id}` with a valid id whose item ranks below
-//!   the limit in `viewed:` (rank 9,999 is cached, 10,000 is not, no views is not);
+//! - for [`Pages::Ranked`], only paths its function maps to an item (the shop's:
+//!   `/items/{id}` with a valid id, [`Pages::ITEMS`]) whose item ranks below the
+//!   limit in `viewed:` (rank 9,999 is cached, 10,000 is not, no views is not);
 //!   for [`Pages::Shared`] (pages the same for everyone, like the flash-sale shell)
 //!   any path.
 //!
@@ -81,13 +82,25 @@ const REPLAYED: [HeaderName; 5] = [
 ];
 
 /// Which requests a layer may cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Pages {
-    /// Item pages, `/items/{id}`, while the item is among the most viewed.
-    Items,
+    /// Pages of single items, while the item is among the most viewed (the book's
+    /// `can_cache`): the function names the item a path shows, or `None` for a
+    /// path that is no item page (not cached). The shop's is [`item_path`].
+    Ranked(fn(&str) -> Option<ItemId>),
     /// Any page: for pages that are the same for every visitor and always popular
-    /// (the flash-sale shell).
+    /// (the flash-sale shell, listings).
     Shared,
+}
+
+impl Pages {
+    /// The shop's item pages, `/items/{id}`.
+    pub const ITEMS: Self = Self::Ranked(item_path);
+}
+
+/// The item of a `/items/{id}` path with a valid id.
+pub fn item_path(path: &str) -> Option<ItemId> {
+    path.strip_prefix("/items/")?.parse().ok()
 }
 
 /// How a [`PageCacheLayer`] behaves.
@@ -114,7 +127,7 @@ pub struct PageCacheConfig {
 impl Default for PageCacheConfig {
     fn default() -> Self {
         Self {
-            pages: Pages::Items,
+            pages: Pages::ITEMS,
             vary: Vec::new(),
             params: Vec::new(),
             wait: Duration::from_secs(2),
@@ -284,7 +297,7 @@ impl Shared {
         }
         let path = req.uri().path();
         let item = match self.config.pages {
-            Pages::Items => Some(path.strip_prefix("/items/")?.parse::<ItemId>().ok()?),
+            Pages::Ranked(item_of) => Some(item_of(path)?),
             Pages::Shared => None,
         };
         let mut page = PageRequest::new(path, req.uri().query());

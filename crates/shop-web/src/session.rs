@@ -15,8 +15,14 @@
 //!   never create sessions.
 //! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
 //!   not need a user still work.
+//!
+//! The layer's state is a [`SessionLayer`] (the sessions, the cookie flag, which
+//! paths are item pages, an error counter), not the shop's `AppState`, so another
+//! axum app mounts it as it is: `examples/mini_shop.rs` does, with the page cache,
+//! on routes of its own (and a test runs it).
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::{COOKIE, SET_COOKIE};
@@ -25,9 +31,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{SessionToken, Touched};
+use shop_cache::session::{SessionToken, Sessions, Touched};
 
-use crate::AppState;
 use crate::error::WebError;
 
 /// The cookie holding the session token.
@@ -80,18 +85,45 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
         .and_then(|(_, value)| value.parse().ok())
 }
 
-/// The item of an item page request, if this is one.
-fn item_page(req: &Request) -> Option<ItemId> {
-    if req.method() != Method::GET {
-        return None;
+/// What the session layer needs, and nothing of the rest of the shop, so any
+/// axum app can mount it: `from_fn_with_state(SessionLayer { .. }, track)`.
+#[derive(Clone)]
+pub struct SessionLayer {
+    /// Where sessions live.
+    pub sessions: Sessions,
+    /// Add `Secure` to the cookie (the site is served over HTTPS).
+    pub secure_cookies: bool,
+    /// Which paths are item pages, whose views are recorded (the shop's:
+    /// [`crate::page_cache::item_path`], `/items/{id}`).
+    pub item_of: fn(&str) -> Option<ItemId>,
+    /// Counts requests served as guests because the session store failed.
+    pub errors: Arc<AtomicU64>,
+}
+
+impl SessionLayer {
+    /// The layer over `sessions` with the shop's item pages and a fresh counter.
+    pub fn new(sessions: Sessions, secure_cookies: bool) -> Self {
+        Self {
+            sessions,
+            secure_cookies,
+            item_of: crate::page_cache::item_path,
+            errors: Arc::default(),
+        }
     }
-    req.uri().path().strip_prefix("/items/")?.parse().ok()
+
+    /// The item of an item page request, if this is one.
+    fn item_page(&self, req: &Request) -> Option<ItemId> {
+        if req.method() != Method::GET {
+            return None;
+        }
+        (self.item_of)(req.uri().path())
+    }
 }
 
 /// The session layer's middleware; see the module documentation.
-pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Next) -> Response {
     let presented = token(req.headers());
-    let item = item_page(&req);
+    let item = state.item_page(&req);
     let mut issued = None;
     if item.is_none() {
         let (session, new) = identify(&state, presented.clone(), None).await;
@@ -112,7 +144,7 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         issued = Some(token);
     }
     if let Some(token) = issued
-        && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, state.config.secure_cookies))
+        && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, state.secure_cookies))
     {
         resp.headers_mut().append(SET_COOKIE, cookie);
     }
@@ -121,7 +153,7 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
 
 /// Touches the presented session, or starts a new one; `true` when it is new.
 async fn identify(
-    state: &AppState,
+    state: &SessionLayer,
     presented: Option<SessionToken>,
     item: Option<ItemId>,
 ) -> (Session, bool) {
@@ -143,8 +175,8 @@ async fn identify(
 }
 
 /// Counts and logs a failed touch (quietly while Redis is known to be down).
-fn session_error(state: &AppState, error: &shop_cache::CacheError) {
-    state.metrics.session_errors.fetch_add(1, Ordering::Relaxed);
+fn session_error(state: &SessionLayer, error: &shop_cache::CacheError) {
+    state.errors.fetch_add(1, Ordering::Relaxed);
     if error.is_failing_fast() {
         tracing::debug!(%error, "session store unavailable; serving as a guest");
     } else {

@@ -2,6 +2,7 @@
 
 mod browse;
 mod db_faults;
+mod example;
 mod fuzz;
 mod layers;
 mod ops;
