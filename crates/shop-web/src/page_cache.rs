@@ -32,6 +32,10 @@
 //! If Redis fails, the layer calls the handler and returns its page: the cache can
 //! make the shop faster, never unavailable.
 //!
+//! This file is the layer (which requests qualify, lookup, fill, store); the
+//! single flight is in `flight`, HTTP negotiation (gzip, `If-None-Match`, `HEAD`,
+//! what may be stored) in `negotiate`.
+//!
 //! ```no_run
 //! use axum::{Router, routing::get};
 //! use shop_cache::{keys::Keys, page_cache::{PageStore, DEFAULT_TTL, DEFAULT_RANK_LIMIT}};
@@ -46,27 +50,29 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use http_body::Body as _;
-use shop_cache::CacheError;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache::{Lookup, PageKey, PageRequest, PageStore, StoredPage};
-use tokio::sync::watch;
 use tower::{Layer, Service, ServiceExt};
+
+mod flight;
+mod negotiate;
+
+use flight::{Flights, Role};
+use negotiate::{Ask, serve, storable};
 
 /// The response header naming what the cache did.
 pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -167,7 +173,7 @@ impl PageCacheLayer {
             shared: Arc::new(Shared {
                 store,
                 config,
-                flights: Mutex::new(HashMap::new()),
+                flights: Arc::default(),
                 stats: Arc::new(PageCacheStats::default()),
             }),
         }
@@ -219,36 +225,11 @@ where
     }
 }
 
-/// A page another request of this process is rendering: `None` until it is stored.
-type Flight = watch::Receiver<Option<Arc<StoredPage>>>;
-
 struct Shared {
     store: PageStore,
     config: PageCacheConfig,
-    flights: Mutex<HashMap<PageKey, Flight>>,
+    flights: Arc<Flights>,
     stats: Arc<PageCacheStats>,
-}
-
-/// What the client asked for that decides how a stored page is sent.
-struct Ask {
-    head: bool,
-    gzip: bool,
-    if_none_match: Option<HeaderValue>,
-}
-
-impl Ask {
-    fn of(req: &Request) -> Self {
-        Self {
-            head: req.method() == Method::HEAD,
-            gzip: accepts_gzip(req.headers()),
-            if_none_match: req.headers().get(header::IF_NONE_MATCH).cloned(),
-        }
-    }
-}
-
-enum Role {
-    Leader(watch::Sender<Option<Arc<StoredPage>>>),
-    Follower(Flight),
 }
 
 impl Shared {
@@ -318,36 +299,18 @@ impl Shared {
         S: Service<Request, Response = Response, Error = Infallible> + Send,
         S::Future: Send,
     {
-        let role = {
-            let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-            match flights.get(&key) {
-                Some(flight) => Role::Follower(flight.clone()),
-                None => {
-                    let (tx, rx) = watch::channel(None);
-                    flights.insert(key.clone(), rx);
-                    Role::Leader(tx)
-                }
-            }
-        };
-        match role {
-            Role::Follower(mut flight) => {
-                let waited =
-                    tokio::time::timeout(self.config.wait, flight.wait_for(Option::is_some));
-                if let Ok(Ok(page)) = waited.await {
-                    let page = page.clone().expect("waited for Some");
-                    if let Ok(resp) = serve(&page, &ask) {
-                        bump(&self.stats.hits);
-                        return labelled(resp, "HIT");
-                    }
+        match self.flights.join(&key) {
+            Role::Follower(flight) => {
+                if let Some(page) = flight.wait(self.config.wait).await
+                    && let Ok(resp) = serve(&page, &ask)
+                {
+                    bump(&self.stats.hits);
+                    return labelled(resp, "HIT");
                 }
                 // The render was not storable, failed or is too slow: do it here.
                 self.render(&key, req, &ask, inner).await.0
             }
-            Role::Leader(tx) => {
-                let _flight = FlightGuard {
-                    shared: self.clone(),
-                    key: key.clone(),
-                };
+            Role::Leader(leader) => {
                 let lock = match self.store.try_lock(&key).await {
                     Ok(Some(lock)) => Some(lock),
                     Ok(None) => {
@@ -355,7 +318,7 @@ impl Shared {
                         if let Some(page) = self.poll_for(&key).await
                             && let Ok(resp) = serve(&page, &ask)
                         {
-                            tx.send_replace(Some(Arc::new(page)));
+                            leader.publish(Arc::new(page));
                             bump(&self.stats.hits);
                             return labelled(resp, "HIT");
                         }
@@ -369,7 +332,7 @@ impl Shared {
                 };
                 let (resp, page) = self.render(&key, req, &ask, inner).await;
                 if let Some(page) = page {
-                    tx.send_replace(Some(page));
+                    leader.publish(page);
                 }
                 if let Some(lock) = lock
                     && let Err(error) = self.store.unlock(lock).await
@@ -454,24 +417,6 @@ impl Shared {
     }
 }
 
-/// Removes a finished (or abandoned: the client went away) flight, so the next miss
-/// of the key starts a new one.
-struct FlightGuard {
-    shared: Arc<Shared>,
-    key: PageKey,
-}
-
-impl Drop for FlightGuard {
-    fn drop(&mut self) {
-        let mut flights = self
-            .shared
-            .flights
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        flights.remove(&self.key);
-    }
-}
-
 async fn call<S>(inner: S, req: Request) -> Response
 where
     S: Service<Request, Response = Response, Error = Infallible>,
@@ -486,181 +431,4 @@ fn labelled(mut resp: Response, what: &'static str) -> Response {
     resp.headers_mut()
         .insert(X_CACHE, HeaderValue::from_static(what));
     resp
-}
-
-/// May this response be stored and shown to everyone?
-fn storable(resp: &Response) -> bool {
-    let h = resp.headers();
-    resp.status() == StatusCode::OK
-        && !h.contains_key(header::SET_COOKIE)
-        && !h.contains_key(header::CONTENT_ENCODING)
-        && !h.get_all(header::CACHE_CONTROL).iter().any(|v| {
-            v.to_str().unwrap_or("").split(',').any(|d| {
-                let d = d.trim();
-                ["private", "no-store", "no-cache"].iter().any(|bad| {
-                    d.eq_ignore_ascii_case(bad)
-                        || d.to_ascii_lowercase().starts_with(&format!("{bad}="))
-                })
-            })
-        })
-}
-
-/// Does `Accept-Encoding` allow gzip (`gzip`, `x-gzip` or `*`, with q > 0)?
-fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let q_zero = parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            !q_zero
-                && ["gzip", "x-gzip", "*"]
-                    .iter()
-                    .any(|g| name.eq_ignore_ascii_case(g))
-        })
-}
-
-/// Does `If-None-Match` name this ETag (weak comparison, or `*`)?
-fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
-    let strip = |t: &str| t.trim().trim_start_matches("W/").to_owned();
-    let etag = strip(etag);
-    if_none_match
-        .to_str()
-        .unwrap_or("")
-        .split(',')
-        .any(|t| t.trim() == "*" || strip(t) == etag)
-}
-
-/// Builds the response for a stored page as the client asked for it.
-fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError> {
-    let mut headers = HeaderMap::new();
-    let mut vary = String::new();
-    for (name, value) in page.headers() {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::from_bytes(value),
-        ) else {
-            return Err(CacheError::Corrupt { what: "cache:" });
-        };
-        if name == header::VARY {
-            vary = format!("{}, ", value.to_str().unwrap_or(""));
-        } else {
-            headers.append(name, value);
-        }
-    }
-    let vary = HeaderValue::try_from(format!("{vary}Accept-Encoding"))
-        .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-    headers.insert(header::VARY, vary);
-    let etag =
-        HeaderValue::from_str(page.etag()).map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-    headers.insert(header::ETAG, etag.clone());
-
-    let not_modified = ask
-        .if_none_match
-        .as_ref()
-        .is_some_and(|inm| etag_matches(inm, page.etag()));
-    let (status, body) = if not_modified {
-        (StatusCode::NOT_MODIFIED, Bytes::new())
-    } else if ask.gzip {
-        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        (status_of(page)?, page.gzip_body())
-    } else {
-        (status_of(page)?, Bytes::from(page.body()?))
-    };
-    if !not_modified {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    }
-    let body = if ask.head {
-        Body::empty()
-    } else {
-        Body::from(body)
-    };
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    Ok(resp)
-}
-
-fn status_of(page: &StoredPage) -> Result<StatusCode, CacheError> {
-    StatusCode::from_u16(page.status()).map_err(|_| CacheError::Corrupt { what: "cache:" })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::try_from(*k).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        h
-    }
-
-    #[test]
-    fn gzip_acceptance() {
-        let yes = [
-            "gzip",
-            "gzip, deflate, br",
-            "br;q=1.0, gzip;q=0.8",
-            "GZIP",
-            "*",
-            "x-gzip",
-        ];
-        for v in yes {
-            assert!(accepts_gzip(&headers(&[("accept-encoding", v)])), "{v}");
-        }
-        let no = ["", "br", "identity", "gzip;q=0", "gzip; q=0.0, br"];
-        for v in no {
-            assert!(!accepts_gzip(&headers(&[("accept-encoding", v)])), "{v}");
-        }
-        assert!(!accepts_gzip(&HeaderMap::new()));
-    }
-
-    #[test]
-    fn etag_matching() {
-        let m = |inm: &str| etag_matches(&HeaderValue::from_str(inm).unwrap(), "\"abc\"");
-        assert!(m("\"abc\""));
-        assert!(m("W/\"abc\""));
-        assert!(m("\"x\", \"abc\""));
-        assert!(m("*"));
-        assert!(!m("\"abcd\""));
-        assert!(!m("abc"));
-    }
-
-    #[test]
-    fn storability() {
-        let resp = |status: u16, pairs: &[(&str, &str)]| {
-            let mut r = Response::new(Body::empty());
-            *r.status_mut() = StatusCode::from_u16(status).unwrap();
-            *r.headers_mut() = headers(pairs);
-            r
-        };
-        assert!(storable(&resp(200, &[])));
-        assert!(storable(&resp(
-            200,
-            &[("cache-control", "public, max-age=60")]
-        )));
-        assert!(!storable(&resp(404, &[])));
-        assert!(!storable(&resp(302, &[])));
-        assert!(!storable(&resp(200, &[("set-cookie", "a=b")])));
-        assert!(!storable(&resp(200, &[("cache-control", "Private")])));
-        assert!(!storable(&resp(
-            200,
-            &[("cache-control", "max-age=0, no-store")]
-        )));
-        assert!(!storable(&resp(200, &[("cache-control", "private=\"x\"")])));
-        assert!(!storable(&resp(200, &[("content-encoding", "br")])));
-    }
 }

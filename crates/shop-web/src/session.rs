@@ -72,17 +72,18 @@ impl<S: Send + Sync> FromRequestParts<S> for Session {
 pub struct NewToken(pub SessionToken);
 
 /// The session token from the `Cookie` header, if there is a well-formed one.
-/// Anything else (missing, malformed, oversized) is treated as no cookie.
+/// Anything else (missing, malformed, oversized) is treated as no cookie. Parsed
+/// by the `cookie` crate; the token itself by [`SessionToken`]'s own rules.
 pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter(|v| v.len() <= MAX_COOKIE_HEADER)
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .and_then(|(_, value)| value.parse().ok())
+        .flat_map(::cookie::Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == COOKIE_NAME)
+        .and_then(|c| c.value().parse().ok())
 }
 
 /// What the session layer needs, and nothing of the rest of the shop, so any
@@ -184,13 +185,15 @@ fn session_error(state: &SessionLayer, error: &shop_cache::CacheError) {
     }
 }
 
-/// The `Set-Cookie` value for a session token.
+/// The `Set-Cookie` value for a session token (built by the `cookie` crate).
 pub fn cookie(token: &SessionToken, secure: bool) -> String {
-    let secure = if secure { "; Secure" } else { "" };
-    format!(
-        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Lax{secure}",
-        token.expose()
-    )
+    ::cookie::Cookie::build((COOKIE_NAME, token.expose()))
+        .path("/")
+        .http_only(true)
+        .same_site(::cookie::SameSite::Lax)
+        .secure(secure)
+        .build()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -235,6 +238,7 @@ mod tests {
                 && plain.contains("Path=/")
         );
         assert!(!plain.contains("Secure"));
-        assert!(cookie(&t, true).ends_with("; Secure"));
+        assert!(cookie(&t, true).contains("; Secure"));
+        assert!(plain.starts_with(&format!("{COOKIE_NAME}={};", t.expose())));
     }
 }
