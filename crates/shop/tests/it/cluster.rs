@@ -64,16 +64,15 @@ impl ClusterShop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_shop_runs_on_a_cluster() {
     let shop = ClusterShop::seeded("30");
-    let sale = shop
-        .command()
-        .args(["sale", "start", "7", "--stock", "3", "--price-cents", "100"])
-        .output()
-        .unwrap();
-    assert!(
-        sale.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sale.stderr)
-    );
+    crate::e2e::succeed(shop.command().args([
+        "sale",
+        "start",
+        "7",
+        "--stock",
+        "3",
+        "--price-cents",
+        "100",
+    ]));
     let (child, addr) = serve(shop.command(), &["--rank-limit", "100"]);
 
     // Pages, and the page cache: once item 5's views reach viewed: (batched and

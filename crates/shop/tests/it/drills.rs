@@ -275,24 +275,7 @@ fn redis_stopped_for_five_seconds() {
 fn database_write_locked_for_twenty_seconds() {
     let shop = TestShop::seeded("200");
     // Item 1 on sale (its stock cached in Redis by the row refresher).
-    let out = shop
-        .command()
-        .args([
-            "sale",
-            "start",
-            "1",
-            "--stock",
-            "1000",
-            "--price-cents",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    shop.start_sale("1", "1000");
     // A high per-user limit, so every buy of alice's is a winner that must write
     // its order (refusals are Redis's alone and never wait on the database).
     let (child, addr) = shop.serve(&["--flash-limit", "1000"]);

@@ -128,6 +128,33 @@ impl TestShop {
     }
 }
 
+/// Runs `cmd` to its end and asserts it succeeded (showing its stderr if not).
+pub fn succeed(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd.get_args().collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+impl TestShop {
+    /// `shop sale start ITEM --stock STOCK --price-cents 100`.
+    pub fn start_sale(&self, item: &str, stock: &str) {
+        succeed(self.command().args([
+            "sale",
+            "start",
+            item,
+            "--stock",
+            stock,
+            "--price-cents",
+            "100",
+        ]));
+    }
+}
+
 /// Starts `cmd` as `shop serve` on a free port; returns it and its address. No
 /// demo sale unless `extra` asks for one (tests start the sales they look at).
 pub fn serve(mut cmd: Command, extra: &[&str]) -> (Child, String) {

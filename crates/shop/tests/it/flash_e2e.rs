@@ -39,24 +39,7 @@ fn try_buy(addr: &str, cookie: &str, key: &str) -> Option<(u16, serde_json::Valu
 
 /// Starts a sale of item 1 through the CLI.
 fn start_sale(shop: &TestShop, stock: &str) {
-    let out = shop
-        .command()
-        .args([
-            "sale",
-            "start",
-            "1",
-            "--stock",
-            stock,
-            "--price-cents",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    shop.start_sale("1", stock);
 }
 
 /// `n` registered, logged-in buyers' cookies.

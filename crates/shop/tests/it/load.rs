@@ -150,24 +150,12 @@ fn listing_and_search_loads_ask_only_for_pages_that_exist() {
     let (server, addr) = test_shop.serve(&[]);
     for only in ["browse", "search"] {
         let json = test_shop.cwd.path().join(format!("{only}.json"));
-        let out = shop()
-            .args([
-                "load",
-                "--target",
-                &addr,
-                "--duration",
-                "1",
-                "--connections",
-                "2",
-            ])
-            .args(["--items", "300", "--quiet", "--only", only, "--json"])
-            .arg(&json)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::e2e::succeed(
+            shop()
+                .args(["load", "--target", &addr, "--duration", "1"])
+                .args(["--connections", "2", "--items", "300", "--quiet"])
+                .args(["--only", only, "--json"])
+                .arg(&json),
         );
         let report: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
