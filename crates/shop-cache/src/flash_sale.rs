@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -513,12 +514,49 @@ pub struct Reconciled {
 pub struct Reconciler<L> {
     sales: FlashSales,
     ledger: L,
+    totals: Arc<ReconcilerTotals>,
+}
+
+/// What a reconciler has done since it started, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ReconcilerTotals {
+    /// Overdue reservations confirmed (their orders existed).
+    pub confirmed: AtomicU64,
+    /// Overdue reservations released (units back on sale).
+    pub released: AtomicU64,
+    /// Stock corrections to the database's figure.
+    pub corrected: AtomicU64,
+    /// Sales loaded again after Redis lost them.
+    pub reloaded: AtomicU64,
+}
+
+impl ReconcilerTotals {
+    fn add(&self, done: &Reconciled) {
+        for (total, n) in [
+            (&self.confirmed, done.confirmed),
+            (&self.released, done.released),
+            (&self.corrected, done.corrected),
+            (&self.reloaded, done.reloaded),
+        ] {
+            total.fetch_add(n, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<L: Ledger> Reconciler<L> {
     /// A reconciler of `sales` against `ledger`.
     pub fn new(sales: FlashSales, ledger: L) -> Self {
-        Self { sales, ledger }
+        Self {
+            sales,
+            ledger,
+            totals: Arc::default(),
+        }
+    }
+
+    /// Its running totals (shared: they keep counting after the reconciler is
+    /// handed to the daemon loop).
+    pub fn totals(&self) -> Arc<ReconcilerTotals> {
+        self.totals.clone()
     }
 
     /// One pass over every sale the database has running (or ended within the last
@@ -580,6 +618,7 @@ impl<L: Ledger> Reconciler<L> {
                 _ => {}
             }
         }
+        self.totals.add(&done);
         Ok(done)
     }
 }

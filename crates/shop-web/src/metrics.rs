@@ -4,7 +4,8 @@
 //! misses, bypasses and errors; flash-sale outcomes; session-store failures met by
 //! the session layer. Two gauges are read when scraped: the number of sessions
 //! (`recent:`) and the row cache's lag (how overdue its most overdue row is). The
-//! session cleaner's removals are counted where the cleaner runs.
+//! session cleaner's removals and the flash-sale reconciler's settlements,
+//! corrections and reloads are counted where those daemons run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,6 +17,8 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+
+use shop_cache::flash_sale::ReconcilerTotals;
 
 use crate::AppState;
 use crate::page_cache::PageCacheStats;
@@ -45,12 +48,18 @@ pub struct Metrics {
     /// Orders whose insights could not be recorded (the orders stand).
     pub insight_errors: AtomicU64,
     cleaner_removed: Mutex<Option<Arc<AtomicU64>>>,
+    reconciled: Mutex<Option<Arc<ReconcilerTotals>>>,
 }
 
 impl Metrics {
     /// Reports a page-cache layer's counters under `page` (`item`, `flash`).
     pub fn register_page_cache(&self, page: &'static str, stats: Arc<PageCacheStats>) {
         lock(&self.page_caches).push((page, stats));
+    }
+
+    /// Reports the in-process flash-sale reconciler's running totals.
+    pub fn register_reconciler(&self, totals: Arc<ReconcilerTotals>) {
+        *lock(&self.reconciled) = Some(totals);
     }
 
     /// Reports the in-process session cleaner's removal count.
@@ -154,6 +163,21 @@ impl Metrics {
                 "shop_cleaner_removed_total {}",
                 removed.load(Ordering::Relaxed)
             );
+        }
+        if let Some(r) = lock(&self.reconciled).as_ref() {
+            out.push_str("# TYPE shop_flash_reconciled_total counter\n");
+            for (what, n) in [
+                ("confirmed", &r.confirmed),
+                ("released", &r.released),
+                ("corrected", &r.corrected),
+                ("reloaded", &r.reloaded),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "shop_flash_reconciled_total{{what=\"{what}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
         }
         if let Some(n) = sessions {
             out.push_str("# TYPE shop_sessions gauge\n");

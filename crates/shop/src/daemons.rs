@@ -9,7 +9,7 @@ use anyhow::Context;
 use shop_cache::RedisConn;
 use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
-use shop_cache::flash_sale::{FlashSales, Reconciler};
+use shop_cache::flash_sale::{FlashSales, Reconciler, ReconcilerTotals};
 use shop_cache::keys::Keys;
 use shop_cache::row_cache::{Refresher, RowSource, SourceError};
 use shop_cache::session_cleaner::SessionCleaner;
@@ -42,7 +42,7 @@ pub fn spawn_daemons(
     db: &Db,
     workers: &WorkerArgs,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Arc<AtomicU64>> {
+) -> anyhow::Result<DaemonCounters> {
     let cleaner = SessionCleaner::new(
         conn.clone(),
         keys.clone(),
@@ -60,12 +60,23 @@ pub fn spawn_daemons(
         FlashSales::new(conn.clone(), keys.clone()),
         sale::DbLedger(db.clone()),
     );
-    let removed = cleaner.removed_counter();
+    let counters = DaemonCounters {
+        removed: cleaner.removed_counter(),
+        reconciled: reconciler.totals(),
+    };
     set.spawn(shop_cache::daemon::run(cleaner, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(refresher, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(reconciler, shutdown.clone()));
-    Ok(removed)
+    Ok(counters)
+}
+
+/// The daemons' running counts, for `/metrics`.
+pub struct DaemonCounters {
+    /// Sessions the cleaner removed.
+    pub removed: Arc<AtomicU64>,
+    /// What the flash-sale reconciler settled, corrected and reloaded.
+    pub reconciled: Arc<ReconcilerTotals>,
 }
 
 /// Waits for every daemon on the set to stop; an error if one panicked.

@@ -96,8 +96,9 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     if !args.no_workers {
-        let removed = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
-        metrics.register_cleaner(removed);
+        let counters = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+        metrics.register_cleaner(counters.removed);
+        metrics.register_reconciler(counters.reconciled);
     }
     // Every serving process writes the views it counted (cluster layout), workers
     // or not; stopped only after the last request is answered, so its final flush

@@ -523,6 +523,15 @@ async fn the_reconciler_settles_what_a_dead_server_left() {
         tokio::time::sleep(Duration::from_millis(2_100)).await;
         let done = reconciler.step().await.unwrap();
         assert_eq!((done.confirmed, done.released), (1, 2), "{kind}: {done:?}");
+        // And /metrics says so.
+        shop.state.metrics.register_reconciler(reconciler.totals());
+        let metrics = shop.state.metrics.render(None, None);
+        for line in [
+            "shop_flash_reconciled_total{what=\"confirmed\"} 1",
+            "shop_flash_reconciled_total{what=\"released\"} 2",
+        ] {
+            assert!(metrics.contains(line), "{kind}: {line} in {metrics}");
+        }
         assert_eq!(
             (shop.redis_stock(1).await, shop.db_stock(1).await),
             (4, 4),
