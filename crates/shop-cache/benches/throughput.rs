@@ -3,11 +3,13 @@
 //!
 //! 1. the Redis ceiling: the book's five `update_token` commands as a plain pipeline
 //!    over 50 connections straight through redis-rs, against the shop's `touch` from
-//!    50 concurrent callers on the shop's one multiplexed connection; their ratio;
+//!    50 concurrent callers sharing one shop handle, with one connection and with
+//!    the default pool ([`shop_cache::connection::DEFAULT_POOL`]); their ratios;
 //! 2. the session cleaner: sessions removed per second, the shop's atomic script
 //!    (batch 100 and 1,000) against the book's five-command rounds;
 //! 3. memory: Redis bytes per session (25 viewed items, 3 cart lines) over 100,000
-//!    sessions, from `INFO memory`, and bytes per cached item page.
+//!    sessions written by the shop's own `touch` and `Carts::set`, from `INFO memory`,
+//!    with each structure's share measured alone; and bytes per cached item page.
 //!
 //! Run: `cargo bench -p shop-cache --bench throughput` (about a minute).
 
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use shop_cache::RedisConn;
 use shop_cache::book;
@@ -29,6 +32,8 @@ use shop_testkit::TestRedis;
 
 const CALLERS: usize = 50;
 const TOUCHES: u64 = 200_000;
+/// Rounds of the touch comparison, alternated (the machine's speed drifts).
+const ROUNDS: usize = 5;
 const SESSIONS_TO_CLEAN: usize = 200_000;
 const MEMORY_SESSIONS: usize = 100_000;
 
@@ -39,6 +44,41 @@ fn main() {
         cleaner().await;
         memory().await;
     });
+}
+
+/// CPU seconds used so far: Redis's (`INFO cpu`) and this process's (`/proc`).
+async fn cpu(conn: &mut MultiplexedConnection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let redis = field("used_cpu_user:") + field("used_cpu_sys:");
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name in parentheses; utime and stime are 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<f64> = rest.split(' ').map(|v| v.parse().unwrap_or(0.0)).collect();
+    let ticks = 100.0; // sysconf(_SC_CLK_TCK) on Linux
+    (redis, (f[11] + f[12]) / ticks)
+}
+
+/// Runs `way` and prints where its time went: Redis CPU and this process's CPU per
+/// call (the profile of the ratio: which of the two is the limit).
+async fn profiled<Fut: std::future::Future<Output = f64>>(
+    conn: &mut MultiplexedConnection,
+    way: Fut,
+) -> (f64, f64, f64) {
+    let (r0, c0) = cpu(conn).await;
+    let rate = way.await;
+    let (r1, c1) = cpu(conn).await;
+    let per = |s: f64| s * 1e6 / TOUCHES as f64;
+    (rate, per(r1 - r0), per(c1 - c0))
 }
 
 /// Spreads `TOUCHES` calls of `op` over `CALLERS` tasks; returns calls per second.
@@ -91,61 +131,107 @@ async fn ceiling() {
         );
     }
     let conns = Arc::new(conns);
-    let shop = Sessions::new(
+    let config = shop_cache::connection::default_config;
+    let single = Sessions::new(
+        shop_cache::connect_pooled(&server.url(), config(), 1)
+            .await
+            .unwrap(),
+        keys.clone(),
+    );
+    let pooled = Sessions::new(
         shop_cache::connect(&server.url()).await.unwrap(),
         keys.clone(),
     );
+    let pool = shop_cache::connection::DEFAULT_POOL;
+    let mut probe = server.conn().await;
 
     println!(
-        "== 1. session touch at {CALLERS} concurrent callers ({TOUCHES} each way, alternated 3 times)"
+        "== 1. session touch at {CALLERS} concurrent callers ({TOUCHES} each way, alternated {ROUNDS} times)"
     );
-    let mut best = (0.0f64, 0.0f64);
-    for round in 1..=3 {
+    let mut best = (0.0f64, 0.0f64, 0.0f64);
+    let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 1..=ROUNDS {
         let (k, t, c) = (keys.clone(), tokens.clone(), conns.clone());
-        let pipeline = concurrently(move |caller, n| {
-            let (k, t, c) = (k.clone(), t.clone(), c.clone());
-            async move {
-                let (token, user, item) = pick(n, &t);
-                let now = n as f64;
-                let viewed = k.viewed_by(&token);
-                let mut conn = c[caller].clone();
-                redis::pipe()
-                    .hset(k.login_of(&token), token.expose(), user)
-                    .ignore()
-                    .zadd(k.recent_of(&token), token.expose(), now)
-                    .ignore()
-                    .zadd(&viewed, item, now)
-                    .ignore()
-                    .zremrangebyrank(&viewed, 0, -(HISTORY_LEN as isize) - 1)
-                    .ignore()
-                    .zincr(k.item_views(), item, -1)
-                    .ignore()
-                    .exec_async(&mut conn)
-                    .await
-                    .unwrap();
-            }
-        })
+        let (pipeline, p_redis, p_client) = profiled(
+            &mut probe,
+            concurrently(move |caller, n| {
+                let (k, t, c) = (k.clone(), t.clone(), c.clone());
+                async move {
+                    let (token, user, item) = pick(n, &t);
+                    let now = n as f64;
+                    let viewed = k.viewed_by(&token);
+                    let mut conn = c[caller].clone();
+                    redis::pipe()
+                        .hset(k.login_of(&token), token.expose(), user)
+                        .ignore()
+                        .zadd(k.recent_of(&token), token.expose(), now)
+                        .ignore()
+                        .zadd(&viewed, item, now)
+                        .ignore()
+                        .zremrangebyrank(&viewed, 0, -(HISTORY_LEN as isize) - 1)
+                        .ignore()
+                        .zincr(k.item_views(), item, -1)
+                        .ignore()
+                        .exec_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }),
+        )
         .await;
-        let (s, t) = (shop.clone(), tokens.clone());
-        let touch = concurrently(move |_, n| {
-            let (s, t) = (s.clone(), t.clone());
-            async move {
-                let (token, user, item) = pick(n, &t);
-                s.touch(&token, Some(user), Some(item)).await.unwrap();
-            }
-        })
-        .await;
+        let mut shop = [0.0f64; 2];
+        let mut costs = [(0.0, 0.0); 2];
+        for (i, sessions) in [&single, &pooled].into_iter().enumerate() {
+            let (s, t) = (sessions.clone(), tokens.clone());
+            let (rate, r, c) = profiled(
+                &mut probe,
+                concurrently(move |_, n| {
+                    let (s, t) = (s.clone(), t.clone());
+                    async move {
+                        let (token, user, item) = pick(n, &t);
+                        s.touch(&token, Some(user), Some(item)).await.unwrap();
+                    }
+                }),
+            )
+            .await;
+            shop[i] = rate;
+            costs[i] = (r, c);
+        }
         println!(
-            "   round {round}: book pipeline over {CALLERS} connections {pipeline:>9.0}/s | shop touch {touch:>9.0}/s | ratio {:.2}x",
-            touch / pipeline
+            "   round {round}: book pipeline over {CALLERS} connections {pipeline:>9.0}/s | shop touch, 1 connection {:>9.0}/s ({:.2}x) | pool of {pool} {:>9.0}/s ({:.2}x)",
+            shop[0],
+            shop[0] / pipeline,
+            shop[1],
+            shop[1] / pipeline
         );
-        best = (best.0.max(pipeline), best.1.max(touch));
+        println!(
+            "      CPU per call (Redis / this process): pipeline {p_redis:.1} / {p_client:.1} us | touch, 1 connection {:.1} / {:.1} us | pool {:.1} / {:.1} us",
+            costs[0].0, costs[0].1, costs[1].0, costs[1].1
+        );
+        ratios[0].push(shop[0] / pipeline);
+        ratios[1].push(shop[1] / pipeline);
+        best = (
+            best.0.max(pipeline),
+            best.1.max(shop[0]),
+            best.2.max(shop[1]),
+        );
     }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
-        "   best of 3: ceiling {:.0}/s, shop {:.0}/s, ratio {:.2}x\n",
+        "   best of {ROUNDS}: ceiling {:.0}/s, shop on 1 connection {:.0}/s ({:.2}x), on a pool of {pool} {:.0}/s ({:.2}x)",
         best.0,
         best.1,
-        best.1 / best.0
+        best.1 / best.0,
+        best.2,
+        best.2 / best.0
+    );
+    println!(
+        "   median of the rounds' ratios: 1 connection {:.2}x, pool of {pool} {:.2}x\n",
+        median(&mut ratios[0]),
+        median(&mut ratios[1])
     );
 }
 
@@ -219,44 +305,110 @@ async fn used_memory(conn: &mut MultiplexedConnection) -> u64 {
         .unwrap()
 }
 
+/// One of the structures a session is made of, for the memory breakdown.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Login,
+    Recent,
+    Viewed,
+    Cart,
+}
+
+/// Writes `MEMORY_SESSIONS` sessions' `parts` (as the shop's scripts write them: the
+/// history's scores are the sequence numbers 1..=25 `touch` gives a session's first
+/// 25 views) into an empty Redis and returns the bytes each session took.
+async fn bytes_per_session(raw: &mut MultiplexedConnection, keys: &Keys, parts: &[Part]) -> f64 {
+    let _: () = redis::cmd("FLUSHALL").query_async(raw).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = used_memory(raw).await;
+    for chunk in (0..MEMORY_SESSIONS).collect::<Vec<_>>().chunks(500) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            let token = SessionToken::generate();
+            if parts.contains(&Part::Login) {
+                pipe.hset(keys.login_of(&token), token.expose(), i + 1)
+                    .ignore();
+            }
+            if parts.contains(&Part::Recent) {
+                pipe.zadd(
+                    keys.recent_of(&token),
+                    token.expose(),
+                    1.7e9 + i as f64 * 0.37,
+                )
+                .ignore();
+            }
+            if parts.contains(&Part::Viewed) {
+                let viewed: Vec<(u64, u64)> = (0..25)
+                    .map(|v| (v + 1, (i as u64 * 7919 + v * 104_729) % 100_000 + 1))
+                    .collect();
+                pipe.zadd_multiple(keys.viewed_by(&token), &viewed).ignore();
+            }
+            if parts.contains(&Part::Cart) {
+                let cart: Vec<(u64, u32)> = (0..3)
+                    .map(|c| ((i as u64 * 31 + c * 997) % 100_000 + 1, 1 + c as u32))
+                    .collect();
+                pipe.hset_multiple(keys.cart(&token), &cart).ignore();
+            }
+        }
+        pipe.exec_async(raw).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (used_memory(raw).await - before) as f64 / MEMORY_SESSIONS as f64
+}
+
 async fn memory() {
     println!("== 3. memory");
     let server = TestRedis::start();
     let mut raw = server.conn().await;
     let keys = Keys::default();
-    let before = used_memory(&mut raw).await;
-    for chunk in (0..MEMORY_SESSIONS).collect::<Vec<_>>().chunks(500) {
-        let mut pipe = redis::pipe();
-        for &i in chunk {
-            let token = SessionToken::generate();
-            let viewed: Vec<(f64, u64)> = (0..25)
-                .map(|v| {
-                    (
-                        1.7e9 + v as f64 * 0.37,
-                        (i as u64 * 7919 + v * 104_729) % 100_000 + 1,
-                    )
-                })
-                .collect();
-            let cart: Vec<(u64, u32)> = (0..3)
-                .map(|c| ((i as u64 * 31 + c * 997) % 100_000 + 1, 1 + c as u32))
-                .collect();
-            pipe.hset(keys.login_of(&token), token.expose(), i + 1)
-                .ignore()
-                .zadd(keys.recent_of(&token), token.expose(), 1.7e9 + i as f64)
-                .ignore()
-                .zadd_multiple(keys.viewed_by(&token), &viewed)
-                .ignore()
-                .hset_multiple(keys.cart(&token), &cart)
-                .ignore();
-        }
-        pipe.exec_async(&mut raw).await.unwrap();
+
+    // The bench writes the structures directly (100,000 sessions through `touch`
+    // would take a minute); first check that they are what the shop writes: one
+    // session's 25 views through `touch` and 3 lines through `Carts::set`.
+    let shop = shop_cache::connect(&server.url()).await.unwrap();
+    let sessions = Sessions::new(shop.clone(), keys.clone());
+    let carts = shop_cache::cart::Carts::new(shop, keys.clone(), 99);
+    let token = SessionToken::generate();
+    let user = UserId::new(7).unwrap();
+    for v in 0..25u64 {
+        let item = ItemId::new((v * 104_729) % 100_000 + 1).unwrap();
+        sessions
+            .touch(&token, Some(user), Some(item))
+            .await
+            .unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let after = used_memory(&mut raw).await;
-    println!(
-        "   {MEMORY_SESSIONS} sessions, 25 viewed items and 3 cart lines each: {:.0} bytes of Redis per session",
-        (after - before) as f64 / MEMORY_SESSIONS as f64
+    for c in 0..3u64 {
+        let item = ItemId::new((c * 997) % 100_000 + 1).unwrap();
+        carts.set(&token, item, 1 + c as i64).await.unwrap();
+    }
+    let scores: Vec<(u64, f64)> = raw
+        .zrange_withscores(keys.viewed_by(&token), 0, -1)
+        .await
+        .unwrap();
+    let expected: Vec<f64> = (1..=25).map(|s| s as f64).collect();
+    assert_eq!(
+        scores.iter().map(|(_, s)| *s).collect::<Vec<_>>(),
+        expected,
+        "touch no longer numbers a session's views 1, 2, 3...: update this bench"
     );
+    let cart_len: u64 = raw.hlen(keys.cart(&token)).await.unwrap();
+    assert_eq!(cart_len, 3);
+
+    use Part::*;
+    let whole = bytes_per_session(&mut raw, &keys, &[Login, Recent, Viewed, Cart]).await;
+    println!(
+        "   {MEMORY_SESSIONS} sessions, 25 viewed items and 3 cart lines each: {whole:.0} bytes of Redis per session"
+    );
+    for (name, part) in [
+        ("login: (token -> user)", Login),
+        ("recent: (token -> last seen)", Recent),
+        ("viewed:<token> (25 items)", Viewed),
+        ("cart:<token> (3 lines)", Cart),
+    ] {
+        let bytes = bytes_per_session(&mut raw, &keys, &[part]).await;
+        println!("     of which {name:<30} {bytes:>6.0} bytes");
+    }
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
 
     let page = include_bytes!("fixtures/item_page.html");
     let stored = StoredPage::new(

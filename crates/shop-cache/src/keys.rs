@@ -275,15 +275,6 @@ impl Keys {
         &self.0.item_views
     }
 
-    /// True when item views are counted in `viewed:` by each process in batches
-    /// rather than by the touch script itself: in the cluster layout, where
-    /// `viewed:` is one key on one node and a command per page view would make that
-    /// node the busiest of the cluster. In the book layout the touch script counts
-    /// the view in the same call (no extra round trip; one node takes it all anyway).
-    pub fn batches_views(&self) -> bool {
-        matches!(self.0.layout, Layout::Cluster { .. })
-    }
-
     /// HyperLogLog: the distinct sessions that viewed the item in one insights
     /// window (`window` counts windows since the Unix epoch; the key expires).
     pub fn viewers(&self, item: ItemId, window: u64) -> String {
@@ -481,7 +472,6 @@ mod tests {
         assert_eq!(k.schedule(), "schedule:");
         assert_eq!(k.delay(), "delay:");
         assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
-        assert!(!k.batches_views());
     }
 
     fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {

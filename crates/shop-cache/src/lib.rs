@@ -33,9 +33,9 @@ pub mod session;
 pub mod session_cleaner;
 
 mod clock;
-mod connection;
+pub mod connection;
 
-pub use connection::{RedisConn, connect, connect_cluster, connect_with};
+pub use connection::{RedisConn, connect, connect_cluster, connect_pooled, connect_with};
 pub use error::CacheError;
 /// The identifiers shared with the SQL layer.
 pub use shop_domain as domain;

@@ -4,22 +4,26 @@
 //! each item's distinct viewers (`viewers:<item>`, for [`crate::insights`]).
 //!
 //! [`Sessions::touch`] is called on every request and costs one round trip: a Lua
-//! script, not a pipeline. Measured with `cargo bench -p shop-cache --bench session`
-//! (50 concurrent callers, an item view by a logged-in session, 2026-11-21, see
-//! BENCHMARKS.md): the script 31k touches/s, the book's five commands as one
-//! pipeline 57k/s, one command per round trip 30k/s. The pipeline is faster because
-//! it does less: the script also refuses tokens the shop never issued (a check and a
-//! write that must be atomic, so no client can choose its token), stamps views with
-//! the server's clock in strict order, counts the item's distinct viewers for the
-//! insights, and returns the session's user, which saves a second round trip per
-//! request. None of that can be done in a plain pipeline, so the script stays; making
-//! it cheaper is the open performance item.
+//! script, not a pipeline, because it does what a pipeline cannot: it refuses tokens
+//! the shop never issued (a check and a write that must be atomic, so no client can
+//! choose its token), orders the session's views, and returns the session's user,
+//! which saves a second round trip per request.
 //!
-//! On a cluster (the cluster layout) the script touches only the session's shard;
-//! the item's global view count and its viewers are counted in this process and
-//! written every [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] (see its docs for
-//! what a crash can lose). A login moves the session to a new token in the same
-//! shard, so it stays one script.
+//! Its cost was measured and cut (`cargo bench -p shop-cache --bench throughput`,
+//! which prints Redis's and the client's CPU per call; BENCHMARKS.md, 2026-11-23):
+//! - the item's global count and distinct viewers are not written per view but
+//!   counted in this process and written every [`VIEW_FLUSH_EVERY`] by
+//!   [`ViewFlusher`], one `ZINCRBY` and one `PFADD` per item per flush (see its docs
+//!   for what a crash can lose). On a cluster this also keeps `viewed:`, one key on
+//!   one node, from taking a command per page view;
+//! - the script makes only the calls it needs (see `lua/touch.lua`);
+//! - a view's score in `viewed:<token>` is a small sequence number, not a float
+//!   time, which Redis stores in a byte or two: 282 bytes of history per session
+//!   instead of 730. The order is the same, so the book's code still reads it.
+//!
+//! On a cluster (the cluster layout) the script touches only the session's shard.
+//! A login moves the session to a new token in the same shard, so it stays one
+//! script.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -115,21 +119,15 @@ impl Sessions {
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
             .key(self.keys.viewed_by_member(shard, token.expose()));
-        let batched = self.keys.batches_views();
-        if let (Some(item), false) = (item, batched) {
-            call.key(self.keys.item_views())
-                .key(self.keys.viewers(item, crate::insights::current_window()));
-        }
         let (known, user): (i64, Option<String>) = call
             .arg(token.expose())
             .arg(opt(user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))
             .arg(HISTORY_LEN)
             .arg(if must_exist { "1" } else { "0" })
-            .arg(crate::insights::WINDOW_TTL.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        if let (Some(item), true, 1) = (item, batched, known) {
+        if let (Some(item), 1) = (item, known) {
             self.views.add(item, token);
         }
         if known == 0 {
@@ -300,8 +298,8 @@ impl Sessions {
         Ok(sizes.iter().sum())
     }
 
-    /// Writes the item views counted since the last flush (cluster layout; see
-    /// [`Keys::batches_views`]): each item's count into `viewed:` and its viewers
+    /// Writes the item views counted since the last flush: each item's count into
+    /// `viewed:` and its viewers
     /// into `viewers:<item>:<window>`. Returns how many views it wrote. Called every
     /// [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] and once more at shutdown.
     pub async fn flush_views(&self) -> Result<u64, CacheError> {

@@ -6,9 +6,10 @@
 //! REDIS_URL=redis://127.0.0.1:6379 BIND=127.0.0.1:3000 cargo run -p shop-web --example mini_shop
 //! ```
 //!
-//! `GET /products/{id}` is a product page: its views are counted in Redis by the
-//! session layer, and once a product ranks among the 10,000 most viewed its page
-//! is served from Redis (`X-Cache: HIT`). `GET /me` says which session asked.
+//! `GET /products/{id}` is a product page: its views are counted by the session
+//! layer and written to Redis every tenth of a second by the `ViewFlusher` daemon,
+//! and once a product ranks among the 10,000 most viewed its page is served from
+//! Redis (`X-Cache: HIT`). `GET /me` says which session asked.
 
 use axum::Router;
 use axum::extract::{Extension, Path};
@@ -17,7 +18,7 @@ use axum::routing::get;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
-use shop_cache::session::Sessions;
+use shop_cache::session::{Sessions, ViewFlusher};
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use shop_web::session::{Session, SessionLayer, track};
 
@@ -45,9 +46,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Keys under their own prefix, so this app can share a Redis with others.
     let keys = Keys::with_prefix("mini:");
 
+    let store = Sessions::new(conn.clone(), keys.clone());
+    // Writes the views the session layer counts (a serious app stops it on shutdown
+    // with the token, and its last step writes what is left).
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(shop_cache::daemon::run(ViewFlusher::new(store.clone()), shutdown));
     let sessions = SessionLayer {
         item_of: product_path,
-        ..SessionLayer::new(Sessions::new(conn.clone(), keys.clone()), false)
+        ..SessionLayer::new(store, false)
     };
     let pages = PageStore::new(conn, keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT);
     let cache = PageCacheLayer::new(

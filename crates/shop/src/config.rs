@@ -10,7 +10,7 @@ use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache;
-use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, MAX_BATCH};
+use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, MAX_BATCH};
 use shop_db::flash::DEFAULT_PER_USER_LIMIT;
 use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 
@@ -438,6 +438,15 @@ pub struct WorkerArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)),
     )]
     pub cleaner_batch: u32,
+    /// Percent of the time the cleaner may spend in its steps while it has work (it
+    /// pauses between steps in proportion to how long they took; 100: no pauses).
+    #[arg(
+        long,
+        env = "SHOP_CLEANER_DUTY",
+        default_value_t = (DEFAULT_DUTY * 100.0) as u8,
+        value_parser = clap::value_parser!(u8).range(1..=100),
+    )]
+    pub cleaner_duty: u8,
     /// Seconds between view rescales (trim `viewed:` and halve every count).
     #[arg(
         long,

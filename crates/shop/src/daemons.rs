@@ -48,7 +48,8 @@ pub fn spawn_daemons(
         keys.clone(),
         workers.session_cap,
         workers.cleaner_batch,
-    )?;
+    )?
+    .with_duty(f64::from(workers.cleaner_duty) / 100.0)?;
     let rescaler = Rescaler::new(
         conn.clone(),
         keys.clone(),

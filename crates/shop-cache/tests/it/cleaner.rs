@@ -229,7 +229,7 @@ async fn a_step_removes_at_most_a_batch(fx: Fixture) {
 async fn batch_must_be_in_range(fx: Fixture) {
     assert!(matches!(
         SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 10, 0),
-        Err(BadBatch(0))
+        Err(BadBatch::Batch(0))
     ));
     assert!(SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 10, 2_001).is_err());
 }

@@ -64,11 +64,14 @@ async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
     sessions.touch(&b, None, Some(item(7))).await.unwrap();
     sessions.touch(&b, None, Some(item(8))).await.unwrap();
 
-    // Counted in the touch script (book layout) or batched per process (cluster).
-    let flushed = sessions.flush_views().await.unwrap();
-    assert_eq!(flushed, if fx.keys.batches_views() { 5 } else { 0 });
-    assert_eq!(sessions.pending_views(), 0);
+    // Batched in this process until flushed, in both layouts.
     let mut raw = fx.raw().await;
+    let before: Option<f64> = raw.zscore(fx.keys.item_views(), "7").await.unwrap();
+    assert_eq!(before, None, "not written before the flush");
+    assert_eq!(sessions.pending_views(), 5);
+    let flushed = sessions.flush_views().await.unwrap();
+    assert_eq!(flushed, 5);
+    assert_eq!(sessions.pending_views(), 0);
     let views = fx.keys.item_views();
     let seven: f64 = raw.zscore(views, "7").await.unwrap();
     let eight: f64 = raw.zscore(views, "8").await.unwrap();
@@ -99,22 +102,26 @@ async fn the_26th_view_drops_the_oldest(fx: Fixture) {
 async fn views_in_the_same_second_keep_the_right_25(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
-    // 40 views fired back to back land within one second (often within the same
-    // microsecond on the server clock for pipelined calls): the order must hold.
+    // 40 views back to back land within one second: the order must hold (the scores
+    // are sequence numbers, not times, so equal or backward clocks cannot reorder).
     let order = [
         5, 3, 9, 1, 7, 2, 8, 4, 6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
         26, 27, 28, 29, 30, 3, 5, 31, 32, 33, 34, 35, 36, 37, 9,
     ];
-    // The script is loaded first: calls that all meet NOSCRIPT would each load it
-    // and run again, in whatever order their loads finish.
-    sessions.touch(&t, None, None).await.unwrap();
-    let calls: Vec<_> = order
-        .iter()
-        .map(|&n| sessions.touch(&t, None, Some(item(n))))
-        .collect();
-    // Sent without waiting for each answer: one multiplexed connection keeps order.
-    for result in futures::future::join_all(calls).await {
-        result.unwrap();
+    for &n in &order {
+        sessions.touch(&t, None, Some(item(n))).await.unwrap();
+    }
+    let scores: Vec<(u64, f64)> = fx
+        .raw()
+        .await
+        .zrange_withscores(fx.keys.viewed_by(&t), 0, -1)
+        .await
+        .unwrap();
+    // Each kept item is scored by the number of its latest view (1 = the first).
+    assert_eq!(scores.len(), 25);
+    for (item, score) in &scores {
+        let latest = order.iter().rposition(|n| n == item).unwrap();
+        assert_eq!(*score, (latest + 1) as f64, "item {item}");
     }
     // The expected history: the last 25 distinct items by their latest view.
     let mut expected: Vec<u64> = Vec::new();
@@ -341,8 +348,7 @@ async fn a_flush_given_up_on_mid_write_loses_no_view(fx: Fixture) {
     // Polled once and dropped in flight, as the daemon loop drops a step at shutdown.
     use futures::FutureExt;
     let dropped = sessions.flush_views().now_or_never();
-    // (Nothing to write in the book layout: the touch counted the views.)
-    assert_eq!(dropped.is_none(), fx.keys.batches_views(), "still writing");
+    assert!(dropped.is_none(), "still writing");
     sessions.flush_views().await.unwrap();
     assert_eq!(sessions.pending_views(), 0);
     let six: f64 = fx
@@ -418,7 +424,7 @@ async fn a_step_dropped_at_shutdown_counts_its_views_once(fx: Fixture) {
             .unwrap();
     }
     let dropped = tokio::time::timeout(std::time::Duration::from_millis(100), flusher.tick()).await;
-    assert_eq!(dropped.is_err(), fx.keys.batches_views(), "the write waited");
+    assert!(dropped.is_err(), "the write waited");
     flusher.finish().await;
     assert_eq!(sessions.pending_views(), 0);
     let seven: f64 = fx
@@ -440,6 +446,7 @@ async fn prefixed_keys_stay_in_their_namespace() {
         .touch(&t, Some(UserId::new(1).unwrap()), Some(item(2)))
         .await
         .unwrap();
+    sessions.flush_views().await.unwrap();
     let keys = crate::all_keys(&server).await;
     assert_eq!(
         keys.len(),

@@ -49,6 +49,7 @@ async fn the_figures_and_plots_follow_the_traffic() {
     for n in [5, 5, 5, 6] {
         app.get(&format!("/items/{n}"), None).await;
     }
+    app.flush_views().await;
     sampler.step();
     app.get("/items/5", None).await;
     sampler.step();

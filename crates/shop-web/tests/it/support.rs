@@ -139,6 +139,12 @@ impl App {
         json(self.get("/api/me", Some(cookie)).await).await
     }
 
+    /// Writes the item views counted so far (the view flusher's step), as a
+    /// serving process does every tenth of a second.
+    pub async fn flush_views(&self) {
+        self.state.sessions.flush_views().await.unwrap();
+    }
+
     /// A new visitor's cookie, as the shop issues it.
     pub async fn visitor(&self) -> String {
         let resp = self.get("/", None).await;

@@ -100,7 +100,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         metrics.register_cleaner(counters.removed);
         metrics.register_reconciler(counters.reconciled);
     }
-    // Every serving process writes the views it counted (cluster layout), workers
+    // Every serving process writes the views it counted, workers
     // or not; stopped only after the last request is answered, so its final flush
     // loses none.
     let flush_stop = CancellationToken::new();
