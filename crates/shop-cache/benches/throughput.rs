@@ -4,7 +4,7 @@
 //! 1. the Redis ceiling: the book's five `update_token` commands as a plain pipeline
 //!    over 50 connections straight through redis-rs, against the shop's `touch` from
 //!    50 concurrent callers sharing one shop handle, with one connection and with
-//!    the default pool ([`shop_cache::connection::DEFAULT_POOL`]); their ratios;
+//!    a pool of 4 connections (`--redis-pool 4`); their ratios;
 //! 2. the session cleaner: sessions removed per second, the shop's atomic script
 //!    (batch 100 and 1,000) against the book's five-command rounds;
 //! 3. memory: Redis bytes per session (25 viewed items, 3 cart lines) over 100,000
@@ -138,11 +138,13 @@ async fn ceiling() {
             .unwrap(),
         keys.clone(),
     );
+    let pool = 4;
     let pooled = Sessions::new(
-        shop_cache::connect(&server.url()).await.unwrap(),
+        shop_cache::connect_pooled(&server.url(), config(), pool)
+            .await
+            .unwrap(),
         keys.clone(),
     );
-    let pool = shop_cache::connection::DEFAULT_POOL;
     let mut probe = server.conn().await;
 
     println!(

@@ -103,17 +103,22 @@ enum Inner {
 }
 
 /// How many connections a handle to one node keeps by default (see [`NodePool`]).
-pub const DEFAULT_POOL: usize = 4;
+pub const DEFAULT_POOL: usize = 1;
 
 /// A few multiplexed connections to one node, used in turn.
 ///
-/// Why more than one: a multiplexed connection has one task that writes every
-/// caller's commands and one that reads every answer, so under load the callers
-/// queue behind that pair. `bench throughput` (50 concurrent callers, session
-/// touch, 2026-11-23) measured one connection at 0.6x of the book's pipeline over
-/// 50 connections; see BENCHMARKS.md for what a pool of [`DEFAULT_POOL`] measured.
-/// Commands of one caller stay in order (a caller awaits each answer before the
-/// next command); commands of different callers were never ordered.
+/// Why more than one could help: a multiplexed connection has one task that writes
+/// every caller's commands and one that reads every answer, so under load the
+/// callers queue behind that pair. Why the default is one: measured, that pair was
+/// not the limit. `bench throughput` (session touch from 50 concurrent callers,
+/// 2026-11-23) found a pool of 4 no faster than one connection (Redis's CPU was the
+/// limit), and `scripts/bench-views` found it slower over HTTP: a profile of
+/// `shop serve` spent a fifth of its CPU writing to Redis, one `writev` per flush,
+/// and one connection coalesces more commands into each flush than four. A pool
+/// (`--redis-pool`) is for a Redis on another machine, where the round trip, not
+/// the CPU, is the limit. Commands of one caller stay in order (a caller awaits
+/// each answer before the next command); commands of different callers were never
+/// ordered.
 struct NodePool {
     conns: Vec<ConnectionManager>,
     next: std::sync::atomic::AtomicUsize,

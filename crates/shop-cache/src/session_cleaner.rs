@@ -16,13 +16,15 @@
 //! behind it; at full speed (a backlog of millions, steps back to back) the cleaner
 //! took most of Redis and both cores, and the cached item view's p99 rose from 3.0
 //! to 9.9 ms at 3,000 views/s (BENCHMARKS.md, 2026-11-21). So the daemon loop
-//! ([`Daemon::tick`]) paces itself by the time its own steps take, which is the
-//! Redis time it costs plus its queueing behind everybody else's commands:
-//! - after a step that took `t`, it pauses `t * (1 - duty) / duty`, so it spends at
-//!   most the `duty` share of the time cleaning (default [`DEFAULT_DUTY`]);
-//! - a step slower than [`STEP_BUDGET`] (Redis is busy) halves the next batch, down
-//!   to [`MIN_BATCH`]; a step under a quarter of it doubles it back, up to the
-//!   configured batch. Under load Redis is blocked in shorter pieces.
+//! ([`Daemon::tick`]) paces itself by what its own steps cost:
+//! - the script reports how long it ran (Redis's clock, before and after): a step
+//!   whose scripts blocked Redis longer than [`BLOCK_BUDGET`] halves the next batch,
+//!   down to [`MIN_BATCH`]; one under half of it doubles the batch back, up to the
+//!   configured one. A request never waits behind more than about that budget;
+//! - after a step that took `t` from start to answer (Redis time, round trips, and
+//!   queueing behind everybody else's commands, which grows with load), it pauses
+//!   `t * (1 - duty) / duty`, so it spends at most the `duty` share of the time
+//!   cleaning (default [`DEFAULT_DUTY`]), and less of Redis the busier Redis is.
 //!
 //! [`SessionCleaner::step`] itself is unpaced, at the configured batch: tests and
 //! `bench throughput` call it directly to measure the raw speed.
@@ -53,8 +55,9 @@ pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
 /// so this still removes about 15,000 sessions a second, far above the rate at which
 /// sessions are created (5 million users a day).
 pub const DEFAULT_DUTY: f64 = 0.1;
-/// A step slower than this halves the next batch (see the module docs).
-pub const STEP_BUDGET: Duration = Duration::from_millis(1);
+/// A step whose scripts blocked Redis longer than this halves the next batch (see
+/// the module docs).
+pub const BLOCK_BUDGET: Duration = Duration::from_micros(500);
 /// The smallest batch pacing shrinks to.
 pub const MIN_BATCH: u32 = 10;
 
@@ -89,11 +92,13 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// The pause after a step of `took` that removed sessions; adapts the batch.
-    pub fn after(&mut self, took: Duration) -> Duration {
-        if took > STEP_BUDGET {
+    /// The pause after a step that removed sessions, took `took` from start to
+    /// answer and blocked Redis for `blocked` (its scripts' run time); adapts the
+    /// batch.
+    pub fn after(&mut self, took: Duration, blocked: Duration) -> Duration {
+        if blocked > BLOCK_BUDGET {
             self.batch = (self.batch / 2).max(MIN_BATCH.min(self.most));
-        } else if took < STEP_BUDGET / 4 {
+        } else if blocked < BLOCK_BUDGET / 2 {
             self.batch = self.batch.saturating_mul(2).min(self.most);
         }
         if self.duty >= 1.0 {
@@ -159,28 +164,40 @@ impl SessionCleaner {
     /// Removes up to `batch` of the oldest sessions of each shard that holds more
     /// than its share of `cap`.
     pub async fn step(&self) -> Result<CleanerStep, CacheError> {
-        self.step_of(self.batch).await
+        Ok(self.step_of(self.batch).await?.0)
     }
 
-    async fn step_of(&self, batch: u32) -> Result<CleanerStep, CacheError> {
+    /// A step at `batch`, with how long its scripts blocked Redis.
+    async fn step_of(&self, batch: u32) -> Result<(CleanerStep, Duration), CacheError> {
         let shards = self.keys.shards();
         // Rounded up, so S shards never hold less than the cap between them.
         let shard_cap = self.cap.div_ceil(shards.len() as u64);
         let mut removed = 0;
+        let mut blocked = Duration::ZERO;
         for shard in shards {
-            removed += self.clean_shard(shard, shard_cap, batch).await?;
+            let (n, took) = self.clean_shard(shard, shard_cap, batch).await?;
+            removed += n;
+            blocked += took;
         }
         self.removed.fetch_add(removed, Ordering::Relaxed);
-        Ok(if removed == 0 {
+        let step = if removed == 0 {
             CleanerStep::Idle
         } else {
             CleanerStep::Cleaned(removed)
-        })
+        };
+        Ok((step, blocked))
     }
 }
 
 impl SessionCleaner {
-    async fn clean_shard(&self, shard: Shard, cap: u64, batch: u32) -> Result<u64, CacheError> {
+    /// Removes a shard's excess (up to `batch`); returns how many went and how long
+    /// the script ran.
+    async fn clean_shard(
+        &self,
+        shard: Shard,
+        cap: u64,
+        batch: u32,
+    ) -> Result<(u64, Duration), CacheError> {
         let mut conn = self.conn.clone();
         let recent = self.keys.recent_in(shard);
         let (size, oldest): (u64, Vec<(String, String)>) = redis::pipe()
@@ -194,7 +211,7 @@ impl SessionCleaner {
             .await?;
         let excess = size.saturating_sub(cap) as usize;
         if excess == 0 {
-            return Ok(0);
+            return Ok((0, Duration::ZERO));
         }
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
         call.key(recent).key(self.keys.login_in(shard)).arg(cap);
@@ -204,7 +221,8 @@ impl SessionCleaner {
                 .arg(member)
                 .arg(seen);
         }
-        Ok(call.invoke_async(&mut conn).await?)
+        let (removed, micros): (u64, u64) = call.invoke_async(&mut conn).await?;
+        Ok((removed, Duration::from_micros(micros)))
     }
 }
 
@@ -213,11 +231,13 @@ impl Daemon for SessionCleaner {
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         let started = Instant::now();
-        Ok(match self.step_of(self.pace.batch).await? {
+        let (step, blocked) = self.step_of(self.pace.batch).await?;
+        Ok(match step {
             CleanerStep::Cleaned(n) => {
-                let pause = self.pace.after(started.elapsed());
+                let pause = self.pace.after(started.elapsed(), blocked);
                 tracing::debug!(
                     removed = n,
+                    ?blocked,
                     next_batch = self.pace.batch,
                     ?pause,
                     "cleaned sessions"
@@ -244,26 +264,28 @@ mod tests {
     #[test]
     fn the_pause_keeps_steps_to_the_duty_share() {
         let mut p = pace(0.1, 100);
-        let pause = p.after(Duration::from_micros(500));
+        let pause = p.after(Duration::from_micros(500), Duration::from_micros(100));
         assert_eq!(pause, Duration::from_micros(4_500));
         let mut full = pace(1.0, 100);
-        assert_eq!(full.after(Duration::from_micros(500)), Duration::ZERO);
+        let pause = full.after(Duration::from_micros(500), Duration::from_micros(100));
+        assert_eq!(pause, Duration::ZERO);
     }
 
     #[test]
     fn slow_steps_shrink_the_batch_and_fast_ones_grow_it_back() {
         let mut p = pace(0.5, 100);
-        let slow = STEP_BUDGET * 3;
-        p.after(slow);
+        let took = Duration::from_millis(5);
+        let long = BLOCK_BUDGET * 3;
+        p.after(took, long);
         assert_eq!(p.batch(), 50);
         for _ in 0..10 {
-            p.after(slow);
+            p.after(took, long);
         }
         assert_eq!(p.batch(), MIN_BATCH, "never below the floor");
-        p.after(STEP_BUDGET / 2);
+        p.after(took, BLOCK_BUDGET * 3 / 4);
         assert_eq!(p.batch(), MIN_BATCH, "a step within budget keeps the batch");
         for _ in 0..10 {
-            p.after(STEP_BUDGET / 10);
+            p.after(took, BLOCK_BUDGET / 10);
         }
         assert_eq!(p.batch(), 100, "never above the configured batch");
     }
@@ -271,7 +293,7 @@ mod tests {
     #[test]
     fn a_batch_under_the_floor_is_kept() {
         let mut p = pace(0.5, 3);
-        p.after(STEP_BUDGET * 2);
+        p.after(BLOCK_BUDGET * 2, BLOCK_BUDGET * 2);
         assert_eq!(p.batch(), 3);
     }
 }

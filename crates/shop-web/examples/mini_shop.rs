@@ -50,7 +50,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Writes the views the session layer counts (a serious app stops it on shutdown
     // with the token, and its last step writes what is left).
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(shop_cache::daemon::run(ViewFlusher::new(store.clone()), shutdown));
+    tokio::spawn(shop_cache::daemon::run(
+        ViewFlusher::new(store.clone()),
+        shutdown,
+    ));
     let sessions = SessionLayer {
         item_of: product_path,
         ..SessionLayer::new(store, false)

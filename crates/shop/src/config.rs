@@ -402,6 +402,14 @@ pub struct RedisArgs {
     /// Namespace put before every key, so several shops can share one Redis.
     #[arg(long, env = "SHOP_KEY_PREFIX", default_value = "")]
     pub key_prefix: String,
+    /// Connections to one Redis node, used in turn (not for a cluster).
+    #[arg(
+        long,
+        env = "SHOP_REDIS_POOL",
+        default_value_t = shop_cache::connection::DEFAULT_POOL as u8,
+        value_parser = clap::value_parser!(u8).range(1..=64),
+    )]
+    pub redis_pool: u8,
 }
 
 /// One cluster node, `host:port` (or a `redis://` URL).
@@ -639,6 +647,16 @@ mod tests {
                 "--cleaner-batch",
             ),
             (vec!["shop", "work", "--session-cap=-1"], "--session-cap"),
+            (
+                vec!["shop", "work", "--cleaner-duty", "0"],
+                "--cleaner-duty",
+            ),
+            (
+                vec!["shop", "work", "--cleaner-duty", "101"],
+                "--cleaner-duty",
+            ),
+            (vec!["shop", "serve", "--redis-pool", "0"], "--redis-pool"),
+            (vec!["shop", "serve", "--redis-pool", "65"], "--redis-pool"),
             (vec!["shop", "serve", "--bind", "nowhere"], "--bind"),
             (vec!["shop", "seed", "--items", "0"], "--items"),
             (vec!["shop", "rows", "schedule", "abc", "1"], "<ID>"),

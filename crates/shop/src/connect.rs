@@ -27,13 +27,17 @@ pub async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(R
             })?;
         return Ok((conn, redis.keys()));
     }
-    let conn = shop_cache::connect(url).await.with_context(|| {
-        format!(
-            "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
+    let config = shop_cache::connection::default_config();
+    let pool = usize::from(redis.redis_pool);
+    let conn = shop_cache::connect_pooled(url, config, pool)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach Redis at {}; start one (Debian: `apt-get install redis-server`) \
              or set REDIS_URL",
-            redact_url(url)
-        )
-    })?;
+                redact_url(url)
+            )
+        })?;
     Ok((conn, redis.keys()))
 }
 

@@ -8,14 +8,20 @@
 -- KEYS[1] recent: (the shard)   KEYS[2] login: (the shard)
 -- KEYS[2 + 2i - 1] viewed:<token i>   KEYS[2 + 2i] cart:<token i>
 -- ARGV[1] the shard's cap   ARGV[2i] token i   ARGV[2i + 1] its last-seen time when picked
--- Returns how many sessions were removed.
+-- Returns {how many sessions were removed, microseconds the script ran}: the
+-- cleaner sizes its batches by the time it blocks Redis (see session_cleaner.rs).
+local t0 = redis.call('TIME')
+local function took()
+  local t = redis.call('TIME')
+  return (tonumber(t[1]) - tonumber(t0[1])) * 1000000 + tonumber(t[2]) - tonumber(t0[2])
+end
 local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
 if excess <= 0 then
-  return 0
+  return {0, took()}
 end
 local n = (#ARGV - 1) / 2
 if n < 1 then
-  return 0
+  return {0, took()}
 end
 local tokens = {}
 for i = 1, n do
@@ -36,9 +42,9 @@ for i = 1, n do
   end
 end
 if #gone == 0 then
-  return 0
+  return {0, took()}
 end
 redis.call('ZREM', KEYS[1], unpack(gone))
 redis.call('HDEL', KEYS[2], unpack(gone))
 redis.call('DEL', unpack(owned))
-return #gone
+return {#gone, took()}
