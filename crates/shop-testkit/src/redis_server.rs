@@ -1,16 +1,15 @@
-//! A private `redis-server` process per test (after redis-rs's `RedisServer`).
+//! A private `redis-server` process per test (after redis-rs's `RedisServer`),
+//! started by the same launcher as the shop's managed Redis
+//! ([`shop_redis_server::Launch`]).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Child;
 
+use shop_redis_server::Launch;
 use tempfile::TempDir;
 
 /// The environment variable naming the `redis-server` binary (default: from `PATH`).
-pub const BIN_ENV: &str = "SHOP_REDIS_SERVER";
-
-/// How long a server may take to answer its first `PING`.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+pub use shop_redis_server::BIN_ENV;
 
 /// A `redis-server` child process owned by one test.
 ///
@@ -19,6 +18,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Dropping it kills the process and removes the directory.
 pub struct TestRedis {
     child: Option<Child>,
+    launch: Launch,
     dir: TempDir,
 }
 
@@ -30,19 +30,24 @@ impl TestRedis {
             .prefix("shop-redis-")
             .tempdir()
             .expect("create a temporary directory for redis-server");
-        let mut server = Self { child: None, dir };
+        let launch = Launch::new(dir.path(), "r.sock", "");
+        let mut server = Self {
+            child: None,
+            launch,
+            dir,
+        };
         server.spawn();
         server
     }
 
     /// The URL to give a Redis client: `unix://<tempdir>/r.sock`.
     pub fn url(&self) -> String {
-        format!("unix://{}", self.socket().display())
+        self.launch.url()
     }
 
     /// The server's Unix socket.
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("r.sock")
+        self.launch.socket()
     }
 
     /// A client for this server.
@@ -77,67 +82,20 @@ impl TestRedis {
 
     /// What the server has logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
+        self.launch.log()
     }
 
     fn spawn(&mut self) {
-        let bin = server_bin();
-        let child = Command::new(&bin)
-            .args(["--port", "0", "--unixsocket"])
-            .arg(self.socket())
-            .args([
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.log_path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}", cannot_run(&bin, &e)));
-        self.child = Some(child);
-        self.wait_until_ready();
-    }
-
-    fn wait_until_ready(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "redis-server exited at start ({status}); log:\n{}",
-                    self.log()
-                );
-            }
-            if ping(&self.socket()) {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "redis-server did not answer within {START_TIMEOUT:?}; log:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        match self.launch.start() {
+            Ok(child) => self.child = Some(child),
+            Err(error) => panic!("{error}"),
         }
     }
 }
 
 /// The `redis-server` to run: [`BIN_ENV`] if set, else the one on `PATH`.
 pub(crate) fn server_bin() -> String {
-    std::env::var(BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned())
+    shop_redis_server::server_bin()
 }
 
 /// Why a Redis binary could not be started, and how to get one.
@@ -146,19 +104,6 @@ pub(crate) fn cannot_run(bin: &str, e: &std::io::Error) -> String {
         "cannot start `{bin}`: {e}. Install it (Debian: `apt-get install redis-server`, \
          which also has redis-cli) or point {BIN_ENV} at a redis-server binary."
     )
-}
-
-fn ping(socket: &Path) -> bool {
-    if !socket.exists() {
-        return false;
-    }
-    let Ok(client) = redis::Client::open(format!("unix://{}", socket.display())) else {
-        return false;
-    };
-    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
-        return false;
-    };
-    redis::cmd("PING").query::<String>(&mut conn).is_ok()
 }
 
 impl Drop for TestRedis {

@@ -2,88 +2,52 @@
 //! and none answers on the default address: its data and socket under
 //! `./data/redis`, listening on the socket only, stopped when the shop stops.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use tokio::process::{Child, Command};
+use anyhow::Context;
+use shop_redis_server::{Launch, LaunchError};
 
-/// How long the server may take to answer after it is started.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long it may take to save and exit when asked to.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A running private Redis.
+/// A running private Redis, started by the launcher the test kit uses too
+/// ([`shop_redis_server`]). Killed if dropped without [`ManagedRedis::stop`].
 pub struct ManagedRedis {
     child: Child,
-    dir: PathBuf,
+    launch: Launch,
 }
 
 impl ManagedRedis {
-    /// Starts `redis-server` with its files in `dir` (created if missing) and waits
-    /// until it answers. A missing binary is a plain-words error naming the fix.
+    /// Starts `redis-server` with its files in `dir` (created if missing), saving
+    /// its data there, and waits until it answers. A missing binary is a
+    /// plain-words error naming the fix.
     pub async fn start(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
-        let socket = dir.join("redis.sock");
-        let _ = std::fs::remove_file(&socket);
-        let spawned = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(&socket)
-            .args([
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "300 1 60 10000",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--pidfile")
-            .arg(dir.join("redis.pid"))
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-                "no Redis is configured and `redis-server` is not installed, so the shop \
-                 cannot start its own. Install it (Debian/Ubuntu: `sudo apt-get install \
-                 redis-server`; macOS: `brew install redis`) or set REDIS_URL to a running \
-                 Redis, e.g. REDIS_URL=redis://127.0.0.1:6379."
-            ),
-            Err(e) => return Err(e).context("cannot start redis-server"),
-        };
-        let mut redis = Self { child, dir };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = redis.child.try_wait()? {
-                bail!(
-                    "redis-server exited at start ({status}); its log is {}",
-                    redis.dir.join("redis.log").display()
-                );
-            }
-            if ping(&redis.url()).await {
-                return Ok(redis);
-            }
-            if Instant::now() > deadline {
-                bail!("redis-server did not answer within {START_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let launch = Launch::new(&dir, "redis.sock", "300 1 60 10000");
+        let starting = launch.clone();
+        let child = tokio::task::spawn_blocking(move || starting.start())
+            .await
+            .context("the redis-server launcher panicked")?
+            .map_err(|error| match error {
+                LaunchError::NotInstalled { .. } => anyhow::anyhow!(
+                    "no Redis is configured and `redis-server` is not installed, so the \
+                     shop cannot start its own. Install it (Debian/Ubuntu: `sudo apt-get \
+                     install redis-server`; macOS: `brew install redis`) or set REDIS_URL \
+                     to a running Redis, e.g. REDIS_URL=redis://127.0.0.1:6379."
+                ),
+                other => anyhow::Error::new(other),
+            })?;
+        Ok(Self { child, launch })
     }
 
     /// The URL to connect to it.
     pub fn url(&self) -> String {
-        format!("unix://{}", self.dir.join("redis.sock").display())
+        self.launch.url()
     }
 
     /// Asks it to save and exit, and waits; kills it if it does not.
@@ -97,12 +61,26 @@ impl ManagedRedis {
                 .query_async(&mut conn)
                 .await;
         }
-        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
-            Ok(_) => tracing::info!("private redis-server stopped"),
-            Err(_) => {
-                tracing::warn!("private redis-server did not stop; killing it");
-                let _ = self.child.kill().await;
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                tracing::info!("private redis-server stopped");
+                return;
             }
+            if Instant::now() > deadline {
+                tracing::warn!("private redis-server did not stop; killing it");
+                return; // Drop kills it.
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ManagedRedis {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

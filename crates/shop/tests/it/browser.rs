@@ -170,6 +170,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
             .await
             .unwrap();
     }
+    sessions.flush_views().await.unwrap();
     for (shopper, other) in shoppers.iter().zip([4, 4, 5]) {
         let order = [ItemId::new(3).unwrap(), ItemId::new(other).unwrap()];
         insights.record_order(shopper, &order).await.unwrap();
@@ -179,6 +180,18 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
 
     let base = format!("http://{addr}");
     client.goto(&format!("{base}/items/3")).await.unwrap();
+    // The shop writes views every 100 ms: once this browser's view is counted, the
+    // page shown again says so.
+    let item = ItemId::new(3).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while insights.get(item).await.unwrap().viewers < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the view was never counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    client.refresh().await.unwrap();
     let title = text_of(&client, "h1").await;
     assert!(!title.is_empty());
     wait_text(&client, "#cart-count", |t| t == "0").await;

@@ -1,0 +1,213 @@
+//! Starting a private `redis-server`: listening on a Unix socket only (`--port 0`),
+//! its files in one directory, and waiting until it answers `PING`. The one
+//! launcher behind the shop's managed Redis (`shop serve` with no Redis to use,
+//! which keeps its data) and the test kit's `TestRedis` (one throw-away server per
+//! test), so the two cannot drift apart in how a server is started, when it counts
+//! as ready, or what a missing binary says.
+//!
+//! Blocking on purpose: starting is a few milliseconds of waiting, once per process
+//! or per test; an async caller runs it in `spawn_blocking`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The environment variable naming the `redis-server` binary (default: from `PATH`).
+pub const BIN_ENV: &str = "SHOP_REDIS_SERVER";
+
+/// How long a server may take to answer its first `PING`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `redis-server` to run: [`BIN_ENV`] if set, else the one on `PATH`.
+pub fn server_bin() -> String {
+    std::env::var(BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// How to start one server.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The directory for its socket, log, pid file and (if it saves) its data.
+    pub dir: PathBuf,
+    /// The socket's file name in `dir`.
+    pub socket_name: String,
+    /// Redis's `save` setting: `""` saves nothing (tests), `"300 1 60 10000"` keeps
+    /// the data of a long-lived server.
+    pub save: String,
+}
+
+impl Launch {
+    /// A server in `dir` listening on `dir/<socket_name>`, saving as `save` says.
+    pub fn new(dir: &Path, socket_name: &str, save: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            socket_name: socket_name.to_owned(),
+            save: save.to_owned(),
+        }
+    }
+
+    /// The server's Unix socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join(&self.socket_name)
+    }
+
+    /// Its log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// The URL a Redis client connects with.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Starts the server (a stale socket file is removed first) and waits until it
+    /// answers, at most [`START_TIMEOUT`]. On failure the child is killed.
+    pub fn start(&self) -> Result<Child, LaunchError> {
+        let _ = std::fs::remove_file(self.socket());
+        let bin = server_bin();
+        let mut child = Command::new(&bin)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(self.socket())
+            .args(["--unixsocketperm", "700", "--save", &self.save])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--pidfile")
+            .arg(self.dir.join("redis.pid"))
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::NotFound {
+                    LaunchError::NotInstalled { bin: bin.clone() }
+                } else {
+                    LaunchError::Spawn {
+                        bin: bin.clone(),
+                        source,
+                    }
+                }
+            })?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(LaunchError::Exited {
+                    status,
+                    log: self.log(),
+                });
+            }
+            if ping(&self.socket()) {
+                return Ok(child);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LaunchError::Timeout { log: self.log() });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// No such binary.
+    #[error(
+        "`{bin}` is not installed. Install it (Debian/Ubuntu: `sudo apt-get install \
+         redis-server`; macOS: `brew install redis`), point {BIN_ENV} at a redis-server \
+         binary, or set REDIS_URL to a running Redis"
+    )]
+    NotInstalled {
+        /// The binary looked for.
+        bin: String,
+    },
+    /// The binary exists but could not be run.
+    #[error("cannot start `{bin}`: {source}")]
+    Spawn {
+        /// The binary.
+        bin: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It exited before answering.
+    #[error("redis-server exited at start ({status}); its log:\n{log}")]
+    Exited {
+        /// How it exited.
+        status: ExitStatus,
+        /// What it logged.
+        log: String,
+    },
+    /// It did not answer in time.
+    #[error("redis-server did not answer within {START_TIMEOUT:?}; its log:\n{log}")]
+    Timeout {
+        /// What it logged.
+        log: String,
+    },
+}
+
+/// Does a server answer `PING` on `socket` (within a second)?
+pub fn ping(socket: &Path) -> bool {
+    if !socket.exists() {
+        return false;
+    }
+    let Ok(client) = redis::Client::open(format!("unix://{}", socket.display())) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
+        return false;
+    };
+    redis::cmd("PING").query::<String>(&mut conn).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("shop-launch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_started_server_answers_on_its_socket_and_stops_when_killed() {
+        let dir = temp_dir("start");
+        let launch = Launch::new(&dir, "r.sock", "");
+        let mut child = launch.start().unwrap();
+        assert!(ping(&launch.socket()));
+        let mut conn = redis::Client::open(launch.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .query(&mut conn)
+            .unwrap();
+        let v: String = redis::cmd("GET").arg("k").query(&mut conn).unwrap();
+        assert_eq!(v, "v");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!ping(&launch.socket()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_server_that_cannot_start_says_why_with_its_log() {
+        let dir = temp_dir("bad");
+        // A save setting redis-server refuses: it exits at once.
+        let launch = Launch::new(&dir, "r.sock", "not-a-number");
+        let err = launch.start().unwrap_err();
+        assert!(matches!(err, LaunchError::Exited { .. }), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
