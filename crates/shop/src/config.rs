@@ -380,7 +380,7 @@ pub struct RedisArgs {
     /// Redis to use: redis://host:port/db or unix:///path/to/socket
     /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
     #[arg(long, env = "REDIS_URL")]
-    pub redis_url: Option<String>,
+    pub redis_url: Option<SecretUrl>,
     /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
     /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
     #[arg(
@@ -429,7 +429,7 @@ fn parse_seed(s: &str) -> Result<String, String> {
 pub struct DatabaseArgs {
     /// sqlite:PATH (created if missing) or postgres://user@host/db.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite:data/shop.db")]
-    pub database_url: String,
+    pub database_url: SecretUrl,
 }
 
 /// The daemons' settings.
@@ -479,7 +479,9 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 impl RedisArgs {
     /// The configured URL, or the default address.
     pub fn url(&self) -> &str {
-        self.redis_url.as_deref().unwrap_or(DEFAULT_REDIS_URL)
+        self.redis_url
+            .as_ref()
+            .map_or(DEFAULT_REDIS_URL, SecretUrl::expose)
     }
 
     /// True when a cluster is configured.
@@ -599,6 +601,40 @@ fn with_defaults(mut cmd: clap::Command, values: &[(String, String)]) -> clap::C
     cmd
 }
 
+/// A connection URL that may hold a password (`--redis-url`, `--database-url`).
+/// Printed (`Debug`, `Display`) with the password replaced, so a configuration
+/// that is logged or shown in an error never carries it: the type redacts, not
+/// each caller. [`SecretUrl::expose`] gives the real URL, to connect with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// The URL as given, password included. Only for connecting.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for SecretUrl {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretUrl({:?})", redact_url(&self.0))
+    }
+}
+
 /// The URL with any password replaced, for printing and logs.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -637,6 +673,34 @@ mod tests {
         );
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
         assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+    }
+
+    #[test]
+    fn urls_from_the_command_line_print_without_their_password() {
+        let cli = Cli::try_parse_from([
+            "shop",
+            "serve",
+            "--redis-url",
+            "redis://u:hunter2@h:6379",
+            "--database-url",
+            "postgres://shop:s3cret@db/shop",
+        ])
+        .unwrap();
+        let everything = format!("{cli:?}");
+        assert!(!everything.contains("hunter2"), "{everything}");
+        assert!(!everything.contains("s3cret"), "{everything}");
+        assert!(everything.contains("redis://u:***@h:6379"), "{everything}");
+        let Command::Serve(serve) = cli.command else {
+            panic!("serve");
+        };
+        assert_eq!(
+            serve.database.database_url.expose(),
+            "postgres://shop:s3cret@db/shop"
+        );
+        assert_eq!(
+            serve.database.database_url.to_string(),
+            "postgres://shop:***@db/shop"
+        );
     }
 
     #[test]
@@ -695,7 +759,7 @@ mod tests {
         };
         assert_eq!(work.workers.session_cap, 1234, "from the file");
         assert_eq!(work.workers.cleaner_batch, 9, "the flag wins");
-        assert_eq!(work.database.database_url, "sqlite:x.db");
+        assert_eq!(work.database.database_url.expose(), "sqlite:x.db");
 
         std::fs::write(&file, "SHOP_CLEANER_BATCH=0\n").unwrap();
         let err = parse(args(&["shop", "work", "--config", &path]))

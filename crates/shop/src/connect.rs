@@ -43,10 +43,7 @@ pub async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(R
 
 /// Connects to (and migrates) the database as configured.
 pub async fn connect_db(database: &DatabaseArgs) -> anyhow::Result<Db> {
-    Db::connect(&database.database_url).await.with_context(|| {
-        format!(
-            "cannot open the database at {}",
-            redact_url(&database.database_url)
-        )
-    })
+    Db::connect(database.database_url.expose())
+        .await
+        .with_context(|| format!("cannot open the database at {}", database.database_url))
 }

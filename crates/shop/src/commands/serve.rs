@@ -23,7 +23,7 @@ pub const MANAGED_REDIS_DIR: &str = "data/redis";
 /// answers; else (or with `--managed-redis`) a private one it starts.
 async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<ManagedRedis>)> {
     if let Some(url) = &args.redis.redis_url {
-        return Ok((url.clone(), None));
+        return Ok((url.expose().to_owned(), None));
     }
     if args.redis.is_cluster() {
         return Ok((String::new(), None));
