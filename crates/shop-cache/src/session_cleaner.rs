@@ -51,9 +51,9 @@ pub const MAX_BATCH: u32 = 2_000;
 /// The pause when nothing is over the cap, as in the book.
 pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
 /// The default share of time the daemon spends in steps while it has work (see the
-/// module docs): at batch 100 on the project's machine a step takes about 0.6 ms,
-/// so this still removes about 15,000 sessions a second, far above the rate at which
-/// sessions are created (5 million users a day).
+/// module docs). Measured (`scripts/bench-views`, 2026-11-23): 2,000-3,000 sessions
+/// removed a second under 3,000 views/s, dozens of times the average rate at which
+/// 5 million users a day create sessions.
 pub const DEFAULT_DUTY: f64 = 0.1;
 /// A step whose scripts blocked Redis longer than this halves the next batch (see
 /// the module docs).

@@ -18,7 +18,8 @@ use redis::{
 };
 use tempfile::TempDir;
 
-use crate::redis_server::{cannot_run, server_bin};
+use crate::redis_server::cannot_run;
+use shop_redis_server::server_bin;
 
 /// Three primaries and one replica for each.
 const NODES: usize = 6;

@@ -93,11 +93,6 @@ impl TestRedis {
     }
 }
 
-/// The `redis-server` to run: [`BIN_ENV`] if set, else the one on `PATH`.
-pub(crate) fn server_bin() -> String {
-    shop_redis_server::server_bin()
-}
-
 /// Why a Redis binary could not be started, and how to get one.
 pub(crate) fn cannot_run(bin: &str, e: &std::io::Error) -> String {
     format!(

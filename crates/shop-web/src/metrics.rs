@@ -120,6 +120,14 @@ impl Metrics {
         });
     }
 
+    /// Moves the latency samples recorded since the last call into the histograms.
+    /// The recorder keeps each sample until then (8 bytes a request), and only a
+    /// scrape would drain them otherwise: a shop nobody scrapes would grow without
+    /// end. Called every second by [`crate::ops::TrafficSampler`].
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
     fn observe(&self, route: &str, status: u16, seconds: f64) {
         {
             let known = self.handles.read().unwrap_or_else(|e| e.into_inner());
@@ -335,6 +343,22 @@ mod tests {
         assert_eq!(totals.buckets[1], 1, "one within 1 ms");
         assert_eq!(totals.buckets[BUCKETS.len() - 1], 2, "both within 2.5 s");
         assert_eq!(b.totals().requests, 1);
+    }
+
+    #[test]
+    fn upkeep_keeps_every_sample() {
+        let m = Metrics::default();
+        m.observe("/y", 200, 0.0004);
+        m.upkeep();
+        m.observe("/y", 200, 0.0004);
+        m.upkeep();
+        let text = m.render(None, None);
+        assert!(
+            text.contains(
+                "shop_http_request_duration_seconds_bucket{route=\"/y\",status=\"200\",le=\"0.0005\"} 2"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

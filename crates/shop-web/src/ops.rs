@@ -91,8 +91,10 @@ impl TrafficSampler {
     }
 
     /// One sample: the totals now against the last step's (the first step only
-    /// takes the totals).
+    /// takes the totals). Also the metrics recorder's upkeep (see
+    /// [`Metrics::upkeep`]): this is the process's once-a-second metrics daemon.
     pub fn step(&mut self) {
+        self.metrics.upkeep();
         let now = Instant::now();
         let totals = self.metrics.totals();
         if let Some((then, before)) = self.last {
