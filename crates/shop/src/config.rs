@@ -1,11 +1,23 @@
-//! The shop's configuration: compiled-in defaults, overridden by `SHOP_*` (and
-//! `REDIS_URL`, `DATABASE_URL`) environment variables, overridden by flags.
-//! Validated when parsed, so a bad value stops the process at start with a message
-//! naming the setting.
+//! The shop's configuration. The settings of its long-running processes are one
+//! typed struct, [`Settings`], in sections (`server`, `web`, `redis`, `database`,
+//! `workers`), layered: flags beat environment variables (`SHOP_*`, `REDIS_URL`,
+//! `DATABASE_URL`), which beat a TOML settings file (`--config FILE`), which beats
+//! the compiled-in defaults.
+//!
+//! Each setting is declared once, as a field of its section: its flag, variable,
+//! default, range and help text are the field's `clap` attributes, and its key in
+//! the file is the field's name (`serde`). The file is read with `serde` into the
+//! same struct (unknown keys and wrong types are refused, naming the key); its
+//! values then stand in for the compiled-in defaults, and `clap` parses the
+//! command line and the environment over them, so every value, from wherever it
+//! came, passes the same range checks: a bad one stops the process at start with
+//! a message naming the setting. Connection URLs are [`SecretUrl`]s, which never
+//! print their password.
 
 use std::net::SocketAddr;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde::Deserialize;
 use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
 use shop_cache::domain::ItemId;
@@ -18,7 +30,8 @@ use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 #[derive(Debug, Parser)]
 #[command(name = "shop", version, about)]
 pub struct Cli {
-    /// A settings file of KEY=value lines (the environment variable names below).
+    /// A TOML settings file: sections `[server]`, `[web]`, `[redis]`, `[database]`,
+    /// `[workers]`, each key a setting's flag name with `_` for `-`.
     #[arg(long, global = true, env = "SHOP_CONFIG")]
     pub config: Option<std::path::PathBuf>,
     /// What to do.
@@ -110,11 +123,11 @@ pub struct LoadArgs {
     pub sale_item: ItemId,
     /// Flash scenario: the shop's Redis (to log the buyers in).
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub redis: RedisSettings,
     /// Flash scenario: the shop's database (to register the buyers and check the
     /// orders).
     #[command(flatten)]
-    pub database: DatabaseArgs,
+    pub database: DatabaseSettings,
 }
 
 /// `shop load --scenario`.
@@ -141,12 +154,66 @@ pub enum OnlyArg {
 /// `shop serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (port 0 picks a free one).
-    #[arg(long, env = "SHOP_BIND", default_value = "127.0.0.1:8080")]
-    pub bind: SocketAddr,
     /// Serve only; run the daemons in separate `shop work` processes.
     #[arg(long)]
     pub no_workers: bool,
+    /// Everything else `serve` is told.
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// Every setting of the shop's long-running processes (`serve` reads them all,
+/// `work` and the other subcommands the sections they need), layered as the module
+/// says. The settings file has the same shape.
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// The HTTP server.
+    #[command(flatten, next_help_heading = "Server")]
+    pub server: ServerSettings,
+    /// What the web tier allows and caches.
+    #[command(flatten, next_help_heading = "Web")]
+    pub web: WebSettings,
+    /// Where the hot state lives.
+    #[command(flatten, next_help_heading = "Redis")]
+    pub redis: RedisSettings,
+    /// Where the durable state lives.
+    #[command(flatten, next_help_heading = "Database")]
+    pub database: DatabaseSettings,
+    /// The background daemons.
+    #[command(flatten, next_help_heading = "Daemons")]
+    pub workers: WorkerSettings,
+}
+
+/// The HTTP server's settings (`[server]`).
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, env = "SHOP_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Start a private redis-server (under ./data/redis) even if one answers on the
+    /// default address. Without REDIS_URL, one is started anyway when none answers.
+    #[arg(long, env = "SHOP_MANAGED_REDIS")]
+    pub managed_redis: bool,
+    /// Seconds a client has to send a request's head (and an idle keep-alive
+    /// connection stays open) before its connection is closed.
+    #[arg(long, env = "SHOP_HEADER_TIMEOUT",
+          default_value_t = crate::server::DEFAULT_HEADER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub header_timeout: u64,
+    /// Seconds requests in flight may still run after SIGINT/SIGTERM before the
+    /// server closes their connections and exits.
+    #[arg(long, env = "SHOP_SHUTDOWN_GRACE",
+          default_value_t = crate::server::DEFAULT_SHUTDOWN_GRACE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub shutdown_grace: u64,
+}
+
+/// The web tier's settings (`[web]`).
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSettings {
     /// Most units of one sale item a user may buy.
     #[arg(long, env = "SHOP_FLASH_LIMIT", default_value_t = DEFAULT_PER_USER_LIMIT,
           value_parser = clap::value_parser!(i64).range(1..))]
@@ -197,31 +264,6 @@ pub struct ServeArgs {
     /// Mark the session cookie Secure (when the shop is served over HTTPS).
     #[arg(long, env = "SHOP_SECURE_COOKIES")]
     pub secure_cookies: bool,
-    /// Start a private redis-server (under ./data/redis) even if one answers on the
-    /// default address. Without REDIS_URL, one is started anyway when none answers.
-    #[arg(long, env = "SHOP_MANAGED_REDIS")]
-    pub managed_redis: bool,
-    /// Seconds a client has to send a request's head (and an idle keep-alive
-    /// connection stays open) before its connection is closed.
-    #[arg(long, env = "SHOP_HEADER_TIMEOUT",
-          default_value_t = crate::server::DEFAULT_HEADER_TIMEOUT.as_secs(),
-          value_parser = clap::value_parser!(u64).range(1..=3_600))]
-    pub header_timeout: u64,
-    /// Seconds requests in flight may still run after SIGINT/SIGTERM before the
-    /// server closes their connections and exits.
-    #[arg(long, env = "SHOP_SHUTDOWN_GRACE",
-          default_value_t = crate::server::DEFAULT_SHUTDOWN_GRACE.as_secs(),
-          value_parser = clap::value_parser!(u64).range(0..=3_600))]
-    pub shutdown_grace: u64,
-    /// Redis settings.
-    #[command(flatten)]
-    pub redis: RedisArgs,
-    /// Database settings.
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    /// Daemon settings.
-    #[command(flatten)]
-    pub workers: WorkerArgs,
 }
 
 /// `shop work`.
@@ -229,13 +271,13 @@ pub struct ServeArgs {
 pub struct WorkArgs {
     /// Redis settings.
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub redis: RedisSettings,
     /// Database settings.
     #[command(flatten)]
-    pub database: DatabaseArgs,
+    pub database: DatabaseSettings,
     /// Daemon settings.
     #[command(flatten)]
-    pub workers: WorkerArgs,
+    pub workers: WorkerSettings,
 }
 
 /// `shop seed`.
@@ -250,7 +292,7 @@ pub struct SeedArgs {
     pub seed: u64,
     /// Database settings.
     #[command(flatten)]
-    pub database: DatabaseArgs,
+    pub database: DatabaseSettings,
 }
 
 /// `shop rows ...`.
@@ -261,7 +303,7 @@ pub struct RowsArgs {
     pub command: RowsCommand,
     /// Redis settings.
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub redis: RedisSettings,
 }
 
 /// The row-cache subcommands.
@@ -306,7 +348,7 @@ pub enum UsersCommand {
         admin: bool,
         /// Database settings.
         #[command(flatten)]
-        database: DatabaseArgs,
+        database: DatabaseSettings,
     },
     /// Make an existing account an admin (it may open `/ops`).
     GrantAdmin {
@@ -314,7 +356,7 @@ pub enum UsersCommand {
         name: String,
         /// Database settings.
         #[command(flatten)]
-        database: DatabaseArgs,
+        database: DatabaseSettings,
     },
 }
 
@@ -349,15 +391,16 @@ pub enum SaleCommand {
         refresh: f64,
         /// Redis settings.
         #[command(flatten)]
-        redis: RedisArgs,
+        redis: RedisSettings,
         /// Database settings.
         #[command(flatten)]
-        database: DatabaseArgs,
+        database: DatabaseSettings,
     },
 }
 
 /// `--flash-decider`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FlashDeciderArg {
     /// Redis decides; only winners reach the database.
     Redis,
@@ -375,8 +418,9 @@ impl From<FlashDeciderArg> for shop_web::flash::FlashDecider {
 }
 
 /// Where the hot state lives.
-#[derive(Debug, Clone, Args)]
-pub struct RedisArgs {
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
     /// Redis to use: redis://host:port/db or unix:///path/to/socket
     /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
     #[arg(long, env = "REDIS_URL")]
@@ -425,16 +469,18 @@ fn parse_seed(s: &str) -> Result<String, String> {
 }
 
 /// Where the durable state lives.
-#[derive(Debug, Clone, Args)]
-pub struct DatabaseArgs {
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
     /// sqlite:PATH (created if missing) or postgres://user@host/db.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite:data/shop.db")]
     pub database_url: SecretUrl,
 }
 
 /// The daemons' settings.
-#[derive(Debug, Clone, Args)]
-pub struct WorkerArgs {
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerSettings {
     /// Most sessions kept; the cleaner removes the oldest beyond it.
     #[arg(long, env = "SHOP_SESSION_CAP", default_value_t = DEFAULT_CAP)]
     pub session_cap: u64,
@@ -476,7 +522,7 @@ pub struct WorkerArgs {
 /// Where Redis is when no URL is configured.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-impl RedisArgs {
+impl RedisSettings {
     /// The configured URL, or the default address.
     pub fn url(&self) -> &str {
         self.redis_url
@@ -512,23 +558,53 @@ impl RedisArgs {
     }
 }
 
+/// A section's compiled-in defaults: what `clap` gives its fields when neither a
+/// flag nor a variable is set (the defaults are the fields' attributes; this reads
+/// them, so they are written once).
+fn compiled_defaults<T: Args + FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|a| a.env(None));
+    let matches = cmd
+        .try_get_matches_from(["defaults"])
+        .expect("every setting has a default");
+    T::from_arg_matches(&matches).expect("every setting has a default")
+}
+
+macro_rules! defaults_from_clap {
+    ($($section:ty),*) => {$(
+        impl Default for $section {
+            fn default() -> Self {
+                compiled_defaults()
+            }
+        }
+    )*};
+}
+
+defaults_from_clap!(
+    Settings,
+    ServerSettings,
+    WebSettings,
+    RedisSettings,
+    DatabaseSettings,
+    WorkerSettings
+);
+
+impl Settings {
+    /// Reads a settings file over the compiled-in defaults. Unknown sections or
+    /// keys and values of the wrong type are errors naming the key; ranges are
+    /// checked by [`parse`], where the file's values meet the command line's.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
 /// Parses the command line, with the settings file named by `--config FILE` (or
-/// `SHOP_CONFIG`) as defaults: flags beat the environment, which beats the file,
-/// which beats the compiled-in defaults. The file has `KEY=value` lines (blank lines
-/// and `#` comments allowed) naming the same environment variables the flags list.
+/// `SHOP_CONFIG`) under it: flags beat the environment, which beats the file,
+/// which beats the compiled-in defaults (see the module doc).
 pub fn parse(args: Vec<String>) -> Result<Cli, clap::Error> {
     let mut cmd = Cli::command();
-    let file = config_file_path(&args);
-    if let Some(path) = file {
+    if let Some(path) = config_file_path(&args) {
         let values = read_config_file(&path)
             .map_err(|message| cmd.error(clap::error::ErrorKind::InvalidValue, message))?;
-        let known = env_names(&cmd);
-        if let Some((key, _)) = values.iter().find(|(k, _)| !known.contains(k)) {
-            return Err(cmd.error(
-                clap::error::ErrorKind::InvalidValue,
-                format!("{path}: unknown setting {key}"),
-            ));
-        }
         cmd = with_defaults(cmd, &values);
     }
     let matches = cmd.try_get_matches_from(args)?;
@@ -546,50 +622,49 @@ fn config_file_path(args: &[String]) -> Option<String> {
     flag.or_else(|| std::env::var("SHOP_CONFIG").ok())
 }
 
-fn read_config_file(path: &str) -> Result<Vec<(String, String)>, String> {
+/// The file's settings, as each field's name and its values in command-line form,
+/// once the file has been read into [`Settings`] (so its keys and types are right).
+fn read_config_file(path: &str) -> Result<Vec<(String, Vec<String>)>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+    Settings::from_toml(&text).map_err(|e| format!("{path}: {e}"))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let mut values = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+    for (_, section) in table {
+        let toml::Value::Table(section) = section else {
+            unreachable!("Settings refuses keys outside its sections");
+        };
+        for (key, value) in section {
+            let value = match value {
+                toml::Value::Array(list) => list.iter().map(flag_form).collect(),
+                one => vec![flag_form(&one)],
+            };
+            values.push((key, value));
         }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| format!("{path}:{}: expected KEY=value", n + 1))?;
-        values.push((
-            key.trim().to_owned(),
-            value.trim().trim_matches('"').to_owned(),
-        ));
     }
     Ok(values)
 }
 
-/// Every environment variable any argument reads.
-fn env_names(cmd: &clap::Command) -> Vec<String> {
-    let mut names: Vec<String> = cmd
-        .get_arguments()
-        .filter_map(|a| a.get_env()?.to_str().map(str::to_owned))
-        .collect();
-    for sub in cmd.get_subcommands() {
-        names.extend(env_names(sub));
+/// A TOML value as it would be written after its flag.
+fn flag_form(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
-    names
 }
 
-/// Makes each file value the default of the arguments that read that variable.
-fn with_defaults(mut cmd: clap::Command, values: &[(String, String)]) -> clap::Command {
-    let ids: Vec<(String, String)> = cmd
+/// Makes each file value the default of the arguments of that name (a settings
+/// field's argument is named after the field), in every subcommand.
+fn with_defaults(mut cmd: clap::Command, values: &[(String, Vec<String>)]) -> clap::Command {
+    let ids: Vec<(String, Vec<String>)> = cmd
         .get_arguments()
         .filter_map(|a| {
-            let env = a.get_env()?.to_str()?;
-            let (_, value) = values.iter().find(|(k, _)| k == env)?;
+            let (_, value) = values.iter().find(|(k, _)| a.get_id() == k.as_str())?;
             Some((a.get_id().to_string(), value.clone()))
         })
         .collect();
     for (id, value) in ids {
-        cmd = cmd.mut_arg(id, |a| a.default_value(value));
+        cmd = cmd.mut_arg(id, |a| a.default_values(value));
     }
     let subs: Vec<String> = cmd
         .get_subcommands()
@@ -612,6 +687,12 @@ impl SecretUrl {
     /// The URL as given, password included. Only for connecting.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self)
     }
 }
 
@@ -694,11 +775,11 @@ mod tests {
             panic!("serve");
         };
         assert_eq!(
-            serve.database.database_url.expose(),
+            serve.settings.database.database_url.expose(),
             "postgres://shop:s3cret@db/shop"
         );
         assert_eq!(
-            serve.database.database_url.to_string(),
+            serve.settings.database.database_url.to_string(),
             "postgres://shop:***@db/shop"
         );
     }
@@ -734,17 +815,29 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// A settings file in a directory of its own, removed when dropped.
+    struct ConfigFile(tempfile::TempDir);
+
+    impl ConfigFile {
+        fn new() -> Self {
+            Self(tempfile::tempdir().unwrap())
+        }
+
+        fn write(&self, text: &str) -> String {
+            let file = self.0.path().join("shop.toml");
+            std::fs::write(&file, text).unwrap();
+            file.display().to_string()
+        }
+    }
+
     #[test]
     fn a_config_file_sets_defaults_that_flags_override() {
-        let dir = std::env::temp_dir().join(format!("shop-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("shop.env");
-        std::fs::write(
-            &file,
-            "# a comment\nSHOP_SESSION_CAP=1234\n\nSHOP_CLEANER_BATCH = 7\nDATABASE_URL=\"sqlite:x.db\"\n",
-        )
-        .unwrap();
-        let path = file.display().to_string();
+        let file = ConfigFile::new();
+        let path = file.write(
+            "# a comment\n[workers]\nsession_cap = 1234\ncleaner_batch = 7\n\n\
+             [database]\ndatabase_url = \"sqlite:x.db\"\n\
+             [redis]\nredis_cluster = [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]\n",
+        );
         let cli = parse(args(&[
             "shop",
             "work",
@@ -759,26 +852,74 @@ mod tests {
         };
         assert_eq!(work.workers.session_cap, 1234, "from the file");
         assert_eq!(work.workers.cleaner_batch, 9, "the flag wins");
+        assert_eq!(work.workers.cleaner_duty, 10, "the compiled-in default");
         assert_eq!(work.database.database_url.expose(), "sqlite:x.db");
-
-        std::fs::write(&file, "SHOP_CLEANER_BATCH=0\n").unwrap();
-        let err = parse(args(&["shop", "work", "--config", &path]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("--cleaner-batch"),
-            "file values are validated too: {err}"
+        assert_eq!(
+            work.redis.redis_cluster,
+            ["127.0.0.1:7000", "127.0.0.1:7001"]
         );
-        std::fs::write(&file, "SHOP_NO_SUCH=1\n").unwrap();
-        let err = parse(args(&["shop", "work", "--config", &path]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown setting SHOP_NO_SUCH"), "{err}");
-        std::fs::write(&file, "not a setting\n").unwrap();
-        assert!(parse(args(&["shop", "work", "--config", &path])).is_err());
-        let err = parse(args(&["shop", "work", "--config", "/nonexistent/shop.env"])).unwrap_err();
-        assert!(err.to_string().contains("cannot read config file"));
-        std::fs::remove_dir_all(&dir).unwrap();
+
+        let path = file.write(
+            "[server]\nbind = \"0.0.0.0:9000\"\n[web]\nsecure_cookies = true\ndemo_sale = false\n\
+             flash_decider = \"database\"\n",
+        );
+        let cli = parse(args(&["shop", "serve", "--config", &path])).unwrap();
+        let Command::Serve(serve) = cli.command else {
+            panic!("not serve")
+        };
+        let Settings { server, web, .. } = serve.settings;
+        assert_eq!(server.bind.to_string(), "0.0.0.0:9000");
+        assert!(web.secure_cookies, "a switch turned on by the file");
+        assert!(!web.demo_sale, "a default turned off by the file");
+        assert_eq!(web.flash_decider, FlashDeciderArg::Database);
+    }
+
+    #[test]
+    fn a_config_file_is_checked_as_the_command_line_is() {
+        let file = ConfigFile::new();
+        for (text, says) in [
+            ("[workers]\ncleaner_batch = 0\n", "--cleaner-batch"),
+            ("[server]\nbind = \"nowhere\"\n", "bind"),
+            ("[workers]\nsession_cap = \"many\"\n", "session_cap"),
+            ("[workers]\nno_such = 1\n", "unknown field `no_such`"),
+            ("[nowhere]\nx = 1\n", "unknown field `nowhere`"),
+            ("session_cap = 1\n", "unknown field `session_cap`"),
+            ("not a setting\n", "key with no value"),
+        ] {
+            let path = file.write(text);
+            let err = parse(args(&["shop", "work", "--config", &path]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{text:?}: {err}");
+        }
+        let err = parse(args(&[
+            "shop",
+            "work",
+            "--config",
+            "/nonexistent/shop.toml",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cannot read config file"), "{err}");
+    }
+
+    #[test]
+    fn the_defaults_are_the_flags_defaults() {
+        let settings = Settings::default();
+        assert_eq!(settings.workers.session_cap, DEFAULT_CAP);
+        assert_eq!(settings.web.page_ttl, page_cache::DEFAULT_TTL.as_secs());
+        assert_eq!(settings.server.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(
+            settings.database.database_url.expose(),
+            "sqlite:data/shop.db"
+        );
+        assert!(settings.redis.redis_url.is_none());
+        let partial = Settings::from_toml("[web]\nrank_limit = 3\n").unwrap();
+        assert_eq!(partial.web.rank_limit, 3);
+        assert_eq!(
+            partial.web.page_ttl, settings.web.page_ttl,
+            "the rest defaulted"
+        );
     }
 
     #[test]

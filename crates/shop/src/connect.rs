@@ -6,15 +6,18 @@ use shop_cache::RedisConn;
 use shop_cache::keys::Keys;
 use shop_db::Db;
 
-use crate::config::{DatabaseArgs, RedisArgs, redact_url};
+use crate::config::{DatabaseSettings, RedisSettings, redact_url};
 
 /// Connects to Redis as configured, with a message that says what to do if it fails.
-pub async fn connect_redis(redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
+pub async fn connect_redis(redis: &RedisSettings) -> anyhow::Result<(RedisConn, Keys)> {
     connect_redis_at(redis.url(), redis).await
 }
 
 /// Connects to the Redis at `url` (or the cluster the flags name).
-pub async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(RedisConn, Keys)> {
+pub async fn connect_redis_at(
+    url: &str,
+    redis: &RedisSettings,
+) -> anyhow::Result<(RedisConn, Keys)> {
     if redis.is_cluster() {
         let conn = shop_cache::connect_cluster(&redis.redis_cluster)
             .await
@@ -42,7 +45,7 @@ pub async fn connect_redis_at(url: &str, redis: &RedisArgs) -> anyhow::Result<(R
 }
 
 /// Connects to (and migrates) the database as configured.
-pub async fn connect_db(database: &DatabaseArgs) -> anyhow::Result<Db> {
+pub async fn connect_db(database: &DatabaseSettings) -> anyhow::Result<Db> {
     Db::connect(database.database_url.expose())
         .await
         .with_context(|| format!("cannot open the database at {}", database.database_url))

@@ -17,7 +17,7 @@ use shop_db::Db;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{WorkArgs, WorkerArgs};
+use crate::config::{WorkArgs, WorkerSettings};
 use crate::connect::{connect_db, connect_redis};
 use crate::{sale, shutdown};
 
@@ -40,7 +40,7 @@ pub fn spawn_daemons(
     conn: &RedisConn,
     keys: &Keys,
     db: &Db,
-    workers: &WorkerArgs,
+    workers: &WorkerSettings,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<DaemonCounters> {
     let cleaner = SessionCleaner::new(

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::seed;
-use crate::config::{DEFAULT_REDIS_URL, ServeArgs};
+use crate::config::{DEFAULT_REDIS_URL, ServeArgs, Settings};
 use crate::connect::{connect_db, connect_redis_at};
 use crate::daemons::{join_all, spawn_daemons};
 use crate::managed_redis::{self, ManagedRedis};
@@ -21,14 +21,14 @@ pub const MANAGED_REDIS_DIR: &str = "data/redis";
 
 /// The Redis `serve` uses: the configured one; else the default address if it
 /// answers; else (or with `--managed-redis`) a private one it starts.
-async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<ManagedRedis>)> {
-    if let Some(url) = &args.redis.redis_url {
+async fn serve_redis(settings: &Settings) -> anyhow::Result<(String, Option<ManagedRedis>)> {
+    if let Some(url) = &settings.redis.redis_url {
         return Ok((url.expose().to_owned(), None));
     }
-    if args.redis.is_cluster() {
+    if settings.redis.is_cluster() {
         return Ok((String::new(), None));
     }
-    if !args.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
+    if !settings.server.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
         return Ok((DEFAULT_REDIS_URL.to_owned(), None));
     }
     let managed = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR)).await?;
@@ -38,7 +38,7 @@ async fn serve_redis(args: &ServeArgs) -> anyhow::Result<(String, Option<Managed
 
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let (redis_url, managed) = serve_redis(&args).await?;
+    let (redis_url, managed) = serve_redis(&args.settings).await?;
     let served = serve_with(&args, &redis_url).await;
     if let Some(managed) = managed {
         managed.stop().await;
@@ -47,8 +47,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
-    let (conn, keys) = connect_redis_at(redis_url, &args.redis).await?;
-    let db = connect_db(&args.database).await?;
+    let Settings {
+        server,
+        web,
+        redis,
+        database,
+        workers,
+    } = &args.settings;
+    let (conn, keys) = connect_redis_at(redis_url, redis).await?;
+    let db = connect_db(database).await?;
     if db.item_count().await? == 0 {
         seed::with_progress(
             &db,
@@ -58,26 +65,26 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         .await?;
     }
     let config = WebConfig {
-        flash_limit: args.flash_limit,
-        flash_decider: args.flash_decider.into(),
-        flash_hold: Duration::from_secs(args.flash_hold),
-        secure_cookies: args.secure_cookies,
-        max_quantity: args.max_quantity,
-        page_ttl: Duration::from_secs(args.page_ttl),
-        rank_limit: args.rank_limit,
-        max_cart_lines: args.max_cart_lines,
+        flash_limit: web.flash_limit,
+        flash_decider: web.flash_decider.into(),
+        flash_hold: Duration::from_secs(web.flash_hold),
+        secure_cookies: web.secure_cookies,
+        max_quantity: web.max_quantity,
+        page_ttl: Duration::from_secs(web.page_ttl),
+        rank_limit: web.rank_limit,
+        max_cart_lines: web.max_cart_lines,
         login_limits: shop_cache::login_limit::LoginLimits {
-            per_address: args.login_limit_address,
-            per_name: args.login_limit_name,
+            per_address: web.login_limit_address,
+            per_name: web.login_limit_name,
             ..Default::default()
         },
-        trust_forwarded_for: args.trust_forwarded_for,
-        demo_sale: args
+        trust_forwarded_for: web.trust_forwarded_for,
+        demo_sale: web
             .demo_sale
             .then(|| ItemId::new(sale::DEMO_ITEM))
             .transpose()?,
     };
-    if args.demo_sale {
+    if web.demo_sale {
         let parts = sale::SaleParts::new(&conn, &keys);
         if sale::start_demo(&parts.stores(&db)).await? {
             println!(
@@ -88,15 +95,15 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     }
     let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
     let metrics = state.metrics.clone();
-    let listener = tokio::net::TcpListener::bind(args.bind)
+    let listener = tokio::net::TcpListener::bind(server.bind)
         .await
-        .with_context(|| format!("cannot listen on {}", args.bind))?;
+        .with_context(|| format!("cannot listen on {}", server.bind))?;
     let addr = listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     if !args.no_workers {
-        let counters = spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
+        let counters = spawn_daemons(&mut daemons, &conn, &keys, &db, workers, &shutdown)?;
         metrics.register_cleaner(counters.removed);
         metrics.register_reconciler(counters.reconciled);
     }
@@ -121,8 +128,8 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let options = server::ServeOptions {
-        header_timeout: Duration::from_secs(args.header_timeout),
-        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        header_timeout: Duration::from_secs(server.header_timeout),
+        shutdown_grace: Duration::from_secs(server.shutdown_grace),
     };
     server::serve(listener, shop_web::router(state), &options, async move {
         shutdown::signal().await;

@@ -48,6 +48,53 @@ fn seed_fills_the_catalogue_once() {
     assert!(second.contains("(catalogue: 1500 items)"), "{second}");
 }
 
+/// The layers of the settings, seen from outside: which Redis `shop rows list`
+/// reaches when the file, the environment and a flag each name one (the others
+/// are a port where nothing listens).
+#[test]
+fn flags_beat_the_environment_which_beats_the_settings_file() {
+    let redis = TestRedis::start();
+    let good = redis.url();
+    let nowhere = "redis://127.0.0.1:1";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shop.toml");
+    let config = file.display().to_string();
+    let list = |file_url: &str, env: Option<&str>, flag: Option<&str>| {
+        std::fs::write(&file, format!("[redis]\nredis_url = \"{file_url}\"\n")).unwrap();
+        let mut args = vec!["rows", "--config", &config];
+        if let Some(flag) = flag {
+            args.extend(["--redis-url", flag]);
+        }
+        args.push("list");
+        let envs: Vec<(&str, &str)> = env.map(|e| ("REDIS_URL", e)).into_iter().collect();
+        run(&args, &envs)
+    };
+    assert!(list(&good, None, None).status.success(), "the file");
+    let out = list(nowhere, None, None);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot reach Redis at redis://127.0.0.1:1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        list(nowhere, Some(&good), None).status.success(),
+        "the environment beats the file"
+    );
+    assert!(
+        !list(&good, Some(nowhere), None).status.success(),
+        "the environment beats the file"
+    );
+    assert!(
+        list(nowhere, Some(nowhere), Some(&good)).status.success(),
+        "the flag beats both"
+    );
+    assert!(
+        !list(&good, Some(&good), Some(nowhere)).status.success(),
+        "the flag beats both"
+    );
+}
+
 #[test]
 fn rows_schedule_list_and_unschedule() {
     let redis = TestRedis::start();
