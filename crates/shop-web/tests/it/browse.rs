@@ -5,7 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use shop_web::WebConfig;
 
-use crate::support::{App, ITEMS, app, app_with, cookie_of, json, text};
+use shop_testapp::{ITEMS, TestApp, cookie_of, json, text};
 
 /// The `/items/<id>` links of a page, in order.
 fn item_links(html: &str) -> Vec<u64> {
@@ -34,7 +34,7 @@ fn x_cache(resp: &Response) -> String {
 }
 
 /// Follows `rel="next"` from `start` to the end; every item id listed, in order.
-async fn walk(app: &App, start: &str) -> Vec<u64> {
+async fn walk(app: &TestApp, start: &str) -> Vec<u64> {
     let mut seen = Vec::new();
     let mut uri = Some(start.to_owned());
     while let Some(u) = uri {
@@ -49,7 +49,7 @@ async fn walk(app: &App, start: &str) -> Vec<u64> {
 
 #[tokio::test]
 async fn listings_walk_every_item_once_and_departments_hold_their_own() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let all = walk(&app, "/items").await;
     assert_eq!(all, (1..=ITEMS).collect::<Vec<_>>());
 
@@ -88,7 +88,7 @@ async fn listings_walk_every_item_once_and_departments_hold_their_own() {
 
 #[tokio::test]
 async fn listing_pages_come_from_the_page_cache_the_same_for_everyone() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = app.visitor().await;
     let user = app.logged_in("lena").await;
     let first = app.get("/items?after=5", Some(&guest)).await;
@@ -106,7 +106,7 @@ async fn listing_pages_come_from_the_page_cache_the_same_for_everyone() {
 
 #[tokio::test]
 async fn search_finds_ranked_pages_and_takes_any_text() {
-    let app = app().await;
+    let app = TestApp::start().await;
     // Every item whose title has the word, and a next page when there are more.
     let items = app.db.items_page(None, None, 1_000).await.unwrap();
     let noun = items[0].title.split(' ').nth(1).unwrap().to_owned();
@@ -173,7 +173,7 @@ async fn search_finds_ranked_pages_and_takes_any_text() {
 
 #[tokio::test]
 async fn sign_up_logs_in_with_the_guest_cart_and_refuses_bad_input() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = app.visitor().await;
     app.post("/cart", Some(&guest), "item=4&count=3", false)
         .await;
@@ -252,7 +252,7 @@ async fn sign_up_logs_in_with_the_guest_cart_and_refuses_bad_input() {
 
 #[tokio::test]
 async fn sign_ups_count_against_the_login_limits() {
-    let app = app_with(WebConfig {
+    let app = TestApp::with_config(WebConfig {
         login_limits: shop_cache::login_limit::LoginLimits {
             per_address: 100,
             per_name: 2,
@@ -288,7 +288,7 @@ async fn sign_ups_count_against_the_login_limits() {
     assert_eq!(app.db.password_checks(), checks, "refused before hashing");
 }
 
-async fn users(app: &App) -> i64 {
+async fn users(app: &TestApp) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM users")
         .fetch_one(app.db.pool())
         .await

@@ -10,18 +10,18 @@ use axum::response::Response;
 use shop_web::flash::IDEMPOTENCY_KEY;
 use tower::ServiceExt;
 
-use crate::support::{self, App, PASSWORD, form_post, json};
+use shop_testapp::{PASSWORD, TestApp, form_post, json};
 
 /// A shop on its own Redis and SQLite file: 30 items, item 1 on sale now.
-async fn app() -> App {
-    let app = support::app().await;
+async fn app() -> TestApp {
+    let app = TestApp::start().await;
     app.start_sale(1, 10, 999).await;
     app
 }
 
 /// `/healthz`: its status, its body, and how long it took.
 /// `/healthz`, after waiting out the second its last answer is reused for.
-async fn health(app: &App) -> (StatusCode, serde_json::Value, Duration) {
+async fn health(app: &TestApp) -> (StatusCode, serde_json::Value, Duration) {
     tokio::time::sleep(Duration::from_millis(1_050)).await;
     let started = Instant::now();
     let resp = app.get("/healthz", None).await;

@@ -23,9 +23,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
 use shop_cache::session::{SessionToken, Sessions};
-use shop_web::WebConfig;
 
-use crate::support::{App, ITEMS, RedisWaits};
+use shop_testapp::{ITEMS, RedisWaits, TestApp};
 
 /// Cases per run: about 2,000 keeps the test well under a minute in a debug build.
 const CASES: u32 = 2_000;
@@ -540,7 +539,7 @@ fn bookkeeping(key: &str) -> bool {
 }
 
 struct Shop {
-    app: App,
+    app: TestApp,
     raw: redis::aio::MultiplexedConnection,
     /// For the test's own sessions, beside the router's.
     sessions: Sessions,
@@ -555,7 +554,7 @@ struct Shop {
 
 impl Shop {
     async fn start() -> Self {
-        let app = App::start(RedisWaits::Shop, WebConfig::default()).await;
+        let app = TestApp::builder().waits(RedisWaits::Shop).start().await;
         let mut user_id = None;
         for u in 0..USERS {
             let id = app

@@ -11,10 +11,9 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use axum::routing::get;
 use shop_testkit::TestRedis;
-use shop_web::WebConfig;
 use shop_web::http_limits::{self, HttpLimits};
 
-use crate::support::{App, PASSWORD, RedisWaits, cookie_of, form_post, json, send, text};
+use shop_testapp::{PASSWORD, RedisWaits, TestApp, cookie_of, form_post, json, send, text};
 
 const PANIC_TEXT: &str = "the secret detail of a bug";
 
@@ -90,8 +89,8 @@ async fn a_slow_handler_answers_the_timeout_status_promptly() {
 }
 
 /// The real router over its own Redis and SQLite file.
-async fn shop() -> App {
-    App::start(RedisWaits::Shop, WebConfig::default()).await
+async fn shop() -> TestApp {
+    TestApp::builder().waits(RedisWaits::Shop).start().await
 }
 
 /// Every key in Redis with its serialised value, to compare before and after.

@@ -1,4 +1,5 @@
-//! Integration tests of the web tier, each against its own `redis-server`.
+//! Integration tests of the web tier, each against its own `redis-server`: the
+//! application through `shop_testapp::TestApp`, the layers alone on `TestRedis`.
 
 mod browse;
 mod db_faults;
@@ -8,4 +9,3 @@ mod layers;
 mod ops;
 mod page_cache;
 mod routes;
-mod support;

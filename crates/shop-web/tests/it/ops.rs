@@ -3,7 +3,7 @@
 
 use axum::http::{StatusCode, header};
 
-use crate::support::{app, text};
+use shop_testapp::{TestApp, text};
 
 /// The points of the plot line `series`, as drawn.
 fn points(html: &str, series: &str) -> usize {
@@ -15,7 +15,7 @@ fn points(html: &str, series: &str) -> usize {
 
 #[tokio::test]
 async fn only_admins_see_the_operations_page() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = app.visitor().await;
     let resp = app.get("/ops", Some(&guest)).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
@@ -36,7 +36,7 @@ async fn only_admins_see_the_operations_page() {
 
 #[tokio::test]
 async fn the_figures_and_plots_follow_the_traffic() {
-    let app = app().await;
+    let app = TestApp::start().await;
     app.start_sale(3, 40, 100).await;
     let admin = app.logged_in("boss").await;
     app.db.grant_admin("boss").await.unwrap();

@@ -8,7 +8,7 @@ use redis::AsyncCommands;
 use shop_cache::session::SessionToken;
 use shop_web::WebConfig;
 
-use crate::support::{App, app, app_with, cookie_of, json, text};
+use shop_testapp::{TestApp, cookie_of, json, text};
 
 fn content_type(resp: &Response) -> &str {
     resp.headers()
@@ -19,7 +19,7 @@ fn content_type(resp: &Response) -> &str {
 
 /// A guest cookie with two of item 7 in its cart, about to log in to the new
 /// account `name` (password `right-pw`).
-async fn guest_with_two_of_item_7(app: &App, name: &str) -> String {
+async fn guest_with_two_of_item_7(app: &TestApp, name: &str) -> String {
     app.db.create_user(name, "right-pw").await.unwrap().unwrap();
     let guest = app.visitor().await;
     app.post("/cart", Some(&guest), "item=7&count=2", false)
@@ -29,7 +29,7 @@ async fn guest_with_two_of_item_7(app: &App, name: &str) -> String {
 
 #[tokio::test]
 async fn every_route_answers() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     for (uri, status, kind) in [
         ("/", 200, "text/html"),
@@ -67,7 +67,7 @@ async fn every_route_answers() {
 
 #[tokio::test]
 async fn a_new_visitor_gets_a_safe_cookie_once() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let first = app.get("/", None).await;
     let set = first.headers()[header::SET_COOKIE]
         .to_str()
@@ -85,7 +85,7 @@ async fn a_new_visitor_gets_a_safe_cookie_once() {
         "a known session keeps its cookie"
     );
 
-    let secure = app_with(WebConfig {
+    let secure = TestApp::with_config(WebConfig {
         secure_cookies: true,
         ..WebConfig::default()
     })
@@ -101,7 +101,7 @@ async fn a_new_visitor_gets_a_safe_cookie_once() {
 
 #[tokio::test]
 async fn malformed_and_unknown_cookies_are_treated_as_none() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let unknown = format!("shop_session={}", SessionToken::generate().expose());
     for bad in [
         "shop_session=not-a-token".to_owned(),
@@ -126,7 +126,7 @@ async fn malformed_and_unknown_cookies_are_treated_as_none() {
 
 #[tokio::test]
 async fn item_views_are_recorded_for_real_items_only() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     assert_eq!(
         app.get("/items/3", Some(&cookie)).await.status(),
@@ -158,7 +158,7 @@ async fn item_views_are_recorded_for_real_items_only() {
 
 #[tokio::test]
 async fn the_cart_form_adds_updates_and_removes() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     let resp = app
         .post("/cart", Some(&cookie), "item=3&count=2", false)
@@ -195,7 +195,7 @@ async fn the_cart_form_adds_updates_and_removes() {
 
 #[tokio::test]
 async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     app.post("/cart", Some(&cookie), "item=3&count=2", false)
         .await;
@@ -231,7 +231,7 @@ async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
 
 #[tokio::test]
 async fn cross_site_posts_are_refused() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     let post = |headers: &[(&str, &str)]| {
         let mut req = Request::post("/cart")
@@ -283,7 +283,7 @@ async fn cross_site_posts_are_refused() {
 
 #[tokio::test]
 async fn login_rotates_the_token_and_keeps_the_cart() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = guest_with_two_of_item_7(&app, "walt").await;
 
     let wrong = app
@@ -345,7 +345,7 @@ async fn login_rotates_the_token_and_keeps_the_cart() {
 
 #[tokio::test]
 async fn logout_ends_the_session() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let user = app.logged_in("lena").await;
     let resp = app.post("/logout", Some(&user), "", false).await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
@@ -359,7 +359,7 @@ async fn logout_ends_the_session() {
 
 #[tokio::test]
 async fn checkout_turns_the_cart_into_one_order() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = app.visitor().await;
     app.post("/cart", Some(&guest), "item=2&count=1", false)
         .await;
@@ -437,7 +437,7 @@ async fn checkout_turns_the_cart_into_one_order() {
 
 #[tokio::test]
 async fn checkout_refuses_more_than_the_stock() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let user = app.logged_in("pia").await;
     app.db
         .set_stock(shop_cache::domain::ItemId::new(6).unwrap(), 1)
@@ -457,7 +457,7 @@ async fn checkout_refuses_more_than_the_stock() {
 
 #[tokio::test]
 async fn item_html_is_the_same_for_everyone() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let user = app.logged_in("quinn").await;
     let guest = app.visitor().await;
     let a = text(app.get("/items/8", Some(&user)).await).await;
@@ -472,7 +472,7 @@ async fn item_html_is_the_same_for_everyone() {
 
 #[tokio::test]
 async fn with_redis_down_pages_render_and_writes_say_503() {
-    let mut app = app().await;
+    let mut app = TestApp::start().await;
     let cookie = app.visitor().await;
     app.redis.kill();
     let item = app.get("/items/2", Some(&cookie)).await;
@@ -508,7 +508,7 @@ async fn with_redis_down_pages_render_and_writes_say_503() {
 
 #[tokio::test]
 async fn metrics_count_routes_cache_and_sessions() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     // Not ranked yet (bypass); ranked once the view is written (miss, then hit).
     for _ in 0..3 {
@@ -534,7 +534,7 @@ async fn metrics_count_routes_cache_and_sessions() {
 
 #[tokio::test]
 async fn insights_come_from_views_and_orders() {
-    let app = app().await;
+    let app = TestApp::start().await;
     assert_eq!(
         app.get("/api/items/abc/insights", None).await.status(),
         StatusCode::BAD_REQUEST
@@ -584,7 +584,7 @@ async fn insights_come_from_views_and_orders() {
 
 #[tokio::test]
 async fn a_failure_to_record_insights_does_not_fail_the_order() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let user = app.logged_in("sam").await;
     app.post("/cart", Some(&user), "item=3&count=1", false)
         .await;
@@ -608,7 +608,7 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
 
 #[tokio::test]
 async fn zero_and_negative_counts_remove_the_line() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let cookie = app.visitor().await;
     app.post("/cart", Some(&cookie), "item=3&count=2", false)
         .await;
@@ -636,7 +636,7 @@ async fn zero_and_negative_counts_remove_the_line() {
 
 #[tokio::test]
 async fn a_full_cart_refuses_another_item_with_409() {
-    let app = app_with(WebConfig {
+    let app = TestApp::with_config(WebConfig {
         max_cart_lines: 3,
         ..WebConfig::default()
     })
@@ -676,7 +676,7 @@ async fn a_full_cart_refuses_another_item_with_409() {
 
 #[tokio::test]
 async fn random_query_parameters_do_not_bust_the_item_page_cache() {
-    let app = app().await;
+    let app = TestApp::start().await;
     // Item 4 must rank for its page to be cached.
     let _: () = app
         .redis
@@ -708,7 +708,7 @@ async fn random_query_parameters_do_not_bust_the_item_page_cache() {
 
 #[tokio::test]
 async fn next_must_be_a_path_on_this_site() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = guest_with_two_of_item_7(&app, "nina").await;
     for next in [
         "%2F%09%2Fevil.host%2Fx",
@@ -734,7 +734,7 @@ async fn next_must_be_a_path_on_this_site() {
 
 #[tokio::test]
 async fn a_double_submitted_login_form_gives_both_answers_the_same_session() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let guest = guest_with_two_of_item_7(&app, "olga").await;
     let form = text(app.get("/login", Some(&guest)).await).await;
     let key = form
@@ -759,7 +759,7 @@ async fn a_double_submitted_login_form_gives_both_answers_the_same_session() {
 
 #[tokio::test]
 async fn logging_in_as_someone_else_does_not_take_the_cart() {
-    let app = app().await;
+    let app = TestApp::start().await;
     let alice = app.logged_in("alice2").await;
     app.post("/cart", Some(&alice), "item=7&count=2", false)
         .await;
@@ -776,7 +776,7 @@ async fn logging_in_as_someone_else_does_not_take_the_cart() {
 
 #[tokio::test]
 async fn login_attempts_are_limited_with_429_before_any_hashing() {
-    let app = app_with(WebConfig {
+    let app = TestApp::with_config(WebConfig {
         login_limits: shop_cache::login_limit::LoginLimits {
             per_address: 100,
             per_name: 3,

@@ -18,7 +18,7 @@ use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::session::{SessionToken, Sessions};
 
-use crate::e2e::{TestShop, stop};
+use crate::e2e::{Binary, seeded, stop};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -150,10 +150,10 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let Some(driver) = driver() else {
         return;
     };
-    let shop = TestShop::seeded("20");
+    let shop = seeded(20).await;
     let url = shop.redis.url();
     let sale = shop
-        .command()
+        .shop()
         .args(["sale", "start", "1", "--stock", "7", "--price-cents", "499"])
         .output()
         .unwrap();
@@ -238,7 +238,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
 
     // Seven other shoppers buy the rest; the open page says "sold out" within a
     // second of the last purchase, pushed to it (no reload, no poll).
-    let db = shop_db::Db::connect(shop.db.url()).await.unwrap();
+    let db = shop_db::Db::connect(shop.test_db.url()).await.unwrap();
     let names: Vec<String> = (0..7).map(|i| format!("rush{i}")).collect();
     let buyers = db
         .create_users_sharing_password(&names, "rush-password")
@@ -385,7 +385,7 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     let Some(driver) = driver() else {
         return;
     };
-    let shop = TestShop::seeded("100");
+    let shop = seeded(100).await;
     let (server, addr) = shop.serve(&[]);
     let (client, _profile) = chromium(&driver).await;
     let base = format!("http://{addr}");
@@ -482,7 +482,7 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
 
     // An admin's operations page: the figures, and plots drawn from the traffic
     // this browser just made (one point a second).
-    let mut add = shop.command();
+    let mut add = shop.shop();
     add.args(["users", "add", "boss", "--admin"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null());

@@ -4,7 +4,7 @@ use std::process::Output;
 
 use shop_testkit::{TestDb, TestRedis};
 
-use crate::e2e::{TestShop, request, stop};
+use crate::e2e::{Binary, request, seeded, seeded_on, stop};
 use crate::shop;
 
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -146,9 +146,9 @@ fn sale_start_refuses_an_unknown_item() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no item 11"));
 }
 
-#[test]
-fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
-    let shop = TestShop::seeded("20");
+#[tokio::test]
+async fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
+    let shop = seeded(20).await;
     let (server, addr) = shop.serve(&[]);
 
     let health = request(&addr, "GET", "/healthz", None, None);
@@ -180,8 +180,8 @@ fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-#[test]
-fn users_add_and_grant_admin() {
+#[tokio::test]
+async fn users_add_and_grant_admin() {
     let db = TestDb::sqlite();
     let env = [("DATABASE_URL", db.url())];
     stdout(&run(&["seed", "--items", "10"], &env));
@@ -206,7 +206,7 @@ fn users_add_and_grant_admin() {
 
     // The new account logs in with the password given on standard input, and
     // both admins see /ops.
-    let shop = TestShop::seeded_on(db, "10");
+    let shop = seeded_on(db, 10).await;
     let (server, addr) = shop.serve(&[]);
     for (name, password) in [
         ("boss", "long-enough-password"),

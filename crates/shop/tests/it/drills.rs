@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::e2e::{Reply, TestShop, request, request_with, stop};
+use crate::e2e::{Binary, Reply, request, request_with, seeded, stop};
+use shop_testapp::TestApp;
 
 /// One request a probe made.
 #[derive(Debug, Clone)]
@@ -76,9 +77,9 @@ struct Drill {
 
 impl Drill {
     /// Starts the clock, and `shop load` against `addr` until `end_at`.
-    fn start(shop: &TestShop, addr: &str, end_at: Duration) -> Self {
+    fn start(shop: &TestApp, addr: &str, end_at: Duration) -> Self {
         let start = Instant::now();
-        let mut cmd: Command = shop.command();
+        let mut cmd: Command = shop.shop();
         cmd.args([
             "load",
             "--target",
@@ -163,9 +164,9 @@ fn warm_item_pages(addr: &str, n: u64) {
     }
 }
 
-#[test]
-fn redis_stopped_for_five_seconds() {
-    let mut shop = TestShop::seeded("200");
+#[tokio::test]
+async fn redis_stopped_for_five_seconds() {
+    let mut shop = seeded(200).await;
     let (child, addr) = shop.serve(&[]);
     warm_item_pages(&addr, 20);
 
@@ -271,11 +272,11 @@ fn redis_stopped_for_five_seconds() {
     );
 }
 
-#[test]
-fn database_write_locked_for_twenty_seconds() {
-    let shop = TestShop::seeded("200");
+#[tokio::test]
+async fn database_write_locked_for_twenty_seconds() {
+    let shop = seeded(200).await;
     // Item 1 on sale (its stock cached in Redis by the row refresher).
-    shop.start_sale("1", "1000");
+    shop.sale_start("1", "1000");
     // A high per-user limit, so every buy of alice's is a winner that must write
     // its order (refusals are Redis's alone and never wait on the database).
     let (child, addr) = shop.serve(&["--flash-limit", "1000"]);
@@ -338,7 +339,7 @@ fn database_write_locked_for_twenty_seconds() {
     });
 
     drill.sleep_until(lock_at);
-    let lock = shop.db.hold_write_lock();
+    let lock = shop.test_db.hold_write_lock_async().await;
     let locked = drill.elapsed();
     drill.sleep_until(unlock_at);
     lock.release();

@@ -8,7 +8,8 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use shop_db::Db;
-use shop_testkit::{TestDb, TestRedis};
+use shop_testapp::TestApp;
+use shop_testkit::TestDb;
 
 use crate::shop;
 
@@ -85,46 +86,50 @@ pub fn request_with(
     }
 }
 
-/// A shop's private Redis, SQLite database and working directory, seeded, for
-/// tests that run the `shop` binary.
-pub struct TestShop {
-    /// Its Redis.
-    pub redis: TestRedis,
-    /// Its database.
-    pub db: TestDb,
-    /// Its working directory (where `data/` would go).
-    pub cwd: tempfile::TempDir,
+/// A shop for the binary: a [`TestApp`] whose catalogue is the one `shop seed
+/// --items <items>` makes, on a new SQLite file.
+pub async fn seeded(items: u64) -> TestApp {
+    seeded_on(TestDb::sqlite(), items).await
 }
 
-impl TestShop {
-    /// A shop whose catalogue holds `items` items.
-    pub fn seeded(items: &str) -> Self {
-        Self::seeded_on(TestDb::sqlite(), items)
-    }
+/// The same on `db` (SQLite or PostgreSQL).
+pub async fn seeded_on(db: TestDb, items: u64) -> TestApp {
+    TestApp::builder()
+        .items(items)
+        .catalogue_seed(shop_db::seed::DEFAULT_SEED)
+        .start_on(db)
+        .await
+}
 
-    /// The same on `db` (SQLite or PostgreSQL).
-    pub fn seeded_on(db: TestDb, items: &str) -> Self {
-        let shop = Self {
-            redis: TestRedis::start(),
-            db,
-            cwd: tempfile::tempdir().unwrap(),
-        };
-        seed(shop.command(), items);
-        shop
-    }
-
-    /// `shop` pointed at this shop's Redis, database and directory.
-    pub fn command(&self) -> Command {
-        let mut cmd = shop();
-        cmd.current_dir(self.cwd.path())
-            .env("REDIS_URL", self.redis.url())
-            .env("DATABASE_URL", self.db.url());
-        cmd
-    }
-
+/// What the binary's tests do with a [`TestApp`].
+pub trait Binary {
+    /// `shop` pointed at the app's Redis, database and working directory.
+    fn shop(&self) -> Command;
     /// `shop serve` on a free port, with `extra` flags; returns it and its address.
-    pub fn serve(&self, extra: &[&str]) -> (Child, String) {
-        serve(self.command(), extra)
+    fn serve(&self, extra: &[&str]) -> (Child, String);
+    /// `shop sale start ITEM --stock STOCK --price-cents 100`.
+    fn sale_start(&self, item: &str, stock: &str);
+}
+
+impl Binary for TestApp {
+    fn shop(&self) -> Command {
+        self.command(env!("CARGO_BIN_EXE_shop"))
+    }
+
+    fn serve(&self, extra: &[&str]) -> (Child, String) {
+        serve(self.shop(), extra)
+    }
+
+    fn sale_start(&self, item: &str, stock: &str) {
+        succeed(self.shop().args([
+            "sale",
+            "start",
+            item,
+            "--stock",
+            stock,
+            "--price-cents",
+            "100",
+        ]));
     }
 }
 
@@ -138,21 +143,6 @@ pub fn succeed(cmd: &mut Command) -> std::process::Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-impl TestShop {
-    /// `shop sale start ITEM --stock STOCK --price-cents 100`.
-    pub fn start_sale(&self, item: &str, stock: &str) {
-        succeed(self.command().args([
-            "sale",
-            "start",
-            item,
-            "--stock",
-            stock,
-            "--price-cents",
-            "100",
-        ]));
-    }
 }
 
 /// Starts `cmd` as `shop serve` on a free port; returns it and its address. No
@@ -267,7 +257,7 @@ pub fn add_log_in_and_check_out(addr: &str, guest: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shopper_views_adds_logs_in_and_checks_out() {
-    let shop = TestShop::seeded("30");
+    let shop = seeded(30).await;
     let (child, addr) = shop.serve(&[]);
 
     let item = request(&addr, "GET", "/items/5", None, None);
@@ -279,7 +269,7 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
     assert!(account.body.contains("Hello, alice"), "{}", account.body);
 
     assert!(stop(child).success());
-    let db = Db::connect(shop.db.url()).await.unwrap();
+    let db = Db::connect(shop.test_db.url()).await.unwrap();
     let alice = db
         .check_password("alice", "alice-password")
         .await
@@ -354,9 +344,9 @@ fn without_redis_server_installed_serve_says_how_to_get_it() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-#[test]
-fn a_new_shop_runs_one_demo_sale_and_keeps_it_across_restarts() {
-    let shop = TestShop::seeded("50");
+#[tokio::test]
+async fn a_new_shop_runs_one_demo_sale_and_keeps_it_across_restarts() {
+    let shop = seeded(50).await;
     let (child, addr) = shop.serve(&["--demo-sale", "true"]);
     let page = request(&addr, "GET", "/flash", None, None);
     assert_eq!(page.status, 200);

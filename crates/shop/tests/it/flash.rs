@@ -17,65 +17,42 @@ use shop_cache::flash_sale::{Reconciled, Reconciler, Reserve};
 use shop_cache::keys::Keys;
 use shop_cache::row_cache::{RefreshStep, Refresher};
 use shop_cache::session::SessionToken;
-use shop_db::Db;
+
 use shop_db::flash::WinRecord;
 use shop_db::inventory::Sale;
-use shop_testkit::{TestDb, TestRedis};
+use shop_testapp::{RedisWaits, TestApp, TestAppBuilder};
+use shop_testkit::TestDb;
+use shop_web::WebConfig;
 use shop_web::flash::FlashDecider;
-use shop_web::{AppState, WebConfig};
 use tower::ServiceExt;
 
-pub struct Shop {
-    _redis: TestRedis,
-    test_db: TestDb,
-    pub db: Db,
-    conn: shop_cache::RedisConn,
-    pub state: AppState,
-    app: Router,
-    config: WebConfig,
+fn builder(config: WebConfig) -> TestAppBuilder {
+    TestApp::builder()
+        .config(config)
+        .items(10)
+        .waits(RedisWaits::Shop)
+}
+
+/// A [`TestApp`] of ten items, with the sale's helpers below.
+pub struct Shop(TestApp);
+
+impl std::ops::Deref for Shop {
+    type Target = TestApp;
+
+    fn deref(&self) -> &TestApp {
+        &self.0
+    }
 }
 
 impl Shop {
     async fn start(test_db: TestDb, config: WebConfig) -> Self {
-        let redis = TestRedis::start();
-        let conn = shop_cache::connect(&redis.url()).await.unwrap();
-        let db = Db::connect(test_db.url()).await.unwrap();
-        db.seed(10, 1, &|_| {}).await.unwrap();
-        let state = AppState::new(db.clone(), conn.clone(), Keys::default(), config.clone());
-        let app = shop_web::router(state.clone());
-        Self {
-            _redis: redis,
-            test_db,
-            db,
-            conn,
-            state,
-            app,
-            config,
-        }
+        Self(builder(config).start_on(test_db).await)
     }
 
     /// One shop per database (SQLite, and PostgreSQL where it answers).
     async fn on_every_database(config: WebConfig) -> Vec<Self> {
-        let mut shops = Vec::new();
-        for test_db in TestDb::all().await {
-            shops.push(Self::start(test_db, config.clone()).await);
-        }
-        shops
-    }
-
-    fn kind(&self) -> &'static str {
-        self.test_db.kind()
-    }
-
-    /// Another web server over the same Redis and database.
-    fn second_server(&self) -> Router {
-        let state = AppState::new(
-            self.db.clone(),
-            self.conn.clone(),
-            Keys::default(),
-            self.config.clone(),
-        );
-        shop_web::router(state)
+        let apps = builder(config).start_on_every_database().await;
+        apps.into_iter().map(Self).collect()
     }
 
     /// Puts item `n` on sale now with `stock` units and refreshes its cached row once.
@@ -153,7 +130,7 @@ impl Shop {
     }
 
     async fn send(&self, req: Request<Body>) -> Response {
-        send(&self.app, req).await
+        send(&self.router, req).await
     }
 
     async fn buy(
@@ -162,7 +139,7 @@ impl Shop {
         cookie: Option<&str>,
         key: Option<&str>,
     ) -> (StatusCode, serde_json::Value) {
-        buy_on(&self.app, id, cookie, key).await
+        buy_on(&self.router, id, cookie, key).await
     }
 
     /// Redis's stock of item `n`'s sale.
@@ -341,7 +318,7 @@ async fn contention_sells_exactly_the_stock_and_refusals_skip_the_database() {
             let buyers = shop.buyers("b", 200).await;
             let mut tasks = tokio::task::JoinSet::new();
             for (i, (_, cookie)) in buyers.into_iter().enumerate() {
-                let app = shop.app.clone();
+                let app = shop.router.clone();
                 tasks.spawn(async move {
                     let key = format!("key-{i}");
                     buy_on(&app, "1", Some(&cookie), Some(&key)).await
@@ -395,9 +372,9 @@ async fn retries_get_one_answer_across_web_servers() {
         let mut tasks = tokio::task::JoinSet::new();
         for (i, (_, cookie)) in buyers.iter().enumerate() {
             for app in [
-                shop.app.clone(),
+                shop.router.clone(),
                 other.clone(),
-                shop.app.clone(),
+                shop.router.clone(),
                 other.clone(),
             ] {
                 let cookie = cookie.clone();
@@ -727,7 +704,7 @@ async fn a_buy_during_the_reconcilers_read_is_not_undone() {
         shop.state.flash.clone(),
         BuyWhileReading {
             ledger: DbLedger(shop.db.clone()),
-            app: shop.app.clone(),
+            app: shop.router.clone(),
             cookie,
         },
     );

@@ -15,7 +15,8 @@ use shop_cache::session::{SessionToken, Sessions};
 use shop_db::Db;
 use shop_testkit::TestDb;
 
-use crate::e2e::{TestShop, stop};
+use crate::e2e::{Binary, seeded, seeded_on, stop};
+use shop_testapp::TestApp;
 
 /// One buy on a fresh connection: (status, body), or `None` when the server was
 /// unreachable or hung up before answering (it was killed).
@@ -38,13 +39,13 @@ fn try_buy(addr: &str, cookie: &str, key: &str) -> Option<(u16, serde_json::Valu
 }
 
 /// Starts a sale of item 1 through the CLI.
-fn start_sale(shop: &TestShop, stock: &str) {
-    shop.start_sale("1", stock);
+fn start_sale(shop: &TestApp, stock: &str) {
+    shop.sale_start("1", stock);
 }
 
 /// `n` registered, logged-in buyers' cookies.
-async fn buyers(shop: &TestShop, n: usize) -> Vec<String> {
-    let db = Db::connect(shop.db.url()).await.unwrap();
+async fn buyers(shop: &TestApp, n: usize) -> Vec<String> {
+    let db = Db::connect(shop.test_db.url()).await.unwrap();
     let names: Vec<String> = (0..n).map(|i| format!("buyer{i}")).collect();
     let ids = db
         .create_users_sharing_password(&names, "buyer-password")
@@ -84,7 +85,7 @@ async fn a_server_killed_mid_sale_loses_no_unit_and_oversells_nothing() {
     const STOCK: u32 = 30;
     for test_db in TestDb::all().await {
         let kind = test_db.kind();
-        let shop = TestShop::seeded_on(test_db, "10");
+        let shop = seeded_on(test_db, 10).await;
         start_sale(&shop, &STOCK.to_string());
         let cookies = Arc::new(buyers(&shop, 150).await);
         let (first, addr) = shop.serve(&["--flash-hold", "1"]);
@@ -174,7 +175,7 @@ async fn a_server_killed_mid_sale_loses_no_unit_and_oversells_nothing() {
 
         // Exactly the stock was sold, each unit once, and Redis agrees with the
         // database: no unit stuck in a reservation, none sold twice.
-        let db = Db::connect(shop.db.url()).await.unwrap();
+        let db = Db::connect(shop.test_db.url()).await.unwrap();
         let item = ItemId::new(1).unwrap();
         bought.sort_unstable();
         bought.dedup();
@@ -200,7 +201,7 @@ async fn a_server_killed_mid_sale_loses_no_unit_and_oversells_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sold_out_reaches_a_hundred_open_pages_within_a_second() {
-    let shop = TestShop::seeded("10");
+    let shop = seeded(10).await;
     start_sale(&shop, "5");
     let cookies = buyers(&shop, 5).await;
     let (server, addr) = shop.serve(&[]);

@@ -1,11 +1,11 @@
 //! `shop load` against a test server: a short smoke run whose report must be whole.
 
-use crate::e2e::{TestShop, stop};
+use crate::e2e::{Binary, seeded, stop};
 use crate::shop;
 
-#[test]
-fn two_seconds_of_load_give_a_well_formed_report() {
-    let test_shop = TestShop::seeded("200");
+#[tokio::test]
+async fn two_seconds_of_load_give_a_well_formed_report() {
+    let test_shop = seeded(200).await;
     let (server, addr) = test_shop.serve(&[]);
     let cwd = &test_shop.cwd;
 
@@ -92,14 +92,14 @@ fn two_seconds_of_load_give_a_well_formed_report() {
 
 /// The flash scenario on both deciders: every buyer answered, exactly the stock
 /// ordered, no 5xx, and the JSON says so.
-#[test]
-fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
+#[tokio::test]
+async fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
     for decider in ["redis", "database"] {
-        let test_shop = TestShop::seeded("20");
+        let test_shop = seeded(20).await;
         let (server, addr) = test_shop.serve(&["--flash-decider", decider]);
         let json = test_shop.cwd.path().join("flash.json");
         let out = test_shop
-            .command()
+            .shop()
             .args(["load", "--scenario", "flash", "--target", &addr])
             .args(["--buyers", "300", "--stock", "25", "--connections", "16"])
             .arg("--json")
@@ -130,7 +130,7 @@ fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
         assert_eq!(report["check"]["ok"], true);
         // A second run on the same shop: a new sale, the same buyers, again exact.
         let again = test_shop
-            .command()
+            .shop()
             .args(["load", "--scenario", "flash", "--target", &addr])
             .args(["--buyers", "300", "--stock", "25", "--connections", "16"])
             .output()
@@ -144,9 +144,9 @@ fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
     }
 }
 
-#[test]
-fn listing_and_search_loads_ask_only_for_pages_that_exist() {
-    let test_shop = TestShop::seeded("300");
+#[tokio::test]
+async fn listing_and_search_loads_ask_only_for_pages_that_exist() {
+    let test_shop = seeded(300).await;
     let (server, addr) = test_shop.serve(&[]);
     for only in ["browse", "search"] {
         let json = test_shop.cwd.path().join(format!("{only}.json"));

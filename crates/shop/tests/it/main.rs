@@ -13,18 +13,9 @@ mod row_cache;
 mod serve_limits;
 mod work;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The `shop` binary with a clean environment: no setting leaks in from the shell.
 pub fn shop() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shop"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("SHOP_") || name == "REDIS_URL" || name == "DATABASE_URL" {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
+    shop_testapp::clean_command(env!("CARGO_BIN_EXE_shop"))
 }

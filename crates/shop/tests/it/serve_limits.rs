@@ -17,15 +17,16 @@ use axum::routing::get;
 use shop::server::{ServeOptions, Stopped};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::e2e::TestShop;
+use crate::e2e::{Binary, seeded};
 use crate::shop;
+use shop_testapp::TestApp;
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 const GRACE: Duration = Duration::from_secs(2);
 /// Scheduling, process start-up and teardown on a loaded two-core machine.
 const MARGIN: Duration = Duration::from_secs(3);
 
-fn serve_quick(shop: &TestShop) -> (Child, String) {
+fn serve_quick(shop: &TestApp) -> (Child, String) {
     shop.serve(&[
         "--no-workers",
         "--header-timeout",
@@ -98,9 +99,9 @@ fn terminate(mut child: Child, limit: Duration) -> (ExitStatus, Duration) {
     }
 }
 
-#[test]
-fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
-    let shop = TestShop::seeded("10");
+#[tokio::test]
+async fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
+    let shop = seeded(10).await;
     let (child, addr) = serve_quick(&shop);
 
     let started = Instant::now();
@@ -131,9 +132,9 @@ fn a_half_sent_request_head_is_cut_off_after_the_header_timeout() {
     eprintln!("SIGTERM with no connection open: exited in {took:?}");
 }
 
-#[test]
-fn sigterm_stops_the_process_within_the_grace_whatever_clients_do() {
-    let shop = TestShop::seeded("10");
+#[tokio::test]
+async fn sigterm_stops_the_process_within_the_grace_whatever_clients_do() {
+    let shop = seeded(10).await;
     let (child, addr) = serve_quick(&shop);
     let _half = half_sent_head(&addr);
     // Headers and half a body: the handler waits for a rest that never comes.
@@ -151,9 +152,9 @@ fn sigterm_stops_the_process_within_the_grace_whatever_clients_do() {
     assert_eq!(reply, "", "the stalled request got no answer");
 }
 
-#[test]
-fn a_request_in_flight_at_sigterm_still_gets_its_answer() {
-    let shop = TestShop::seeded("10");
+#[tokio::test]
+async fn a_request_in_flight_at_sigterm_still_gets_its_answer() {
+    let shop = seeded(10).await;
     let (child, addr) = serve_quick(&shop);
     let _half = half_sent_head(&addr);
     let (mut in_flight, rest) = mid_request(&addr);

@@ -2,8 +2,9 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use shop_testkit::{TestDb, TestRedis};
+use shop_testapp::TestApp;
 
+use crate::e2e::Binary;
 use crate::shop;
 
 fn terminate(child: &Child) {
@@ -29,8 +30,8 @@ fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
 
 #[tokio::test]
 async fn work_runs_the_cleaner_and_the_rescaler_and_stops_on_sigterm() {
-    let server = TestRedis::start();
-    let mut raw = server.conn().await;
+    let app = TestApp::start().await;
+    let mut raw = app.redis.conn().await;
     for i in 0..50 {
         let token = format!("tok{i:019}");
         let _: () = raw.zadd("s:recent:", &token, i).await.unwrap();
@@ -39,11 +40,9 @@ async fn work_runs_the_cleaner_and_the_rescaler_and_stops_on_sigterm() {
     let views: Vec<(f64, u64)> = (1..=30).map(|i| (-(i as f64) * 2.0, i)).collect();
     let _: () = raw.zadd_multiple("s:viewed:", &views).await.unwrap();
 
-    let db = TestDb::sqlite();
-    let child = shop()
+    let child = app
+        .shop()
         .arg("work")
-        .env("REDIS_URL", server.url())
-        .env("DATABASE_URL", db.url())
         .env("SHOP_KEY_PREFIX", "s:")
         .env("SHOP_SESSION_CAP", "10")
         .env("SHOP_CLEANER_BATCH", "7")
