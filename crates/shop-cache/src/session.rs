@@ -88,7 +88,7 @@ impl Sessions {
         user: Option<UserId>,
         item: Option<ItemId>,
     ) -> Result<Option<UserId>, CacheError> {
-        match self.run_touch(token, user, item, false).await? {
+        match self.run_touch(token, user, item, false, true).await? {
             Touched::Known(user) => Ok(user),
             Touched::Unknown => unreachable!("the script only refuses tokens that must exist"),
         }
@@ -102,7 +102,46 @@ impl Sessions {
         token: &SessionToken,
         item: Option<ItemId>,
     ) -> Result<Touched, CacheError> {
-        self.run_touch(token, None, item, true).await
+        self.run_touch(token, None, item, true, true).await
+    }
+
+    /// The touch of an item page sent before the page's answer is known, so that
+    /// it travels with the page's own lookup and a page view costs one round trip
+    /// of waiting: [`Sessions::touch_existing`] for a token a client presented
+    /// (`presented`), else [`Sessions::touch`] for one this process just made, with
+    /// the item put in the history but not yet counted. End it with
+    /// [`Sessions::settle_view`].
+    pub async fn touch_ahead(
+        &self,
+        token: &SessionToken,
+        presented: bool,
+        item: ItemId,
+    ) -> Result<Touched, CacheError> {
+        self.run_touch(token, None, Some(item), presented, false)
+            .await
+    }
+
+    /// Ends a [`Sessions::touch_ahead`] once the page answered: a `found` page's
+    /// view is counted (in this process's batch, no Redis call); otherwise the item
+    /// leaves the session's history again (one `ZREM`), so a made-up id never stays
+    /// there nor reaches the ranking. (If that touch trimmed the session's oldest
+    /// view to make room, that view stays gone.)
+    pub async fn settle_view(
+        &self,
+        token: &SessionToken,
+        item: ItemId,
+        found: bool,
+    ) -> Result<(), CacheError> {
+        if found {
+            self.views.add(item, token);
+            return Ok(());
+        }
+        redis::cmd("ZREM")
+            .arg(self.keys.viewed_by(token))
+            .arg(item.get())
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     async fn run_touch(
@@ -111,6 +150,7 @@ impl Sessions {
         user: Option<UserId>,
         item: Option<ItemId>,
         must_exist: bool,
+        count_view: bool,
     ) -> Result<Touched, CacheError> {
         let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let mut call = scripts::TOUCH.prepare_invoke();
@@ -127,7 +167,7 @@ impl Sessions {
             .arg(if must_exist { "1" } else { "0" })
             .invoke_async(&mut self.conn.clone())
             .await?;
-        if let (Some(item), 1) = (item, known) {
+        if let (Some(item), 1, true) = (item, known, count_view) {
             self.views.add(item, token);
         }
         if known == 0 {

@@ -5,9 +5,12 @@
 //!   session (never issued, or cleaned), gets a fresh token; a client can never
 //!   choose its own token.
 //! - The cookie is `HttpOnly; SameSite=Lax; Path=/`, plus `Secure` when configured.
-//! - Item page views (`GET /items/{id}`; not `HEAD`) are recorded after the handler and only
-//!   when it answered 200, so made-up ids do not enter the `viewed:` ranking; the item
-//!   page itself needs no user (its HTML is shared). Every other request is touched
+//! - Item page views (`GET /items/{id}`; not `HEAD`) count only when the page
+//!   answered 200, so made-up ids enter neither the `viewed:` ranking nor the
+//!   history. The item page itself needs no user (its HTML is shared), so its touch
+//!   is sent at the same time as the page's own lookup (one round trip of waiting
+//!   instead of two), with the item in the history; the answer then counts the view,
+//!   or takes the item out of the history again. Every other request is touched
 //!   before its handler, which finds the result as a [`Session`] extension.
 //! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
 //!   this layer writes every session `Set-Cookie`, outside any cached response.
@@ -124,23 +127,32 @@ impl SessionLayer {
 /// The session layer's middleware; see the module documentation.
 pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Next) -> Response {
     let presented = token(req.headers());
-    let item = state.item_page(&req);
-    let mut issued = None;
-    if item.is_none() {
-        let (session, new) = identify(&state, presented.clone(), None).await;
-        issued = new.then(|| session.token.clone());
-        req.extensions_mut().insert(session);
+    let (mut resp, mut issued) = if let Some(item) = state.item_page(&req) {
+        // The item page needs nobody's identity: its touch goes out at the same
+        // time as the page (whose lookup is its own round trip), the view held
+        // until the answer says whether the page was found.
+        let placeholder = presented.clone().unwrap_or_else(SessionToken::generate);
+        req.extensions_mut().insert(Session {
+            token: placeholder,
+            user: None,
+        });
+        let (resp, (session, new)) =
+            tokio::join!(next.run(req), identify(&state, presented, Some(item)));
+        let found = resp.status() == StatusCode::OK;
+        if let Err(error) = state
+            .sessions
+            .settle_view(&session.token, item, found)
+            .await
+        {
+            session_error(&state, &error);
+        }
+        (resp, new.then_some(session.token))
     } else {
-        // The item page needs nobody's identity: touch after it, with the view.
-        let token = presented.clone().unwrap_or_else(SessionToken::generate);
-        req.extensions_mut().insert(Session { token, user: None });
-    }
-    let mut resp = next.run(req).await;
-    if let Some(item) = item {
-        let viewed = (resp.status() == StatusCode::OK).then_some(item);
-        let (session, new) = identify(&state, presented, viewed).await;
-        issued = new.then_some(session.token);
-    }
+        let (session, new) = identify(&state, presented, None).await;
+        let issued = new.then(|| session.token.clone());
+        req.extensions_mut().insert(session);
+        (next.run(req).await, issued)
+    };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);
     }
@@ -152,14 +164,20 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
     resp
 }
 
-/// Touches the presented session, or starts a new one; `true` when it is new.
+/// Touches the presented session, or starts a new one; `true` when it is new. With
+/// `ahead`, the touch carries that item page's view before the page has answered
+/// (see [`Sessions::touch_ahead`]).
 async fn identify(
     state: &SessionLayer,
     presented: Option<SessionToken>,
-    item: Option<ItemId>,
+    ahead: Option<ItemId>,
 ) -> (Session, bool) {
     if let Some(token) = presented {
-        match state.sessions.touch_existing(&token, item).await {
+        let touched = match ahead {
+            Some(item) => state.sessions.touch_ahead(&token, true, item).await,
+            None => state.sessions.touch_existing(&token, None).await,
+        };
+        match touched {
             Ok(Touched::Known(user)) => return (Session { token, user }, false),
             Ok(Touched::Unknown) => {}
             Err(error) => {
@@ -169,7 +187,15 @@ async fn identify(
         }
     }
     let token = SessionToken::generate();
-    if let Err(error) = state.sessions.touch(&token, None, item).await {
+    let touched = match ahead {
+        Some(item) => state
+            .sessions
+            .touch_ahead(&token, false, item)
+            .await
+            .map(drop),
+        None => state.sessions.touch(&token, None, None).await.map(drop),
+    };
+    if let Err(error) = touched {
         session_error(state, &error);
     }
     (Session { token, user: None }, true)

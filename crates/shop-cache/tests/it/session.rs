@@ -1,6 +1,6 @@
 use redis::AsyncCommands;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
+use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions, Touched};
 
 use crate::{both_layouts, redis};
 
@@ -78,6 +78,42 @@ async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
     assert_eq!((seven, eight), (-4.0, -1.0));
     let ranked: Vec<String> = raw.zrange(views, 0, -1).await.unwrap();
     assert_eq!(ranked, vec!["7", "8"], "most viewed at rank 0");
+}
+
+async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let token = SessionToken::generate();
+    // A token this process just made: the session starts with the view held.
+    let touched = sessions.touch_ahead(&token, false, item(3)).await.unwrap();
+    assert_eq!(touched, Touched::Known(None));
+    assert_eq!(sessions.recently_viewed(&token).await.unwrap(), vec![item(3)]);
+    assert_eq!(sessions.pending_views(), 0, "not counted before the answer");
+    sessions.settle_view(&token, item(3), true).await.unwrap();
+    assert_eq!(sessions.pending_views(), 1, "a found page counts");
+
+    // A page that was not found: out of the history again, never counted.
+    assert_eq!(
+        sessions.touch_ahead(&token, true, item(999)).await.unwrap(),
+        Touched::Known(None)
+    );
+    sessions.settle_view(&token, item(999), false).await.unwrap();
+    assert_eq!(sessions.recently_viewed(&token).await.unwrap(), vec![item(3)]);
+    assert_eq!(sessions.pending_views(), 1);
+    sessions.flush_views().await.unwrap();
+    let mut raw = fx.raw().await;
+    let ranked: Vec<(u64, f64)> = raw
+        .zrange_withscores(fx.keys.item_views(), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(ranked, vec![(3, -1.0)]);
+
+    // A presented token that is no session is refused, and nothing is written.
+    let stranger = SessionToken::generate();
+    assert_eq!(
+        sessions.touch_ahead(&stranger, true, item(4)).await.unwrap(),
+        Touched::Unknown
+    );
+    assert!(sessions.recently_viewed(&stranger).await.unwrap().is_empty());
 }
 
 async fn the_26th_view_drops_the_oldest(fx: Fixture) {
