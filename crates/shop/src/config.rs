@@ -590,10 +590,11 @@ defaults_from_clap!(
 
 impl Settings {
     /// Reads a settings file over the compiled-in defaults. Unknown sections or
-    /// keys and values of the wrong type are errors naming the key; ranges are
-    /// checked by [`parse`], where the file's values meet the command line's.
+    /// keys and values of the wrong type are errors naming the key and its line;
+    /// ranges are checked by [`parse`], where the file's values meet the command
+    /// line's.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        toml::from_str(text).map_err(|e| toml_error(text, &e))
     }
 }
 
@@ -628,7 +629,8 @@ fn read_config_file(path: &str) -> Result<Vec<(String, Vec<String>)>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read config file {path}: {e}"))?;
     Settings::from_toml(&text).map_err(|e| format!("{path}: {e}"))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("{path}: {}", toml_error(&text, &e)))?;
     let mut values = Vec::new();
     for (_, section) in table {
         let toml::Value::Table(section) = section else {
@@ -643,6 +645,27 @@ fn read_config_file(path: &str) -> Result<Vec<(String, Vec<String>)>, String> {
         }
     }
     Ok(values)
+}
+
+/// A TOML error as its line number and message, without the quoted line the
+/// `toml` crate would print: that line may hold a password (a misspelt
+/// `database_url = "postgres://shop:secret@..."`).
+fn toml_error(text: &str, error: &toml::de::Error) -> String {
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let start = before.rfind('\n').map_or(0, |i| i + 1);
+            let key = text[start..]
+                .lines()
+                .next()
+                .and_then(|l| l.split_once('='))
+                .map(|(key, _)| format!(" (`{}`)", key.trim()))
+                .unwrap_or_default();
+            format!("line {line}{key}: {}", error.message())
+        }
+        None => error.message().to_owned(),
+    }
 }
 
 /// A TOML value as it would be written after its flag.
@@ -884,7 +907,7 @@ mod tests {
             ("[workers]\nno_such = 1\n", "unknown field `no_such`"),
             ("[nowhere]\nx = 1\n", "unknown field `nowhere`"),
             ("session_cap = 1\n", "unknown field `session_cap`"),
-            ("not a setting\n", "key with no value"),
+            ("not a setting\n", "line 1: "),
         ] {
             let path = file.write(text);
             let err = parse(args(&["shop", "work", "--config", &path]))
