@@ -19,6 +19,7 @@ use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 
 use crate::DbError;
+use crate::write::{WriteTx, connection_is_clean};
 
 /// Which database is behind a [`Db`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,16 +159,17 @@ impl Db {
         Ok(())
     }
 
-    /// Answers within about half a second whether a write could start now (for
-    /// `/healthz`, which reports a database that reads but cannot write as degraded).
+    /// Answers within about half a second whether a write can be committed now (for
+    /// `/healthz`, which reports a database that reads but cannot write).
     ///
-    /// SQLite: takes the write connection (waiting at most 300 ms) and runs
-    /// `BEGIN IMMEDIATE; ROLLBACK` with a 100 ms busy wait, which fails while another
-    /// process holds the write lock. PostgreSQL: `SELECT 1` on a write connection.
+    /// A real write, so every reason a checkout could fail shows (a lock held
+    /// elsewhere, a full disk, a read-only file, a lost server): it takes the write
+    /// connection (waiting at most 300 ms) and updates the one row of `write_probe`
+    /// in a [`WriteTx`](crate::write::WriteTx), on SQLite with a 100 ms busy wait.
     /// Errors are those of a write: [`DbError::is_unavailable`] is true for a lock.
     pub async fn probe_write(&self) -> Result<(), DbError> {
         // In its own task: a caller that gives up (a health check's timeout) must not
-        // cut the probe between BEGIN and ROLLBACK and hand that connection back.
+        // cut the probe half-way.
         tokio::spawn(probe_write(self.write.clone(), self.backend))
             .await
             .map_err(|_| sqlx::Error::WorkerCrashed)?
@@ -178,31 +180,29 @@ async fn probe_write(write: AnyPool, backend: Backend) -> Result<(), DbError> {
     let mut conn = tokio::time::timeout(PROBE_ACQUIRE_TIMEOUT, write.acquire())
         .await
         .map_err(|_| sqlx::Error::PoolTimedOut)??;
-    if backend == Backend::Postgres {
-        sqlx::query("SELECT 1").execute(&mut *conn).await?;
-        return Ok(());
+    if backend == Backend::Sqlite {
+        sqlx::query(&format!("PRAGMA busy_timeout = {PROBE_BUSY_TIMEOUT_MS}"))
+            .execute(&mut *conn)
+            .await?;
     }
-    sqlx::query(&format!("PRAGMA busy_timeout = {PROBE_BUSY_TIMEOUT_MS}"))
-        .execute(&mut *conn)
+    let mut tx = WriteTx::begin(conn, backend).await?;
+    sqlx::query("UPDATE write_probe SET probed_at = $1 WHERE id = 1")
+        .bind(crate::unix_now())
+        .execute(&mut *tx)
         .await?;
-    let begun = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await;
-    let ended = match begun {
-        Ok(_) => sqlx::query("ROLLBACK").execute(&mut *conn).await.map(drop),
-        Err(_) => Ok(()),
-    };
-    let restored = sqlx::query(&format!(
-        "PRAGMA busy_timeout = {SQLITE_WRITE_BUSY_TIMEOUT_MS}"
-    ))
-    .execute(&mut *conn)
-    .await;
-    if ended.is_err() || restored.is_err() {
-        // A connection left inside a transaction or with the probe's busy timeout
-        // must not serve the next writer.
-        conn.close_on_drop();
+    let mut conn = tx.commit_keeping().await?;
+    if backend == Backend::Sqlite {
+        let restored = sqlx::query(&format!(
+            "PRAGMA busy_timeout = {SQLITE_WRITE_BUSY_TIMEOUT_MS}"
+        ))
+        .execute(&mut *conn)
+        .await;
+        if restored.is_err() {
+            // A connection left with the probe's busy timeout must not serve writers.
+            conn.close_on_drop();
+        }
+        restored?;
     }
-    begun?;
-    ended?;
-    restored?;
     Ok(())
 }
 
@@ -219,7 +219,11 @@ async fn pragmas<const N: usize>(
 
 /// The write pool's options for `backend` (see the constants above for the sizes).
 fn write_pool(backend: Backend) -> AnyPoolOptions {
-    let options = AnyPoolOptions::new().acquire_timeout(WRITE_ACQUIRE_TIMEOUT);
+    let options = AnyPoolOptions::new()
+        .acquire_timeout(WRITE_ACQUIRE_TIMEOUT)
+        // Every connection given back is checked, and one left inside a
+        // transaction is closed (so it is never handed out again).
+        .after_release(move |conn, _meta| Box::pin(connection_is_clean(conn, backend)));
     match backend {
         Backend::Sqlite => options
             .max_connections(SQLITE_WRITE_CONNECTIONS)
@@ -239,6 +243,12 @@ fn write_pool(backend: Backend) -> AnyPoolOptions {
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     sqlx::query(&format!("SET lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'"))
+                        .execute(&mut *conn)
+                        .await?;
+                    // A confirmed order must survive a crash of the database's
+                    // machine: whatever the server's default, COMMIT returns only
+                    // once the transaction is flushed to its WAL on disk.
+                    sqlx::query("SET synchronous_commit = on")
                         .execute(&mut *conn)
                         .await?;
                     Ok(())

@@ -9,6 +9,11 @@ pub enum DbError {
     /// The database could not be reached, or a query failed.
     #[error("database: {0}")]
     Sqlx(#[from] sqlx::Error),
+    /// `COMMIT` failed: the transaction did not take effect, or (a connection lost
+    /// during the commit) whether it did is unknown. Callers answer "try again"
+    /// (503), never "done": a retry with the same idempotency key finds out.
+    #[error("database commit failed: {0}")]
+    CommitFailed(#[source] sqlx::Error),
     /// A migration failed at start-up.
     #[error("database migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -31,10 +36,15 @@ impl DbError {
     /// write connection queued behind a lock for longer than its acquire timeout),
     /// that is a lock wait that ran out: SQLite's `SQLITE_BUSY`/`SQLITE_LOCKED`
     /// ("database is locked", its busy timeout expired) and PostgreSQL's
-    /// `lock_not_available` (55P03, its `lock_timeout` expired), plus PostgreSQL's
-    /// connection, resource and shutdown classes (08, 53, 57P01-57P03).
+    /// `lock_not_available` (55P03, its `lock_timeout` expired); a store that cannot
+    /// take the write now: SQLite's `SQLITE_FULL` (disk full), `SQLITE_IOERR`,
+    /// `SQLITE_READONLY`, `SQLITE_CANTOPEN`, `SQLITE_NOMEM`, `SQLITE_PROTOCOL`;
+    /// PostgreSQL's connection, resource (disk full is 53100), shutdown and system
+    /// classes (08, 53, 57P01-57P03, 58), a statement timeout (57014) and the
+    /// retryable transaction failures (40001, 40P01); and any failed commit.
     pub fn is_unavailable(&self) -> bool {
         match self {
+            DbError::CommitFailed(_) => true,
             DbError::Sqlx(
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
@@ -48,9 +58,16 @@ impl DbError {
     }
 }
 
-/// SQLite's primary result codes for "the lock could not be had in time".
+/// SQLite's primary result codes for "the write cannot be done now": the lock could
+/// not be had in time, or the file system or memory refused.
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
+const SQLITE_NOMEM: i64 = 7;
+const SQLITE_READONLY: i64 = 8;
+const SQLITE_IOERR: i64 = 10;
+const SQLITE_FULL: i64 = 13;
+const SQLITE_CANTOPEN: i64 = 14;
+const SQLITE_PROTOCOL: i64 = 15;
 
 fn database_unavailable(e: &dyn sqlx::error::DatabaseError) -> bool {
     if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
@@ -60,14 +77,26 @@ fn database_unavailable(e: &dyn sqlx::error::DatabaseError) -> bool {
             .code()
             .and_then(|c| c.parse::<i64>().ok())
             .map(|c| c & 0xff);
-        return matches!(primary, Some(SQLITE_BUSY | SQLITE_LOCKED))
-            || e.message().contains("database is locked");
+        return matches!(
+            primary,
+            Some(
+                SQLITE_BUSY
+                    | SQLITE_LOCKED
+                    | SQLITE_NOMEM
+                    | SQLITE_READONLY
+                    | SQLITE_IOERR
+                    | SQLITE_FULL
+                    | SQLITE_CANTOPEN
+                    | SQLITE_PROTOCOL
+            )
+        ) || e.message().contains("database is locked");
     }
     if let Some(e) = e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
         let state = e.code();
-        return state == "55P03"
+        return matches!(state, "55P03" | "57014" | "40001" | "40P01")
             || state.starts_with("08")
             || state.starts_with("53")
+            || state.starts_with("58")
             || matches!(state, "57P01" | "57P02" | "57P03");
     }
     false

@@ -59,7 +59,7 @@ impl Db {
         per_user_limit: i64,
         now: i64,
     ) -> Result<BuyOutcome, DbError> {
-        let mut tx = self.write.begin().await?;
+        let mut tx = self.begin_write().await?;
         if !first_attempt(&mut tx, user, item, key).await? {
             tx.rollback().await?;
             return self.earlier_answer(user, item, key).await;
@@ -77,8 +77,23 @@ impl Db {
         .await?;
         let Some(took) = took else {
             let why = self.why_not(&mut tx, item, now).await?;
-            tx.rollback().await?;
-            return self.record_refusal(user, item, key, why).await;
+            if why == BuyOutcome::UnknownItem {
+                tx.rollback().await?;
+                return self.record_refusal(user, item, key, why).await;
+            }
+            // Nothing was taken: the attempt's row, ours since this transaction
+            // wrote it, gets the refusal, in the same transaction (the common
+            // answer once a sale sells out, so one transaction, not two).
+            sqlx::query(
+                "UPDATE flash_attempts SET outcome = $1 WHERE user_id = $2 AND idempotency_key = $3",
+            )
+            .bind(why.code())
+            .bind(user.to_i64())
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(why);
         };
         let price: i64 = took.try_get("sale_price_cents")?;
 
@@ -98,7 +113,7 @@ impl Db {
     /// Why the stock update matched nothing: no item, outside the window, or no stock.
     async fn why_not(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        tx: &mut crate::WriteTx,
         item: ItemId,
         now: i64,
     ) -> Result<BuyOutcome, DbError> {
@@ -132,6 +147,7 @@ impl Db {
             // for it); a retry gets the same answer anyway.
             return Ok(outcome);
         }
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, idempotency_key) DO NOTHING",
@@ -140,8 +156,9 @@ impl Db {
         .bind(key)
         .bind(item.to_i64())
         .bind(outcome.code())
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         // A concurrent attempt with the same key may have answered first: its answer wins.
         self.earlier_answer(user, item, key).await
     }
@@ -185,7 +202,7 @@ impl Db {
         per_user_limit: i64,
         now: i64,
     ) -> Result<WinRecord, DbError> {
-        let mut tx = self.write.begin().await?;
+        let mut tx = self.begin_write().await?;
         if !first_attempt(&mut tx, user, item, key).await? {
             tx.rollback().await?;
             return Ok(WinRecord::Earlier(
@@ -225,6 +242,7 @@ impl Db {
         item: ItemId,
         key: &str,
     ) -> Result<Option<i64>, DbError> {
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
              VALUES ($1, $2, $3, 'expired') ON CONFLICT (user_id, idempotency_key) DO NOTHING",
@@ -232,7 +250,7 @@ impl Db {
         .bind(user.to_i64())
         .bind(key)
         .bind(item.to_i64())
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
         let row = sqlx::query(
             "SELECT item_id, outcome, order_id FROM flash_attempts \
@@ -240,8 +258,9 @@ impl Db {
         )
         .bind(user.to_i64())
         .bind(key)
-        .fetch_one(&self.write)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         let (attempt_item, outcome): (i64, String) =
             (row.try_get("item_id")?, row.try_get("outcome")?);
         let order: Option<i64> = row.try_get("order_id")?;
@@ -279,7 +298,7 @@ impl Db {
 /// Records that `user` tried `key` (answer pending); `false` if they tried it
 /// before (then the earlier answer stands).
 async fn first_attempt(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut crate::WriteTx,
     user: UserId,
     item: ItemId,
     key: &str,
@@ -299,7 +318,7 @@ async fn first_attempt(
 
 /// Counts one more unit of `item` for `user`, unless that would pass `limit`.
 async fn claim(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut crate::WriteTx,
     user: UserId,
     item: ItemId,
     limit: i64,
@@ -320,7 +339,7 @@ async fn claim(
 
 /// The order of one sale unit, its line, and the attempt's answer `bought`.
 async fn insert_order(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut crate::WriteTx,
     user: UserId,
     item: ItemId,
     key: &str,

@@ -72,11 +72,13 @@ impl Db {
 
     /// Sets the stock of an item. `false` if there is no such item.
     pub async fn set_stock(&self, id: ItemId, stock: i64) -> Result<bool, DbError> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
             .bind(stock)
             .bind(id.to_i64())
-            .execute(&self.write)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -84,7 +86,7 @@ impl Db {
     /// toward the per-user limit start again (the limit is per sale). `false` if
     /// there is no such item (nothing changed then).
     pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<bool, DbError> {
-        let mut tx = self.write.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
              WHERE item_id = $5",

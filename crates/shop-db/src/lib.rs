@@ -23,9 +23,11 @@ pub mod orders;
 pub mod search;
 pub mod seed;
 pub mod users;
+mod write;
 
 pub use db::{Backend, Db};
 pub use error::DbError;
+pub use write::WriteTx;
 
 /// Unix time in whole seconds, the unit of every timestamp column.
 pub fn unix_now() -> i64 {

@@ -78,7 +78,7 @@ impl Db {
             .into_iter()
             .map(|(id, item)| (id, item.price_cents))
             .collect();
-        let mut tx = self.write.begin().await?;
+        let mut tx = self.begin_write().await?;
         let order = sqlx::query(
             "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
              VALUES ($1, $2, 'cart', 0, $3) ON CONFLICT (user_id, idempotency_key) DO NOTHING \

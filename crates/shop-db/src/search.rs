@@ -63,11 +63,22 @@ impl Db {
     /// (14 ms against 5 ms for a word matching 6,000 items, until autovacuum gets
     /// to it).
     pub async fn tidy_search_index(&self) -> Result<(), DbError> {
-        let sql = match self.backend() {
-            Backend::Sqlite => "INSERT INTO items_search (items_search) VALUES ('optimize')",
-            Backend::Postgres => "VACUUM ANALYZE items",
-        };
-        sqlx::query(sql).execute(&self.write).await?;
+        match self.backend() {
+            Backend::Sqlite => {
+                let mut tx = self.begin_write().await?;
+                sqlx::query("INSERT INTO items_search (items_search) VALUES ('optimize')")
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+            }
+            // Maintenance that PostgreSQL runs only outside a transaction block; it
+            // changes no data, and a statement on its own cannot leave one open.
+            Backend::Postgres => {
+                sqlx::query("VACUUM ANALYZE items")
+                    .execute(&self.write)
+                    .await?;
+            }
+        }
         Ok(())
     }
 

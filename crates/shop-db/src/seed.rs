@@ -125,7 +125,7 @@ impl Db {
         for (name, password) in DEMO_USERS {
             let exists = sqlx::query("SELECT 1 FROM users WHERE name = $1")
                 .bind(name)
-                .fetch_optional(&self.write)
+                .fetch_optional(&self.read)
                 .await?
                 .is_some();
             if !exists && self.create_user(name, password).await?.is_some() {
@@ -155,7 +155,7 @@ impl Db {
             "INSERT INTO inventory (item_id, stock) VALUES {} ON CONFLICT (item_id) DO NOTHING",
             values(2)
         );
-        let mut tx = self.write.begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut q = sqlx::query(&items_sql);
         for it in batch {
             q = q

@@ -264,6 +264,7 @@ impl Db {
     /// Registers a user; `None` if the name is taken.
     pub async fn create_user(&self, name: &str, password: &str) -> Result<Option<UserId>, DbError> {
         let hash = hash_password(password).await?;
+        let mut tx = self.begin_write().await?;
         let row = sqlx::query(
             "INSERT INTO users (name, password_hash, created_at) VALUES ($1, $2, $3) \
              ON CONFLICT (name) DO NOTHING RETURNING id",
@@ -271,8 +272,9 @@ impl Db {
         .bind(name)
         .bind(hash)
         .bind(unix_now())
-        .fetch_optional(&self.write)
+        .fetch_optional(&mut *tx)
         .await?;
+        tx.commit().await?;
         row.map(|r| user_id(r.try_get("id")?)).transpose()
     }
 
@@ -289,7 +291,7 @@ impl Db {
         let now = unix_now();
         let mut ids = Vec::with_capacity(names.len());
         for chunk in names.chunks(1_000) {
-            let mut tx = self.write.begin().await?;
+            let mut tx = self.begin_write().await?;
             for name in chunk {
                 sqlx::query(
                     "INSERT INTO users (name, password_hash, created_at) VALUES ($1, $2, $3) \
@@ -344,10 +346,12 @@ impl Db {
     /// Makes the user named `name` an admin (the operations page); `false` if
     /// there is no such user.
     pub async fn grant_admin(&self, name: &str) -> Result<bool, DbError> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query("UPDATE users SET is_admin = 1 WHERE name = $1")
             .bind(name)
-            .execute(&self.write)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -21,3 +21,4 @@ pub async fn databases() -> Vec<(TestDb, Db)> {
     }
     out
 }
+mod write_faults;
