@@ -39,6 +39,19 @@ impl TestDb {
         }
     }
 
+    /// A new SQLite file in `dir`, which the caller owns (a [`SmallDisk`] to fill
+    /// up, say).
+    ///
+    /// [`SmallDisk`]: crate::SmallDisk
+    pub fn sqlite_in(dir: &std::path::Path) -> Self {
+        Self {
+            url: format!("sqlite:{}", dir.join("shop.db").display()),
+            kind: "sqlite",
+            _dir: None,
+            postgres: None,
+        }
+    }
+
     /// A new, empty PostgreSQL database on the local server, or `None` (said loudly
     /// on stderr) when no server answers. Under `CI=true` no server is a failure.
     pub async fn postgres() -> Option<Self> {

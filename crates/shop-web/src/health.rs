@@ -1,22 +1,25 @@
 //! `GET /healthz`: whether this server can do its whole job, for load balancers,
 //! orchestrators and people.
 //!
-//! The answer is `{"redis": true|false, "database": "ok"|"degraded"|"down"}`:
+//! The answer is `{"redis": true|false, "database": "ok"|"degraded"|"read_only"|"down"}`:
 //! - `"ok"`: the database answers reads (`SELECT 1` on the read pool) and a write
-//!   could start now ([`shop_db::Db::probe_write`]: on SQLite, `BEGIN IMMEDIATE;
-//!   ROLLBACK` on the write connection with a 100 ms busy wait, after waiting at
-//!   most 300 ms for that connection, so a write queue that long counts as degraded);
-//! - `"degraded"`: reads work but writes cannot start, e.g. another process holds
-//!   SQLite's write lock or every write connection is stuck. Pages and logins still
+//!   commits now ([`shop_db::Db::probe_write`]: a one-row update on the write
+//!   connection, on SQLite with a 100 ms busy wait, after waiting at most 300 ms
+//!   for that connection, so a write queue that long counts as failing);
+//! - `"degraded"`: reads work but writes have failed for less than the write grace
+//!   ([`WebConfig::write_grace`](crate::WebConfig::write_grace), 10 s by default):
+//!   a lock held elsewhere for a moment, a write queue. Pages and logins still
 //!   work; checkouts and flash purchases answer 503;
+//! - `"read_only"`: writes have failed for longer than the grace (a full disk, a
+//!   read-only file system, a lost primary): this server cannot take orders;
 //! - `"down"`: reads fail too.
 //!
-//! The status is 200 while Redis is up and the database answers reads (`"ok"` or
-//! `"degraded"`), and 503 (with `Retry-After`) when Redis or the database is down.
-//! Degraded is 200 on purpose: every web server shares the one database, so a
-//! write lock degrades them all at once, and a load balancer that took them all out
-//! would drop the pages, the cart and the row cache that still work. The body says
-//! `"degraded"` for monitoring, and the warning is logged.
+//! The status is 200 for `"ok"` and `"degraded"`, and 503 (with `Retry-After`) for
+//! `"read_only"`, `"down"` or Redis down, so a load balancer sends shoppers to the
+//! servers that can take their orders. A short write failure stays 200: a lock
+//! held for a second degrades every server at once, and taking them all out would
+//! drop the pages and carts that still work. The state clears by itself at the
+//! first health check whose write commits.
 //!
 //! The result is computed at most once a second, by one request at a time; the
 //! others get that answer. Any client may call `/healthz`, and each write probe
@@ -35,6 +38,9 @@ use serde_json::json;
 
 use crate::AppState;
 
+/// How long writes may fail before `/healthz` answers 503 (`"read_only"`).
+pub const DEFAULT_WRITE_GRACE: Duration = Duration::from_secs(10);
+
 /// The longest any one probe may take before it counts as failed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -50,8 +56,10 @@ pub fn router(state: AppState) -> Router {
 pub enum Database {
     /// Reads and writes work.
     Ok,
-    /// Reads work, writes cannot start.
+    /// Reads work; writes have failed for less than the write grace.
     Degraded,
+    /// Reads work; writes have failed for longer than the write grace.
+    ReadOnly,
     /// Reads fail.
     Down,
 }
@@ -61,6 +69,7 @@ impl Database {
         match self {
             Database::Ok => "ok",
             Database::Degraded => "degraded",
+            Database::ReadOnly => "read_only",
             Database::Down => "down",
         }
     }
@@ -74,14 +83,20 @@ async fn passes<T, E>(probe: impl Future<Output = Result<T, E>>) -> bool {
 /// How long a computed health answer is reused.
 const FRESH_FOR: Duration = Duration::from_secs(1);
 
-/// The last health answer and when it was computed; the lock makes one request at
-/// a time compute it.
+/// The last health answer and when it was computed, and since when writes have
+/// been failing; the lock makes one request at a time compute it.
 #[derive(Debug, Default)]
-pub struct HealthCache(tokio::sync::Mutex<Option<(Instant, bool, Database)>>);
+pub struct HealthCache(tokio::sync::Mutex<HealthState>);
+
+#[derive(Debug, Default)]
+struct HealthState {
+    last: Option<(Instant, bool, Database)>,
+    writes_failing_since: Option<Instant>,
+}
 
 async fn check(state: &AppState) -> (bool, Database) {
-    let mut last = state.health.0.lock().await;
-    if let Some((at, redis, database)) = *last
+    let mut health = state.health.0.lock().await;
+    if let Some((at, redis, database)) = health.last
         && at.elapsed() < FRESH_FOR
     {
         return (redis, database);
@@ -91,22 +106,37 @@ async fn check(state: &AppState) -> (bool, Database) {
         passes(state.db.ping()),
         passes(state.db.probe_write()),
     );
-    let database = match (reads, writes) {
-        (true, true) => Database::Ok,
-        (true, false) => Database::Degraded,
-        (false, _) => Database::Down,
+    let now = Instant::now();
+    let failing_since = if writes {
+        None
+    } else {
+        Some(*health.writes_failing_since.get_or_insert(now))
     };
-    if !writes {
-        tracing::warn!(reads, "health check: the database cannot start a write");
+    if health.writes_failing_since.is_some() && writes {
+        tracing::info!("health check: the database commits writes again");
     }
-    *last = Some((Instant::now(), redis, database));
+    health.writes_failing_since = failing_since;
+    let database = match (reads, failing_since) {
+        (false, _) => Database::Down,
+        (true, None) => Database::Ok,
+        (true, Some(since)) if now - since < state.config.write_grace => Database::Degraded,
+        (true, Some(_)) => Database::ReadOnly,
+    };
+    if let Some(since) = failing_since {
+        tracing::warn!(
+            reads,
+            failing_for_ms = (now - since).as_millis() as u64,
+            "health check: the database cannot commit a write"
+        );
+    }
+    health.last = Some((now, redis, database));
     (redis, database)
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
     let body = Json(json!({ "redis": redis, "database": database.as_str() }));
-    if redis && database != Database::Down {
+    if redis && matches!(database, Database::Ok | Database::Degraded) {
         return (StatusCode::OK, body).into_response();
     }
     let mut resp = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();

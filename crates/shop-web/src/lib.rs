@@ -57,6 +57,8 @@ pub struct WebConfig {
     /// How long a reserved unit waits for its order before the reconciler settles
     /// it (returns it to stock if no order was recorded).
     pub flash_hold: Duration,
+    /// How long the database may fail writes before `/healthz` answers 503.
+    pub write_grace: Duration,
     /// Mark the session cookie `Secure` (the shop is served over HTTPS).
     pub secure_cookies: bool,
     /// Most of one item a cart line may hold.
@@ -83,6 +85,7 @@ impl Default for WebConfig {
             flash_limit: shop_db::flash::DEFAULT_PER_USER_LIMIT,
             flash_decider: flash::FlashDecider::default(),
             flash_hold: shop_cache::flash_sale::DEFAULT_HOLD,
+            write_grace: health::DEFAULT_WRITE_GRACE,
             secure_cookies: false,
             max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
             page_ttl: shop_cache::page_cache::DEFAULT_TTL,

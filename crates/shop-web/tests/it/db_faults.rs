@@ -171,3 +171,129 @@ async fn health_checks_are_computed_once_a_second_however_many_ask() {
     );
     lock.release();
 }
+
+/// A full disk under SQLite, driven as an operator's bad day would drive it: a
+/// reader pins the WAL, the disk fills, shoppers keep checking out. Every answer
+/// is "placed" with its order committed, or a 503 with `Retry-After`; `/healthz`
+/// says "degraded", then 503 "read_only" past the write grace; when the space comes
+/// back it is "ok" again by itself, checkouts go through at once, and the failed
+/// ones, retried with their keys, are placed. Then the database is reopened (a
+/// restart) and every placed answer is found in it, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_answers_503_never_a_false_placed_and_health_says_so() {
+    let Some(disk) = shop_testkit::SmallDisk::mount(8) else {
+        return;
+    };
+    let config = shop_web::WebConfig {
+        write_grace: Duration::from_secs(1),
+        ..shop_web::WebConfig::default()
+    };
+    let app = TestApp::builder()
+        .config(config)
+        .start_on(shop_testkit::TestDb::sqlite_in(disk.path()))
+        .await;
+    app.db.create_user("lou", PASSWORD).await.unwrap().unwrap();
+    let lou = app.log_in("lou").await;
+    let mut placed = std::collections::BTreeMap::new();
+    let mut failed = Vec::new();
+    // One checkout with a new key, after putting an item in the cart if it is empty.
+    let checkout = async |key: String,
+                          placed: &mut std::collections::BTreeMap<String, i64>,
+                          failed: &mut Vec<String>| {
+        if app.me(&lou).await["cart"]["count"].as_u64() == Some(0) {
+            let add = app.post("/cart", Some(&lou), "item=2&count=1", true).await;
+            assert_eq!(add.status(), StatusCode::OK);
+        }
+        let resp = app
+            .post("/checkout", Some(&lou), &format!("key={key}"), true)
+            .await;
+        match resp.status() {
+            StatusCode::OK => {
+                let body = json(resp).await;
+                assert_eq!(body["outcome"], "placed", "{body}");
+                placed.insert(key, body["order_id"].as_i64().unwrap());
+                true
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                retry_after(&resp);
+                failed.push(key);
+                false
+            }
+            other => panic!("{key}: {other} {}", json(resp).await),
+        }
+    };
+    for i in 0..3 {
+        assert!(checkout(format!("before-{i}"), &mut placed, &mut failed).await);
+    }
+    let mut reader = <sqlx::SqliteConnection as sqlx::Connection>::connect(app.test_db.url())
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
+    sqlx::query("SELECT COUNT(*) FROM orders")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+
+    disk.fill();
+    for i in 0..20 {
+        checkout(format!("full-{i}"), &mut placed, &mut failed).await;
+    }
+    assert!(!failed.is_empty(), "the full disk never failed a checkout");
+    let (status, body, _) = health(&app).await;
+    assert_eq!(
+        (status, body["database"].as_str()),
+        (StatusCode::OK, Some("degraded")),
+        "{body}"
+    );
+    let (status, body, _) = health(&app).await;
+    assert_eq!(
+        (status, body["database"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("read_only")),
+        "past the grace: {body}"
+    );
+    // Reads still work on this server.
+    assert_eq!(app.get("/items/3", None).await.status(), StatusCode::OK);
+
+    disk.free();
+    let freed = Instant::now();
+    let first = checkout("after-0".to_owned(), &mut placed, &mut failed).await;
+    let back = freed.elapsed();
+    assert!(first, "the first checkout after the space came back");
+    let (status, body, _) = health(&app).await;
+    assert_eq!(
+        (status, body["database"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    eprintln!(
+        "disk full over HTTP: {} placed, {} answered 503; the first checkout after the space came back placed in {back:?}",
+        placed.len(),
+        failed.len(),
+    );
+    for key in std::mem::take(&mut failed) {
+        assert!(
+            checkout(key.clone(), &mut placed, &mut failed).await,
+            "{key}: retried after the fault"
+        );
+    }
+    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
+
+    // A restart: the database reopened from its file.
+    app.db.close().await;
+    let db = shop_db::Db::connect(app.test_db.url()).await.unwrap();
+    let rows = sqlx::query("SELECT idempotency_key, id FROM orders")
+        .fetch_all(db.read_pool())
+        .await
+        .unwrap();
+    let committed: std::collections::BTreeMap<String, i64> = rows
+        .iter()
+        .map(|r| {
+            use sqlx::Row;
+            (r.get("idempotency_key"), r.get("id"))
+        })
+        .collect();
+    db.close().await;
+    assert_eq!(
+        committed, placed,
+        "every placed answer committed, and only those"
+    );
+}

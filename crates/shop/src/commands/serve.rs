@@ -68,6 +68,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         flash_limit: web.flash_limit,
         flash_decider: web.flash_decider.into(),
         flash_hold: Duration::from_secs(web.flash_hold),
+        write_grace: Duration::from_secs(web.write_grace),
         secure_cookies: web.secure_cookies,
         max_quantity: web.max_quantity,
         page_ttl: Duration::from_secs(web.page_ttl),
