@@ -69,8 +69,9 @@ impl WebError {
         e
     }
 
-    /// 503: an earlier request with the same idempotency key is still being
-    /// answered; retry with the same key shortly to get its answer.
+    /// 503: the answer to this idempotency key is not known yet (an earlier
+    /// request with it is still being answered, or its outcome waits to be
+    /// settled); retry with the same key shortly to get it.
     pub fn in_progress() -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -207,11 +207,20 @@ async fn buy_in_redis(
     let state = state.clone();
     let winner = tokio::spawn(async move {
         // A database error leaves the reservation pending: the reconciler settles it
-        // after its deadline, by what the database then holds.
-        let recorded = state
+        // after its deadline, by what the database then holds. Whatever the error,
+        // the buy's outcome is not known yet: 503, and a retry with the same key
+        // gets the settled answer.
+        let recorded = match state
             .db
             .record_flash_win(user, item, &key, limit, now)
-            .await?;
+            .await
+        {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                tracing::warn!(%error, "a flash-sale win was not recorded; the reconciler settles it");
+                return Err(WebError::in_progress());
+            }
+        };
         let (settlement, outcome) = match recorded {
             WinRecord::Ordered { order_id } => (
                 Some(Settlement::Confirm { order_id }),

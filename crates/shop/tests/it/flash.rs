@@ -712,3 +712,113 @@ async fn a_buy_during_the_reconcilers_read_is_not_undone() {
     assert_eq!(done, Reconciled::default(), "nothing to correct");
     assert_eq!((shop.redis_stock(1).await, shop.db_stock(1).await), (4, 4));
 }
+
+/// Makes every flash-sale order fail to be written (SQLite: `RAISE(ROLLBACK)`,
+/// PostgreSQL: an exception with an I/O error's code), or, with `cure`, stops it.
+async fn fail_flash_orders(shop: &Shop, cure: bool) {
+    let sql: &[&str] = match (shop.db.backend(), cure) {
+        (shop_db::Backend::Sqlite, false) => &[
+            "CREATE TRIGGER drill_fail BEFORE INSERT ON orders WHEN NEW.kind = 'flash' \
+             BEGIN SELECT RAISE(ROLLBACK, 'drill: injected write error'); END",
+        ],
+        (shop_db::Backend::Sqlite, true) => &["DROP TRIGGER drill_fail"],
+        (shop_db::Backend::Postgres, false) => &[
+            "CREATE FUNCTION drill_fail() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'drill: injected write error' USING ERRCODE = 'io_error'; END $$",
+            "CREATE TRIGGER drill_fail BEFORE INSERT ON orders FOR EACH ROW \
+             WHEN (NEW.kind = 'flash') EXECUTE FUNCTION drill_fail()",
+        ],
+        (shop_db::Backend::Postgres, true) => &["DROP TRIGGER drill_fail ON orders"],
+    };
+    for statement in sql {
+        sqlx::query(statement)
+            .execute(shop.db.pool())
+            .await
+            .unwrap();
+    }
+}
+
+/// The database fails between Redis's reservation and the order: the buyer is
+/// never told "bought" without a committed order (a 503 with `Retry-After`), the
+/// reconciler gives the units back after the hold, a retry with the same key then
+/// gets the settled answer, and every "bought" answer is an order in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_failing_between_reserve_and_record_never_reports_a_win_without_its_order() {
+    let short_hold = WebConfig {
+        flash_hold: Duration::from_secs(1),
+        ..WebConfig::default()
+    };
+    for shop in Shop::on_every_database(short_hold).await {
+        let kind = shop.kind();
+        shop.sale_of(1, 5).await;
+        let buyers = shop.buyers("w", 3).await;
+        fail_flash_orders(&shop, false).await;
+        let mut bought = HashMap::new();
+        for (i, (_, cookie)) in buyers.iter().enumerate().take(2) {
+            let key = format!("f{i}");
+            let resp = buy_request(&shop, cookie, &key).await;
+            assert_eq!(
+                resp.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{kind}: {key}"
+            );
+            assert!(resp.headers().contains_key(header::RETRY_AFTER), "{kind}");
+        }
+        let flash_orders = async || -> Vec<i64> {
+            sqlx::query_scalar("SELECT id FROM orders WHERE kind = 'flash' ORDER BY id")
+                .fetch_all(shop.db.read_pool())
+                .await
+                .unwrap()
+        };
+        assert!(flash_orders().await.is_empty(), "{kind}");
+        assert_eq!(shop.redis_stock(1).await, 3, "{kind}: two units held");
+
+        // The fault ends: the next buyer is served at once.
+        fail_flash_orders(&shop, true).await;
+        let (status, body) = shop.buy("1", Some(&buyers[2].1), Some("f2")).await;
+        assert_eq!(status, StatusCode::OK, "{kind}: {body}");
+        bought.insert("f2", body["order_id"].as_i64().unwrap());
+
+        // Past the hold, the reconciler gives the two units back...
+        let reconciler = shop.reconciler();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let mut released = 0;
+        while released < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{kind}: never released"
+            );
+            released += reconciler.step().await.unwrap().released;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // ...and the failed buys' retries get the settled answer: not bought.
+        for (i, (_, cookie)) in buyers.iter().enumerate().take(2) {
+            let key = format!("f{i}");
+            let (status, body) = shop.buy("1", Some(cookie), Some(&key)).await;
+            assert_eq!(
+                (status, body["outcome"].as_str()),
+                (StatusCode::CONFLICT, Some("expired")),
+                "{kind}: {key}"
+            );
+        }
+        assert_eq!(
+            flash_orders().await,
+            bought.values().copied().collect::<Vec<_>>(),
+            "{kind}: every 'bought' answer is an order, and nothing else is"
+        );
+        assert_eq!(
+            (shop.redis_stock(1).await, shop.db_stock(1).await),
+            (4, 4),
+            "{kind}: the failed buys' units are back on sale"
+        );
+    }
+}
+
+async fn buy_request(shop: &Shop, cookie: &str, key: &str) -> Response {
+    let req = Request::post("/api/flash/1/buy")
+        .header(header::COOKIE, cookie)
+        .header(shop_web::flash::IDEMPOTENCY_KEY, key)
+        .body(Body::empty())
+        .unwrap();
+    shop.send(req).await
+}
