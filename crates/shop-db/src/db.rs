@@ -7,7 +7,8 @@
 //! not requests piling up behind a 10 s busy timeout. Reads (item pages, the home
 //! page, logins, the row cache, `/healthz`) go through their own pool, so waiting
 //! writers can never take the connections reads need; under SQLite's WAL mode reads
-//! do not wait for the writer at all.
+//! do not wait for the writer at all. Every write is a [`WriteTx`] (see
+//! [`crate::write`]): a connection whose write failed is closed, never reused.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -127,7 +128,8 @@ impl Db {
 
     /// The write pool, for tools and tests that need SQL of their own (it can read
     /// too, but plain reads should use [`Db::read_pool`] so they never queue behind
-    /// writers).
+    /// writers). Writes that confirm something belong in a [`Db::begin_write`]
+    /// transaction instead.
     pub fn pool(&self) -> &AnyPool {
         &self.write
     }

@@ -18,7 +18,7 @@
 //! one of them ran (a statement failed and `?` returned, or the caller's future
 //! was dropped), the connection is closed instead of going back to the pool:
 //! closing rolls back whatever was open, on SQLite and on PostgreSQL alike. And the
-//! write pool checks every connection given back to it ([`connection_is_clean`]),
+//! write pool checks every connection given back to it (`connection_is_clean`),
 //! so one dirtied any other way (code that writes on [`Db::write_pool`] by hand) is
 //! closed too, never handed out again.
 //!
@@ -47,7 +47,7 @@ impl Db {
     /// Takes the write connection and begins a transaction on it: `BEGIN IMMEDIATE`
     /// on SQLite (the write lock is taken now, within the busy timeout, rather
     /// than at the first write), `BEGIN` on PostgreSQL.
-    pub(crate) async fn begin_write(&self) -> Result<WriteTx, DbError> {
+    pub async fn begin_write(&self) -> Result<WriteTx, DbError> {
         let conn = self.write.acquire().await?;
         WriteTx::begin(conn, self.backend()).await
     }

@@ -139,6 +139,42 @@ impl TestDb {
     }
 }
 
+/// A reader in a long read transaction on a SQLite file (a report, a backup): it
+/// keeps the WAL from being reset, so every commit must grow the file. Ends with
+/// [`SqliteWalPin::release`], or when dropped.
+pub struct SqliteWalPin(SqliteConnection);
+
+impl TestDb {
+    /// Opens a read transaction on this SQLite database from a connection of its
+    /// own and keeps it open (see [`SqliteWalPin`]).
+    pub async fn pin_wal(&self) -> SqliteWalPin {
+        let options = SqliteConnectOptions::new().filename(self.sqlite_path());
+        let mut conn = SqliteConnection::connect_with(&options)
+            .await
+            .expect("open a reader");
+        sqlx::query("BEGIN")
+            .execute(&mut conn)
+            .await
+            .expect("begin a read");
+        sqlx::query("SELECT COUNT(*) FROM sqlite_master")
+            .execute(&mut conn)
+            .await
+            .expect("read, which takes the snapshot");
+        SqliteWalPin(conn)
+    }
+}
+
+impl SqliteWalPin {
+    /// Ends the read transaction and closes the connection.
+    pub async fn release(mut self) {
+        sqlx::query("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .expect("end the read");
+        let _ = self.0.close().await;
+    }
+}
+
 /// SQLite's write lock (`BEGIN IMMEDIATE`) held by a connection outside the code
 /// under test, until [`SqliteWriteLock::release`] or drop rolls it back.
 ///

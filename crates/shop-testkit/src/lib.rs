@@ -15,7 +15,7 @@ mod redis_cluster;
 mod redis_server;
 mod small_disk;
 
-pub use database::{SqliteWriteLock, TestDb};
+pub use database::{SqliteWalPin, SqliteWriteLock, TestDb};
 pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;
 pub use small_disk::SmallDisk;

@@ -162,7 +162,8 @@ async fn a_full_disk_under_a_pinned_wal_loses_no_confirmed_order() {
     let Some(disk) = SmallDisk::mount(4) else {
         return;
     };
-    let url = format!("sqlite:{}", disk.path().join("shop.db").display());
+    let test_db = TestDb::sqlite_in(disk.path());
+    let url = test_db.url().to_owned();
     let db = Db::connect(&url).await.unwrap();
     let user = shop(&db).await;
     let mut answers = Answers::default();
@@ -176,12 +177,7 @@ async fn a_full_disk_under_a_pinned_wal_loses_no_confirmed_order() {
 
     // A reader in a long transaction keeps the WAL from being reset, so every
     // commit must grow it; then the disk fills.
-    let mut reader = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
-    sqlx::query("SELECT COUNT(*) FROM orders")
-        .execute(&mut reader)
-        .await
-        .unwrap();
+    let reader = test_db.pin_wal().await;
     disk.fill();
     for i in 0..40 {
         answers
@@ -207,8 +203,7 @@ async fn a_full_disk_under_a_pinned_wal_loses_no_confirmed_order() {
                 .await
         );
     }
-    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
-    reader.close().await.unwrap();
+    reader.release().await;
 
     let audit = audit(&url, db, user, answers).await;
     eprintln!("disk full: first checkout after the space came back took {recovered:?}");

@@ -225,14 +225,7 @@ async fn a_full_disk_answers_503_never_a_false_placed_and_health_says_so() {
     for i in 0..3 {
         assert!(checkout(format!("before-{i}"), &mut placed, &mut failed).await);
     }
-    let mut reader = <sqlx::SqliteConnection as sqlx::Connection>::connect(app.test_db.url())
-        .await
-        .unwrap();
-    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
-    sqlx::query("SELECT COUNT(*) FROM orders")
-        .execute(&mut reader)
-        .await
-        .unwrap();
+    let reader = app.test_db.pin_wal().await;
 
     disk.fill();
     for i in 0..20 {
@@ -275,7 +268,7 @@ async fn a_full_disk_answers_503_never_a_false_placed_and_health_says_so() {
             "{key}: retried after the fault"
         );
     }
-    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
+    reader.release().await;
 
     // A restart: the database reopened from its file.
     app.db.close().await;

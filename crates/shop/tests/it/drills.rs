@@ -153,6 +153,18 @@ impl Drill {
 }
 
 /// Views items 1..=n twice, so they rank in `viewed:` and their pages get cached.
+/// A session cookie of the demo user alice.
+fn log_in_alice(addr: &str) -> String {
+    let login = request(
+        addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=alice&password=alice-password"),
+    );
+    login.session_cookie().expect("alice logs in")
+}
+
 fn warm_item_pages(addr: &str, n: u64) {
     for _ in 0..2 {
         for i in 1..=n {
@@ -281,14 +293,7 @@ async fn database_write_locked_for_twenty_seconds() {
     // its order (refusals are Redis's alone and never wait on the database).
     let (child, addr) = shop.serve(&["--flash-limit", "1000"]);
     warm_item_pages(&addr, 20);
-    let login = request(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=alice&password=alice-password"),
-    );
-    let alice = login.session_cookie().expect("alice logs in");
+    let alice = log_in_alice(&addr);
     assert_eq!(
         request(&addr, "POST", "/cart", Some(&alice), Some("item=3&count=1")).status,
         303
@@ -394,4 +399,184 @@ async fn database_write_locked_for_twenty_seconds() {
     assert!(after.iter().any(|x| x.status == 303), "{after:?}");
     let after = select(&all, "buy", unlocked + Duration::from_secs(1), end_at);
     assert!(after.iter().any(|x| x.status == 200), "{after:?}");
+}
+
+/// What one checkout of the disk-full drill was answered.
+#[derive(Debug, Clone)]
+struct Checkout {
+    key: String,
+    status: u16,
+    order: Option<i64>,
+}
+
+/// A checkout as JSON with idempotency key `key`, after putting an item in the
+/// cart (a checkout that failed leaves it there; a placed one empties it).
+fn checkout(addr: &str, cookie: &str, key: &str) -> (Reply, Checkout) {
+    request(addr, "POST", "/cart", Some(cookie), Some("item=3&count=1"));
+    let reply = request_with(
+        addr,
+        "POST",
+        "/checkout",
+        Some(cookie),
+        Some(&format!("key={key}")),
+        &[("Accept", "application/json")],
+    );
+    let order = (reply.status == 200)
+        .then(|| serde_json::from_str::<serde_json::Value>(&reply.body).unwrap())
+        .map(|body| {
+            assert_eq!(body["outcome"], "placed", "{body}");
+            body["order_id"].as_i64().unwrap()
+        });
+    let answer = Checkout {
+        key: key.to_owned(),
+        status: reply.status,
+        order,
+    };
+    (reply, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_for_five_seconds() {
+    let Some(disk) = shop_testkit::SmallDisk::mount(32) else {
+        return;
+    };
+    let shop = crate::e2e::seeded_on(shop_testkit::TestDb::sqlite_in(disk.path()), 200).await;
+    // Enough of the item the drill checks out for every checkout to be placed.
+    let three = shop_cache::domain::ItemId::new(3).unwrap();
+    assert!(shop.db.set_stock(three, 1_000_000).await.unwrap());
+    let (child, addr) = shop.serve(&["--write-grace", "2"]);
+    warm_item_pages(&addr, 20);
+    let alice = log_in_alice(&addr);
+    // A reader in a long transaction (a report, a backup) keeps the WAL from being
+    // reset: every commit must grow it, so a full disk stops every write.
+    let reader = shop.test_db.pin_wal().await;
+
+    let (full_at, freed_at, end_at) = (
+        Duration::from_secs(3),
+        Duration::from_secs(8),
+        Duration::from_secs(12),
+    );
+    let mut drill = Drill::start(&shop, &addr, end_at);
+    drill.probe("page", Duration::from_millis(5), |a, n| {
+        request(a, "GET", &format!("/items/{}", 1 + n % 20), None, None)
+    });
+    drill.probe("health", Duration::from_millis(100), |a, _| {
+        request(a, "GET", "/healthz", None, None)
+    });
+    let answers: Arc<Mutex<Vec<Checkout>>> = Arc::default();
+    let (c, log) = (alice.clone(), answers.clone());
+    drill.probe("checkout", Duration::from_millis(50), move |a, n| {
+        let (reply, answer) = checkout(a, &c, &format!("drill-{n}"));
+        log.lock().unwrap().push(answer);
+        reply
+    });
+
+    drill.sleep_until(full_at);
+    disk.fill();
+    let filled = drill.elapsed();
+    drill.sleep_until(freed_at);
+    disk.free();
+    let freed = drill.elapsed();
+    let (all, report) = drill.finish();
+
+    // What a shopper told "try again" does: the same key again.
+    let mut answers = answers.lock().unwrap().clone();
+    let failed: Vec<String> = answers
+        .iter()
+        .filter(|a| a.status != 200)
+        .map(|a| a.key.clone())
+        .collect();
+    for key in &failed {
+        let (_, answer) = checkout(&addr, &alice, key);
+        assert_eq!(answer.status, 200, "{key} retried after the fault");
+        answers.push(answer);
+    }
+    reader.release().await;
+    // A crash, not a shutdown: what was confirmed must be on disk already.
+    let mut child = child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    shop.db.close().await;
+    let db = shop_db::Db::connect(shop.test_db.url()).await.unwrap();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT idempotency_key, id FROM orders WHERE idempotency_key LIKE 'drill-%'",
+    )
+    .fetch_all(db.read_pool())
+    .await
+    .unwrap();
+    db.close().await;
+    let committed: std::collections::BTreeMap<String, i64> = rows.into_iter().collect();
+    let placed: std::collections::BTreeMap<String, i64> = answers
+        .iter()
+        .filter_map(|a| Some((a.key.clone(), a.order?)))
+        .collect();
+    let lost = placed
+        .iter()
+        .filter(|(k, id)| committed.get(*k) != Some(id))
+        .count();
+    let phantom = committed
+        .keys()
+        .filter(|k| !placed.contains_key(*k))
+        .count();
+
+    let during = (filled + Duration::from_millis(200), freed);
+    let checkouts_full = select(&all, "checkout", during.0, during.1);
+    let first_placed_after = select(&all, "checkout", freed, end_at)
+        .iter()
+        .find(|s| s.status == 200)
+        .map(|s| s.at + s.took - freed)
+        .expect("checkouts are placed again after the space came back");
+    let health_ok_after = select(&all, "health", freed, end_at)
+        .iter()
+        .find(|s| s.status == 200)
+        .map(|s| s.at + s.took - freed)
+        .expect("health is ok again");
+    let health_full = select(&all, "health", during.0, during.1);
+    let read_only_from = health_full
+        .iter()
+        .find(|s| s.status == 503)
+        .map(|s| s.at - filled);
+    println!("DRILL disk full {filled:?}..{freed:?} (a reader pinning the WAL)");
+    for kind in ["page", "checkout", "health"] {
+        println!("  before  {}", summary(&all, kind, Duration::ZERO, filled));
+        println!("  full    {}", summary(&all, kind, during.0, during.1));
+        println!("  after   {}", summary(&all, kind, freed, end_at));
+    }
+    println!(
+        "  answers: {} placed (of them {} on retrying with their keys the checkouts that had failed), {} committed after a kill -9 and reopening: lost {lost}, phantom {phantom}",
+        placed.len(),
+        failed.len(),
+        committed.len()
+    );
+    println!(
+        "  /healthz 503 from {read_only_from:?} after the disk filled; after the space came back: a checkout placed in {first_placed_after:?}, health 200 in {health_ok_after:?}"
+    );
+    println!("  shop load over the whole drill:\n{report}");
+
+    assert_eq!((lost, phantom), (0, 0), "confirmed = committed");
+    assert!(!failed.is_empty(), "the full disk failed checkouts");
+    assert!(
+        checkouts_full.iter().all(|s| s.status == 503),
+        "every checkout on a full disk is a 503: {checkouts_full:?}"
+    );
+    assert!(
+        all.iter()
+            .filter(|s| s.kind == "page")
+            .all(|s| s.status == 200),
+        "item pages are served throughout"
+    );
+    assert!(
+        read_only_from.is_some(),
+        "past the grace, /healthz answers 503: {health_full:?}"
+    );
+    // Back by itself: the next checkout and the next fresh health answer (reused
+    // for up to a second) are good.
+    assert!(
+        first_placed_after < Duration::from_secs(1),
+        "{first_placed_after:?}"
+    );
+    assert!(
+        health_ok_after < Duration::from_secs(3),
+        "{health_ok_after:?}"
+    );
 }

@@ -193,6 +193,14 @@ fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
 }
 
+/// A reserved unit is held one second for its order (then the reconciler settles it).
+fn short_hold() -> WebConfig {
+    WebConfig {
+        flash_hold: Duration::from_secs(1),
+        ..WebConfig::default()
+    }
+}
+
 fn config(decider: FlashDecider) -> WebConfig {
     WebConfig {
         flash_decider: decider,
@@ -464,11 +472,7 @@ async fn the_sale_window_and_the_per_user_limit_hold() {
 /// lost from Redis are repaired from the database.
 #[tokio::test]
 async fn the_reconciler_settles_what_a_dead_server_left() {
-    let short_hold = WebConfig {
-        flash_hold: Duration::from_secs(1),
-        ..WebConfig::default()
-    };
-    for shop in Shop::on_every_database(short_hold).await {
+    for shop in Shop::on_every_database(short_hold()).await {
         let kind = shop.kind();
         shop.sale_of(1, 5).await;
         let buyers = shop.buyers("d", 3).await;
@@ -744,11 +748,7 @@ async fn fail_flash_orders(shop: &Shop, cure: bool) {
 /// gets the settled answer, and every "bought" answer is an order in the database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_failing_between_reserve_and_record_never_reports_a_win_without_its_order() {
-    let short_hold = WebConfig {
-        flash_hold: Duration::from_secs(1),
-        ..WebConfig::default()
-    };
-    for shop in Shop::on_every_database(short_hold).await {
+    for shop in Shop::on_every_database(short_hold()).await {
         let kind = shop.kind();
         shop.sale_of(1, 5).await;
         let buyers = shop.buyers("w", 3).await;
