@@ -5,8 +5,6 @@
 //!   the one before, stated in the answer's `window`) and also-bought (see
 //!   `shop_cache::insights`).
 
-use std::sync::atomic::Ordering;
-
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -90,13 +88,4 @@ async fn insights(
         "also_bought": also,
     });
     Ok(Json(body).into_response())
-}
-
-/// Records a placed order for the insights. Never fails the order: a failure is
-/// logged and counted.
-pub async fn record_order(state: &AppState, session: &Session, items: &[ItemId]) {
-    if let Err(error) = state.insights.record_order(&session.token, items).await {
-        state.metrics.insight_errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%error, "could not record the order's insights");
-    }
 }

@@ -105,21 +105,12 @@ async fn checkout(
         }
         return Ok(Redirect::to("/login?next=/cart").into_response());
     };
-    let cart = state.carts.get(&session.token).await?;
-    let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
     let outcome = state
-        .db
-        .checkout(user, &lines, key, shop_db::unix_now())
+        .checkout()
+        .run(&session.token, user, key, shop_db::unix_now())
         .await?;
     match outcome {
         CheckoutOutcome::Placed { .. } => {
-            let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
-            crate::api::record_order(&state, &session, &items).await;
-            // The order is durable; emptying the cart may fail (Redis down) without
-            // losing anything: a retry with the same key returns the same order.
-            if let Err(error) = state.carts.clear(&session.token).await {
-                tracing::warn!(%error, "order placed but the cart could not be emptied");
-            }
             if wants_json(&headers) {
                 return Ok(Json(outcome).into_response());
             }

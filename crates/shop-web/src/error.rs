@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Serialize;
+use shop_app::AppError;
 use shop_cache::CacheError;
 use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
@@ -190,6 +191,16 @@ impl From<CacheError> for WebError {
                 tracing::warn!(what, error = %source, "unavailable");
                 WebError::unavailable()
             }
+        }
+    }
+}
+
+impl From<AppError> for WebError {
+    fn from(error: AppError) -> Self {
+        match error {
+            AppError::Cache(error) => error.into(),
+            AppError::Db(error) => error.into(),
+            AppError::Pending => WebError::in_progress(),
         }
     }
 }

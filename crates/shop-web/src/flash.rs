@@ -31,9 +31,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
-use shop_cache::domain::{ItemId, UserId};
-use shop_cache::flash_sale::{Board, Reserve, Settlement};
-use shop_db::flash::{BuyOutcome, WinRecord};
+use shop_cache::domain::ItemId;
+use shop_cache::flash_sale::Board;
+use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
 use tokio::sync::watch;
 
@@ -46,31 +46,15 @@ use crate::views::{self, FlashPage, SaleItem};
 
 /// The sale page's path (the page cache keys it by this path alone: it has no
 /// query and varies on no header).
-pub const SHELL_PATH: &str = "/flash";
+pub const SHELL_PATH: &str = shop_app::flash::SALE_PAGE_PATH;
 
 /// The header carrying the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// How long a retry waits for the answer of an attempt with the same key that is
-/// still writing its order, before answering 503 (try again).
-const IN_FLIGHT_WAIT: Duration = Duration::from_secs(1);
-
-/// How often that wait looks for the answer.
-const IN_FLIGHT_POLL: Duration = Duration::from_millis(20);
-
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const EVENTS_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Who decides a flash-sale buy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FlashDecider {
-    /// One Redis script per buy; only winners write to the database.
-    #[default]
-    Redis,
-    /// One database transaction per buy (the design Redis replaced; kept to
-    /// measure against).
-    Database,
-}
+pub use shop_app::flash::FlashDecider;
 
 /// The flash-sale routes; the shell page behind the page cache.
 pub fn router(state: AppState) -> Router {
@@ -161,15 +145,10 @@ async fn buy(
     let key =
         idempotency_key(headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()))?.to_owned();
     let user = session.require_user()?;
-    let outcome = match state.config.flash_decider {
-        FlashDecider::Redis => buy_in_redis(&state, user, item, key).await?,
-        FlashDecider::Database => {
-            state
-                .db
-                .flash_buy(user, item, &key, state.config.flash_limit, unix_now())
-                .await?
-        }
-    };
+    let outcome = state
+        .buy()
+        .run(&session.token, user, item, key, unix_now())
+        .await?;
     let status = match outcome {
         BuyOutcome::Bought { .. } => StatusCode::OK,
         BuyOutcome::SoldOut
@@ -180,88 +159,7 @@ async fn buy(
         BuyOutcome::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
     };
     state.metrics.flash_outcome(outcome.code());
-    if matches!(outcome, BuyOutcome::Bought { .. }) {
-        crate::api::record_order(&state, &session, &[item]).await;
-    }
     Ok((status, Json(outcome)).into_response())
-}
-
-/// A buy decided by Redis (`shop_cache::flash_sale`): refusals and earlier answers
-/// come from one script; a reserved unit becomes an order in the database and the
-/// reservation is settled. The winner's part runs in its own task, so a client
-/// that hangs up cannot stop it half-way (and if the process dies, the reconciler
-/// settles the reservation).
-async fn buy_in_redis(
-    state: &AppState,
-    user: UserId,
-    item: ItemId,
-    key: String,
-) -> Result<BuyOutcome, WebError> {
-    let now = unix_now();
-    let limit = state.config.flash_limit;
-    let reservation = match state.flash.reserve(item, user, &key, limit, now).await? {
-        Reserve::Answered(outcome) => return Ok(outcome),
-        Reserve::InFlight => return wait_for_answer(state, item, user, &key).await,
-        Reserve::Reserved(reservation) => reservation,
-    };
-    let state = state.clone();
-    let winner = tokio::spawn(async move {
-        // A database error leaves the reservation pending: the reconciler settles it
-        // after its deadline, by what the database then holds. Whatever the error,
-        // the buy's outcome is not known yet: 503, and a retry with the same key
-        // gets the settled answer.
-        let recorded = match state
-            .db
-            .record_flash_win(user, item, &key, limit, now)
-            .await
-        {
-            Ok(recorded) => recorded,
-            Err(error) => {
-                tracing::warn!(%error, "a flash-sale win was not recorded; the reconciler settles it");
-                return Err(WebError::in_progress());
-            }
-        };
-        let (settlement, outcome) = match recorded {
-            WinRecord::Ordered { order_id } => (
-                Some(Settlement::Confirm { order_id }),
-                BuyOutcome::Bought { order_id },
-            ),
-            // The reconciler gave the unit back already.
-            WinRecord::Earlier(BuyOutcome::Expired) => (None, BuyOutcome::Expired),
-            WinRecord::Earlier(earlier) => (Some(Settlement::Release(earlier.clone())), earlier),
-            WinRecord::Refused(BuyOutcome::SoldOut) => (
-                Some(Settlement::Void(BuyOutcome::SoldOut)),
-                BuyOutcome::SoldOut,
-            ),
-            WinRecord::Refused(refused) => (Some(Settlement::Release(refused.clone())), refused),
-        };
-        if let Some(settlement) = settlement
-            && let Err(error) = state.flash.settle(&reservation, settlement).await
-        {
-            // The order (if any) is recorded; the reconciler settles the rest.
-            tracing::warn!(%error, "could not settle a flash-sale reservation; the reconciler will");
-        }
-        Ok::<_, WebError>(outcome)
-    });
-    winner.await.map_err(|_| WebError::internal())?
-}
-
-/// The answer of an earlier attempt with the same key that is still in flight,
-/// once it has one (or 503 after [`IN_FLIGHT_WAIT`]: the retry should come again).
-async fn wait_for_answer(
-    state: &AppState,
-    item: ItemId,
-    user: UserId,
-    key: &str,
-) -> Result<BuyOutcome, WebError> {
-    let deadline = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
-    while tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(IN_FLIGHT_POLL).await;
-        if let Some(Reserve::Answered(outcome)) = state.flash.answer(item, user, key).await? {
-            return Ok(outcome);
-        }
-    }
-    Err(WebError::in_progress())
 }
 
 async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {

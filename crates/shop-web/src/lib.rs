@@ -192,6 +192,35 @@ impl AppState {
         }
     }
 
+    /// Where a placed order is recorded for the insights (failures counted in
+    /// the metrics).
+    pub fn order_insights(&self) -> shop_app::orders::OrderInsights<'_> {
+        shop_app::orders::OrderInsights {
+            insights: &self.insights,
+            errors: &self.metrics.insight_errors,
+        }
+    }
+
+    /// The checkout workflow over this state's stores.
+    pub fn checkout(&self) -> shop_app::orders::Checkout<'_> {
+        shop_app::orders::Checkout {
+            db: &self.db,
+            carts: &self.carts,
+            insights: self.order_insights(),
+        }
+    }
+
+    /// The flash-sale buy workflow over this state's stores and settings.
+    pub fn buy(&self) -> shop_app::flash::Buy<'_> {
+        shop_app::flash::Buy {
+            db: &self.db,
+            flash: &self.flash,
+            insights: self.order_insights(),
+            decider: self.config.flash_decider,
+            limit: self.config.flash_limit,
+        }
+    }
+
     /// A daemon that samples this state's metrics into [`AppParts::traffic`] (a
     /// server runs one).
     pub fn traffic_sampler(&self) -> ops::TrafficSampler {

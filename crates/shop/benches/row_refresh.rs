@@ -33,8 +33,12 @@ fn row_refresh(c: &mut Criterion) {
         }
         (conn, db)
     });
-    let refresher = Refresher::new(conn.clone(), Keys::default(), shop::row_source(db.clone()));
-    let source = shop::row_source(db);
+    let refresher = Refresher::new(
+        conn.clone(),
+        Keys::default(),
+        shop_app::rows::row_source(db.clone()),
+    );
+    let source = shop_app::rows::row_source(db);
 
     let mut g = c.benchmark_group("row_refresh");
     g.throughput(Throughput::Elements(1));

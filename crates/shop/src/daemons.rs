@@ -8,10 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use shop_cache::RedisConn;
 use shop_cache::analytics::Rescaler;
-use shop_cache::domain::ItemId;
 use shop_cache::flash_sale::{FlashSales, Reconciler, ReconcilerTotals};
 use shop_cache::keys::Keys;
-use shop_cache::row_cache::{Refresher, RowSource, SourceError};
+use shop_cache::row_cache::Refresher;
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_db::Db;
 use tokio::task::JoinSet;
@@ -19,19 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkArgs, WorkerSettings};
 use crate::connect::{connect_db, connect_redis};
-use crate::{sale, shutdown};
-
-/// The row cache's source: inventory rows from the database, as JSON.
-pub fn row_source(db: Db) -> impl RowSource + 'static {
-    move |row: ItemId| {
-        let db = db.clone();
-        async move {
-            db.inventory_json(row)
-                .await
-                .map_err(|e| Box::new(e) as SourceError)
-        }
-    }
-}
+use crate::shutdown;
+use shop_app::rows::row_source;
+use shop_app::sale;
 
 /// Starts every daemon on `set`, each stopping when `shutdown` is cancelled.
 /// Returns the session cleaner's removal counter, for metrics.

@@ -20,7 +20,7 @@ use shop_db::inventory::Sale;
 use shop_load::flash::{FlashLoad, FlashReport};
 
 use crate::config::LoadArgs;
-use crate::sale;
+use shop_app::sale;
 
 /// The buyers' shared password (they are load-test accounts).
 const BUYER_PASSWORD: &str = "flash-buyer-password";

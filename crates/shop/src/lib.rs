@@ -8,14 +8,13 @@ pub mod connect;
 pub mod daemons;
 pub mod flash_load;
 pub mod managed_redis;
-pub mod sale;
 pub mod server;
 pub mod shutdown;
 
 use config::{Cli, Command};
 
 pub use connect::{connect_db, connect_redis};
-pub use daemons::{row_source, spawn_daemons};
+pub use daemons::spawn_daemons;
 
 /// Runs one subcommand to its end (for `serve` and `work`: until SIGINT/SIGTERM).
 pub async fn run(cli: Cli) -> anyhow::Result<()> {

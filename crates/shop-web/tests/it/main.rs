@@ -4,6 +4,7 @@
 mod browse;
 mod db_faults;
 mod example;
+mod flash;
 mod fuzz;
 mod layers;
 mod ops;

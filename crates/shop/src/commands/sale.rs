@@ -2,7 +2,7 @@
 
 use crate::config::SaleCommand;
 use crate::connect::{connect_db, connect_redis};
-use crate::sale;
+use shop_app::sale;
 
 /// Runs `shop sale`.
 pub async fn run(command: SaleCommand) -> anyhow::Result<()> {

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use shop_cache::domain::ItemId;
 use shop_cache::session::ViewFlusher;
 use shop_web::{AppState, WebConfig};
 use tokio::task::JoinSet;
@@ -14,7 +13,8 @@ use crate::config::{DEFAULT_REDIS_URL, ServeArgs, Settings};
 use crate::connect::{connect_db, connect_redis_at};
 use crate::daemons::{join_all, spawn_daemons};
 use crate::managed_redis::{self, ManagedRedis};
-use crate::{sale, server, shutdown};
+use crate::{server, shutdown};
+use shop_app::sale;
 
 /// Where the managed Redis keeps its files.
 pub const MANAGED_REDIS_DIR: &str = "data/redis";
@@ -64,27 +64,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let config = WebConfig {
-        flash_limit: web.flash_limit,
-        flash_decider: web.flash_decider.into(),
-        flash_hold: Duration::from_secs(web.flash_hold),
-        write_grace: Duration::from_secs(web.write_grace),
-        secure_cookies: web.secure_cookies,
-        max_quantity: web.max_quantity,
-        page_ttl: Duration::from_secs(web.page_ttl),
-        rank_limit: web.rank_limit,
-        max_cart_lines: web.max_cart_lines,
-        login_limits: shop_cache::login_limit::LoginLimits {
-            per_address: web.login_limit_address,
-            per_name: web.login_limit_name,
-            ..Default::default()
-        },
-        trust_forwarded_for: web.trust_forwarded_for,
-        demo_sale: web
-            .demo_sale
-            .then(|| ItemId::new(sale::DEMO_ITEM))
-            .transpose()?,
-    };
+    let config = WebConfig::from(web);
     if web.demo_sale {
         let parts = sale::SaleParts::new(&conn, &keys);
         if sale::start_demo(&parts.stores(&db)).await? {

@@ -6,7 +6,6 @@ mod cli;
 mod cluster;
 mod drills;
 mod e2e;
-mod flash;
 mod flash_e2e;
 mod load;
 mod row_cache;

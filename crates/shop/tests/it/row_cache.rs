@@ -51,7 +51,7 @@ fn refresher_over(
     Refresher::new(
         s.conn.clone(),
         Keys::default(),
-        shop::row_source(db.clone()),
+        shop_app::rows::row_source(db.clone()),
     )
 }
 
@@ -143,7 +143,7 @@ async fn a_row_deleted_from_the_database_leaves_the_cache() {
 
 /// The database as a row source that counts how often each row is loaded.
 fn counting_source(db: Db, loads: Arc<Mutex<HashMap<ItemId, u32>>>) -> impl RowSource + 'static {
-    let inner = shop::row_source(db);
+    let inner = shop_app::rows::row_source(db);
     let inner = Arc::new(inner);
     move |row: ItemId| {
         *loads.lock().unwrap().entry(row).or_default() += 1;

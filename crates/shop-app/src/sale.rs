@@ -1,5 +1,4 @@
-//! Flash sales from the binary's side: starting one, and the database as the
-//! reconciler's [`Ledger`].
+//! Starting a flash sale, and the database as the reconciler's [`Ledger`].
 //!
 //! Starting a sale writes its terms to the database (the record), loads them into
 //! Redis (where buys are decided and the sale page's live stock comes from), keeps
@@ -14,6 +13,8 @@ use shop_cache::page_cache::{PageRequest, PageStore};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::inventory::Sale;
+
+use crate::AppError;
 
 /// How often a sale item's cached row is refreshed by default, in seconds.
 pub const DEFAULT_REFRESH: f64 = 1.0;
@@ -77,7 +78,7 @@ pub async fn start(
     item: ItemId,
     sale: Sale,
     refresh: f64,
-) -> anyhow::Result<bool> {
+) -> Result<bool, AppError> {
     if !stores.db.set_sale(item, sale).await? {
         return Ok(false);
     }
@@ -85,7 +86,7 @@ pub async fn start(
     stores.rows.schedule(item, refresh).await?;
     stores
         .pages
-        .remove(&PageRequest::new(shop_web::flash::SHELL_PATH, None).key())
+        .remove(&PageRequest::new(crate::flash::SALE_PAGE_PATH, None).key())
         .await?;
     Ok(true)
 }
@@ -101,12 +102,12 @@ pub const DEMO_LENGTH: i64 = 24 * 3_600;
 /// price, for [`DEMO_LENGTH`]) unless a sale is running or coming: a new shop's
 /// sale page then has something live to buy, and a sale an operator started is
 /// never replaced. `true` if it started one.
-pub async fn start_demo(stores: &SaleStores<'_>) -> anyhow::Result<bool> {
+pub async fn start_demo(stores: &SaleStores<'_>) -> Result<bool, AppError> {
     let now = shop_db::unix_now();
     if !stores.db.sales(now).await?.is_empty() {
         return Ok(false);
     }
-    let item = ItemId::new(DEMO_ITEM)?;
+    let item = ItemId::new(DEMO_ITEM).expect("the demo item's id is positive");
     let Some(found) = stores.db.item(item).await? else {
         return Ok(false);
     };

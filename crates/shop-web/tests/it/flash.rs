@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
-use shop::sale::{DbLedger, SaleStores};
+use shop_app::sale::{DbLedger, SaleStores};
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::flash_sale::{Reconciled, Reconciler, Reserve};
 use shop_cache::keys::Keys;
@@ -78,7 +78,7 @@ impl Shop {
             pages: &self.state.pages,
         };
         assert!(
-            shop::sale::start(&stores, item(n), sale, 1.0)
+            shop_app::sale::start(&stores, item(n), sale, 1.0)
                 .await
                 .unwrap()
         );
@@ -89,7 +89,7 @@ impl Shop {
         let refresher = Refresher::new(
             self.conn.clone(),
             Keys::default(),
-            shop::row_source(self.db.clone()),
+            shop_app::rows::row_source(self.db.clone()),
         );
         while !matches!(refresher.step().await.unwrap(), RefreshStep::Idle(_)) {}
     }

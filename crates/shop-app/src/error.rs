@@ -1,0 +1,20 @@
+//! The error type of the workflows.
+
+use shop_cache::CacheError;
+use shop_db::DbError;
+
+/// What can stop a workflow. The web tier maps each to a status in one place.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// Redis failed, or refused the input.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The outcome of this idempotency key is not known yet (an earlier request
+    /// with it is still being answered, or its order could not be recorded and
+    /// waits for the reconciler): retry with the same key shortly.
+    #[error("the outcome is not known yet; retry with the same key")]
+    Pending,
+}

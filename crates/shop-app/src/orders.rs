@@ -1,0 +1,75 @@
+//! Checkout: a cart becomes an order in the database; then the cart is emptied
+//! and the order recorded for the shopper insights.
+//!
+//! The order is committed before anything else happens, and the answer "placed"
+//! comes only from that commit (`shop_db::orders`). Emptying the cart and the
+//! insights may fail afterwards (Redis down) without losing anything: a retry with
+//! the same idempotency key returns the same order, and insights are a statistic
+//! (a failure is logged and counted, never the order's).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shop_cache::cart::Carts;
+use shop_cache::domain::{ItemId, UserId};
+use shop_cache::insights::Insights;
+use shop_cache::session::SessionToken;
+use shop_db::Db;
+use shop_db::orders::CheckoutOutcome;
+
+use crate::AppError;
+
+/// Where a placed order is recorded for the insights, and the count of times that
+/// failed (for `/metrics`).
+#[derive(Clone, Copy)]
+pub struct OrderInsights<'a> {
+    /// Viewed-then-bought and also-bought.
+    pub insights: &'a Insights,
+    /// Failures to record an order's insights.
+    pub errors: &'a AtomicU64,
+}
+
+impl OrderInsights<'_> {
+    /// Records the order of `items` by the session `token`. Never fails the order:
+    /// a failure is logged and counted.
+    pub async fn record(&self, token: &SessionToken, items: &[ItemId]) {
+        if let Err(error) = self.insights.record_order(token, items).await {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%error, "could not record the order's insights");
+        }
+    }
+}
+
+/// The stores a checkout works on.
+#[derive(Clone, Copy)]
+pub struct Checkout<'a> {
+    /// Where the order is placed.
+    pub db: &'a Db,
+    /// The shopper's cart.
+    pub carts: &'a Carts,
+    /// Where the order's insights go.
+    pub insights: OrderInsights<'a>,
+}
+
+impl Checkout<'_> {
+    /// Places the order of the cart of session `token` for `user`, at most once
+    /// per `key`; on success empties the cart and records the insights.
+    pub async fn run(
+        &self,
+        token: &SessionToken,
+        user: UserId,
+        key: &str,
+        now: i64,
+    ) -> Result<CheckoutOutcome, AppError> {
+        let cart = self.carts.get(token).await?;
+        let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
+        let outcome = self.db.checkout(user, &lines, key, now).await?;
+        if let CheckoutOutcome::Placed { .. } = outcome {
+            let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
+            self.insights.record(token, &items).await;
+            if let Err(error) = self.carts.clear(token).await {
+                tracing::warn!(%error, "order placed but the cart could not be emptied");
+            }
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,276 @@
+//! The command line: the `shop` command, its subcommands and their arguments.
+//! The settings every long-running process shares are in [`super::settings`].
+
+use clap::{Args, Parser, Subcommand};
+use shop_cache::domain::ItemId;
+use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
+
+use super::settings::{DatabaseSettings, RedisSettings, Settings, WorkerSettings};
+
+/// The web tier of an online retailer, with its hot state in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "shop", version, about)]
+pub struct Cli {
+    /// A TOML settings file: sections `[server]`, `[web]`, `[redis]`, `[database]`,
+    /// `[workers]`, each key a setting's flag name with `_` for `-`.
+    #[arg(long, global = true, env = "SHOP_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the shop: the web server, with the background daemons in-process.
+    Serve(ServeArgs),
+    /// Run only the background daemons (session cleaner, view rescaler, row refresher).
+    Work(WorkArgs),
+    /// Fill an empty database with the demo catalogue and users (re-running changes nothing).
+    Seed(SeedArgs),
+    /// Manage the database row cache (`inv:<id>` in Redis).
+    Rows(RowsArgs),
+    /// Manage flash sales.
+    Sale(SaleArgs),
+    /// Manage accounts: add one, make one an admin.
+    Users(UsersArgs),
+    /// Drive a running shop with shopper traffic and report throughput and latency.
+    Load(LoadArgs),
+}
+
+/// `shop load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The shop to drive: host:port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub target: String,
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub connections: u64,
+    /// Seconds to run (default 10 unless --requests is given).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Requests to send (stops at whichever of this and --duration comes first).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Open loop at this many requests per second (default: closed loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Items in the shop's catalogue (ids 1..=N).
+    #[arg(long, default_value_t = DEFAULT_ITEMS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub items: u64,
+    /// The Zipf exponent of item popularity.
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf: f64,
+    /// Distinct shoppers (cookie jars).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shoppers: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Also write an SVG of latency over time to this file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// Item views only (the page-cache path), instead of the shop's request mix
+    /// (the same as `--only views`).
+    #[arg(long, conflicts_with = "only")]
+    pub views_only: bool,
+    /// One kind of request only, instead of the shop's request mix: item `views`,
+    /// listing pages (`browse`: `/items`, `/c/{category}`, first pages and deep
+    /// ones) or `search`.
+    #[arg(long, value_enum)]
+    pub only: Option<OnlyArg>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// What to run: the shop's request `mix`, or a `flash` sale: --buyers registered
+    /// buyers (created and logged in first, through the database and Redis given)
+    /// buy --sale-item at once, in one burst, from a sale of --stock units started
+    /// just before.
+    #[arg(long, value_enum, default_value_t = Scenario::Mix)]
+    pub scenario: Scenario,
+    /// Flash scenario: buyers, one buy each.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub buyers: u64,
+    /// Flash scenario: units on sale.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(0..))]
+    pub stock: i64,
+    /// Flash scenario: the item put on sale.
+    #[arg(long, default_value = "1")]
+    pub sale_item: ItemId,
+    /// Flash scenario: the shop's Redis (to log the buyers in).
+    #[command(flatten)]
+    pub redis: RedisSettings,
+    /// Flash scenario: the shop's database (to register the buyers and check the
+    /// orders).
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+}
+
+/// `shop load --scenario`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Views, home pages, listings, searches, carts, logins, sign-ups, checkouts
+    /// (see `shop_load::Mix`).
+    Mix,
+    /// A flash sale's opening burst.
+    Flash,
+}
+
+/// `shop load --only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnlyArg {
+    /// Item pages.
+    Views,
+    /// Listing pages.
+    Browse,
+    /// Searches.
+    Search,
+}
+
+/// `shop serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve only; run the daemons in separate `shop work` processes.
+    #[arg(long)]
+    pub no_workers: bool,
+    /// Everything else `serve` is told.
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// `shop work`.
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// Redis settings.
+    #[command(flatten)]
+    pub redis: RedisSettings,
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    /// Daemon settings.
+    #[command(flatten)]
+    pub workers: WorkerSettings,
+}
+
+/// `shop seed`.
+#[derive(Debug, Args)]
+pub struct SeedArgs {
+    /// How many items the catalogue has (ids 1..=N).
+    #[arg(long, env = "SHOP_SEED_ITEMS", default_value_t = DEFAULT_ITEMS,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub items: u64,
+    /// The seed of the generated catalogue: the same seed, the same items.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+}
+
+/// `shop rows ...`.
+#[derive(Debug, Args)]
+pub struct RowsArgs {
+    /// What to do with the row cache.
+    #[command(subcommand)]
+    pub command: RowsCommand,
+    /// Redis settings.
+    #[command(flatten)]
+    pub redis: RedisSettings,
+}
+
+/// The row-cache subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RowsCommand {
+    /// Cache a row, refreshed every DELAY seconds (<= 0 stops caching it).
+    Schedule {
+        /// The row (item id).
+        id: ItemId,
+        /// Refresh interval in seconds.
+        #[arg(allow_negative_numbers = true)]
+        delay: f64,
+    },
+    /// Stop caching a row (its copy goes at the next refresher step).
+    Unschedule {
+        /// The row (item id).
+        id: ItemId,
+    },
+    /// List the scheduled rows.
+    List,
+}
+
+/// `shop users ...`.
+#[derive(Debug, Args)]
+pub struct UsersArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: UsersCommand,
+}
+
+/// The account subcommands.
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Add an account (the sign-up page's rules), reading its password from the
+    /// first line of standard input, so it never shows in the process list or the
+    /// shell's history: `printf '%s\n' "$PW" | shop users add NAME`.
+    Add {
+        /// The account's name.
+        name: String,
+        /// Make it an admin too.
+        #[arg(long)]
+        admin: bool,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseSettings,
+    },
+    /// Make an existing account an admin (it may open `/ops`).
+    GrantAdmin {
+        /// The account's name.
+        name: String,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseSettings,
+    },
+}
+
+/// `shop sale ...`.
+#[derive(Debug, Args)]
+pub struct SaleArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: SaleCommand,
+}
+
+/// The sale subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SaleCommand {
+    /// Put an item on sale now: its stock in the database and in Redis, where buys
+    /// are decided and the sale page's live stock comes from.
+    Start {
+        /// The item.
+        id: ItemId,
+        /// Units on sale.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        stock: i64,
+        /// Sale price in cents.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        price_cents: i64,
+        /// How long the sale lasts, in minutes.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..))]
+        minutes: i64,
+        /// How often the item's cached database row (`/api/inventory/{id}`) is
+        /// refreshed, in seconds.
+        #[arg(long, default_value_t = shop_app::sale::DEFAULT_REFRESH)]
+        refresh: f64,
+        /// Redis settings.
+        #[command(flatten)]
+        redis: RedisSettings,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseSettings,
+    },
+}

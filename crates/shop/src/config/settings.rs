@@ -1,0 +1,353 @@
+//! The settings of the long-running processes, in sections, each field declaring
+//! its flag, environment variable, default and range once.
+
+use std::net::SocketAddr;
+
+use std::time::Duration;
+
+use clap::{Args, FromArgMatches};
+use serde::Deserialize;
+use shop_cache::analytics;
+use shop_cache::cart::DEFAULT_MAX_QUANTITY;
+use shop_cache::domain::ItemId;
+use shop_cache::page_cache;
+use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, MAX_BATCH};
+use shop_db::flash::DEFAULT_PER_USER_LIMIT;
+
+use super::file::toml_error;
+use super::secret::{SecretUrl, redact_url};
+
+/// Every setting of the shop's long-running processes (`serve` reads them all,
+/// `work` and the other subcommands the sections they need), layered as the module
+/// says. The settings file has the same shape.
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// The HTTP server.
+    #[command(flatten, next_help_heading = "Server")]
+    pub server: ServerSettings,
+    /// What the web tier allows and caches.
+    #[command(flatten, next_help_heading = "Web")]
+    pub web: WebSettings,
+    /// Where the hot state lives.
+    #[command(flatten, next_help_heading = "Redis")]
+    pub redis: RedisSettings,
+    /// Where the durable state lives.
+    #[command(flatten, next_help_heading = "Database")]
+    pub database: DatabaseSettings,
+    /// The background daemons.
+    #[command(flatten, next_help_heading = "Daemons")]
+    pub workers: WorkerSettings,
+}
+
+/// The HTTP server's settings (`[server]`).
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, env = "SHOP_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Start a private redis-server (under ./data/redis) even if one answers on the
+    /// default address. Without REDIS_URL, one is started anyway when none answers.
+    #[arg(long, env = "SHOP_MANAGED_REDIS")]
+    pub managed_redis: bool,
+    /// Seconds a client has to send a request's head (and an idle keep-alive
+    /// connection stays open) before its connection is closed.
+    #[arg(long, env = "SHOP_HEADER_TIMEOUT",
+          default_value_t = crate::server::DEFAULT_HEADER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub header_timeout: u64,
+    /// Seconds requests in flight may still run after SIGINT/SIGTERM before the
+    /// server closes their connections and exits.
+    #[arg(long, env = "SHOP_SHUTDOWN_GRACE",
+          default_value_t = crate::server::DEFAULT_SHUTDOWN_GRACE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub shutdown_grace: u64,
+}
+
+/// The web tier's settings (`[web]`).
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSettings {
+    /// Most units of one sale item a user may buy.
+    #[arg(long, env = "SHOP_FLASH_LIMIT", default_value_t = DEFAULT_PER_USER_LIMIT,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub flash_limit: i64,
+    /// Who decides a flash-sale buy: `redis` (one script per buy, only winners
+    /// write to the database) or `database` (a transaction per buy: the older
+    /// design, kept to measure against).
+    #[arg(long, env = "SHOP_FLASH_DECIDER", value_enum, default_value_t = FlashDeciderArg::Redis)]
+    pub flash_decider: FlashDeciderArg,
+    /// Seconds a reserved flash-sale unit waits for its order before the
+    /// reconciler settles it (a unit whose server died goes back on sale then).
+    #[arg(long, env = "SHOP_FLASH_HOLD", default_value_t = shop_cache::flash_sale::DEFAULT_HOLD.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub flash_hold: u64,
+    /// Seconds the database may fail writes before `/healthz` answers 503
+    /// (`"database": "read_only"`) so load balancers take this server out; shorter
+    /// failures (a lock held for a moment) answer 200 `"degraded"`.
+    #[arg(long, env = "SHOP_WRITE_GRACE", default_value_t = shop_web::health::DEFAULT_WRITE_GRACE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    pub write_grace: u64,
+    /// Start a demo flash sale (item 1, 100 units at half price, 24 hours) when no
+    /// sale is running or coming, so a new shop's sale page has something live.
+    #[arg(long, env = "SHOP_DEMO_SALE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub demo_sale: bool,
+    /// Most of one item a cart line may hold.
+    #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_quantity: u32,
+    /// Most lines (different items) a cart may hold.
+    #[arg(long, env = "SHOP_MAX_CART_LINES", default_value_t = shop_cache::cart::DEFAULT_MAX_LINES,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_cart_lines: u32,
+    /// Login attempts one client address may make per minute.
+    #[arg(long, env = "SHOP_LOGIN_LIMIT_ADDRESS",
+          default_value_t = shop_cache::login_limit::LoginLimits::default().per_address,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub login_limit_address: u32,
+    /// Login attempts on one account name per minute, from all addresses.
+    #[arg(long, env = "SHOP_LOGIN_LIMIT_NAME",
+          default_value_t = shop_cache::login_limit::LoginLimits::default().per_name,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub login_limit_name: u32,
+    /// The shop is behind a reverse proxy that appends the client's address to
+    /// X-Forwarded-For: count login attempts per that address (its last entry).
+    #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+    /// Seconds a cached page is kept.
+    #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub page_ttl: u64,
+    /// Only items ranked below this in views have their pages cached.
+    #[arg(long, env = "SHOP_RANK_LIMIT", default_value_t = page_cache::DEFAULT_RANK_LIMIT)]
+    pub rank_limit: u64,
+    /// Mark the session cookie Secure (when the shop is served over HTTPS).
+    #[arg(long, env = "SHOP_SECURE_COOKIES")]
+    pub secure_cookies: bool,
+}
+
+/// `--flash-decider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashDeciderArg {
+    /// Redis decides; only winners reach the database.
+    Redis,
+    /// The database decides every attempt.
+    Database,
+}
+
+impl From<FlashDeciderArg> for shop_web::flash::FlashDecider {
+    fn from(arg: FlashDeciderArg) -> Self {
+        match arg {
+            FlashDeciderArg::Redis => Self::Redis,
+            FlashDeciderArg::Database => Self::Database,
+        }
+    }
+}
+
+/// Where the hot state lives.
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// Redis to use: redis://host:port/db or unix:///path/to/socket
+    /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<SecretUrl>,
+    /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
+    /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
+    #[arg(
+        long,
+        env = "SHOP_REDIS_CLUSTER",
+        value_delimiter = ',',
+        conflicts_with = "redis_url",
+        value_parser = parse_seed
+    )]
+    pub redis_cluster: Vec<String>,
+    /// How many shards the cluster layout splits the session index into.
+    #[arg(
+        long,
+        env = "SHOP_SESSION_SHARDS",
+        default_value_t = shop_cache::keys::DEFAULT_SHARDS,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(shop_cache::keys::MAX_SHARDS)),
+    )]
+    pub session_shards: u32,
+    /// Namespace put before every key, so several shops can share one Redis.
+    #[arg(long, env = "SHOP_KEY_PREFIX", default_value = "")]
+    pub key_prefix: String,
+    /// Connections to one Redis node, used in turn (not for a cluster).
+    #[arg(
+        long,
+        env = "SHOP_REDIS_POOL",
+        default_value_t = shop_cache::connection::DEFAULT_POOL as u8,
+        value_parser = clap::value_parser!(u8).range(1..=64),
+    )]
+    pub redis_pool: u8,
+}
+
+/// One cluster node, `host:port` (or a `redis://` URL).
+pub(super) fn parse_seed(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let addr = s.strip_prefix("redis://").unwrap_or(s);
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(s.to_owned())
+        }
+        _ => Err(format!("`{s}` is not host:port")),
+    }
+}
+
+/// Where the durable state lives.
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// sqlite:PATH (created if missing) or postgres://user@host/db.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite:data/shop.db")]
+    pub database_url: SecretUrl,
+}
+
+/// The daemons' settings.
+#[derive(Debug, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// Most sessions kept; the cleaner removes the oldest beyond it.
+    #[arg(long, env = "SHOP_SESSION_CAP", default_value_t = DEFAULT_CAP)]
+    pub session_cap: u64,
+    /// Most sessions the cleaner removes in one step.
+    #[arg(
+        long,
+        env = "SHOP_CLEANER_BATCH",
+        default_value_t = DEFAULT_BATCH,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)),
+    )]
+    pub cleaner_batch: u32,
+    /// Percent of the time the cleaner may spend in its steps while it has work (it
+    /// pauses between steps in proportion to how long they took; 100: no pauses).
+    #[arg(
+        long,
+        env = "SHOP_CLEANER_DUTY",
+        default_value_t = (DEFAULT_DUTY * 100.0) as u8,
+        value_parser = clap::value_parser!(u8).range(1..=100),
+    )]
+    pub cleaner_duty: u8,
+    /// Seconds between view rescales (trim `viewed:` and halve every count).
+    #[arg(
+        long,
+        env = "SHOP_RESCALE_INTERVAL",
+        default_value_t = analytics::DEFAULT_INTERVAL.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub rescale_interval: u64,
+    /// How many of the most viewed items a rescale keeps.
+    #[arg(
+        long,
+        env = "SHOP_RESCALE_KEEP",
+        default_value_t = analytics::DEFAULT_KEEP,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub rescale_keep: u64,
+}
+
+/// Where Redis is when no URL is configured.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+impl RedisSettings {
+    /// The configured URL, or the default address.
+    pub fn url(&self) -> &str {
+        self.redis_url
+            .as_ref()
+            .map_or(DEFAULT_REDIS_URL, SecretUrl::expose)
+    }
+
+    /// True when a cluster is configured.
+    pub fn is_cluster(&self) -> bool {
+        !self.redis_cluster.is_empty()
+    }
+
+    /// Where Redis is, for logs (no password).
+    pub fn describe(&self) -> String {
+        if self.is_cluster() {
+            format!("cluster {}", redact_url(&self.redis_cluster.join(",")))
+        } else {
+            redact_url(self.url())
+        }
+    }
+
+    /// The key layout: the book's for one node, hash-tagged for a cluster.
+    pub fn keys(&self) -> shop_cache::keys::Keys {
+        let layout = if self.is_cluster() {
+            shop_cache::keys::Layout::Cluster {
+                shards: self.session_shards,
+            }
+        } else {
+            shop_cache::keys::Layout::Book
+        };
+        shop_cache::keys::Keys::new(&self.key_prefix, layout)
+            .expect("the shard count is checked when parsed")
+    }
+}
+
+/// A section's compiled-in defaults: what `clap` gives its fields when neither a
+/// flag nor a variable is set (the defaults are the fields' attributes; this reads
+/// them, so they are written once).
+pub(super) fn compiled_defaults<T: Args + FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|a| a.env(None));
+    let matches = cmd
+        .try_get_matches_from(["defaults"])
+        .expect("every setting has a default");
+    T::from_arg_matches(&matches).expect("every setting has a default")
+}
+
+macro_rules! defaults_from_clap {
+    ($($section:ty),*) => {$(
+        impl Default for $section {
+            fn default() -> Self {
+                compiled_defaults()
+            }
+        }
+    )*};
+}
+
+defaults_from_clap!(
+    Settings,
+    ServerSettings,
+    WebSettings,
+    RedisSettings,
+    DatabaseSettings,
+    WorkerSettings
+);
+
+impl Settings {
+    /// Reads a settings file over the compiled-in defaults. Unknown sections or
+    /// keys and values of the wrong type are errors naming the key and its line;
+    /// ranges are checked by [`parse`], where the file's values meet the command
+    /// line's.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| toml_error(text, &e))
+    }
+}
+
+impl From<&WebSettings> for shop_web::WebConfig {
+    fn from(web: &WebSettings) -> Self {
+        Self {
+            flash_limit: web.flash_limit,
+            flash_decider: web.flash_decider.into(),
+            flash_hold: Duration::from_secs(web.flash_hold),
+            write_grace: Duration::from_secs(web.write_grace),
+            secure_cookies: web.secure_cookies,
+            max_quantity: web.max_quantity,
+            page_ttl: Duration::from_secs(web.page_ttl),
+            rank_limit: web.rank_limit,
+            max_cart_lines: web.max_cart_lines,
+            login_limits: shop_cache::login_limit::LoginLimits {
+                per_address: web.login_limit_address,
+                per_name: web.login_limit_name,
+                ..Default::default()
+            },
+            trust_forwarded_for: web.trust_forwarded_for,
+            demo_sale: web.demo_sale.then(|| {
+                ItemId::new(shop_app::sale::DEMO_ITEM).expect("the demo item's id is positive")
+            }),
+        }
+    }
+}

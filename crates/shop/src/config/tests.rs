@@ -1,0 +1,209 @@
+//! Tests of the configuration: the command line, the layering, the settings file.
+
+use clap::{CommandFactory, Parser};
+use shop_cache::page_cache;
+use shop_cache::session_cleaner::DEFAULT_CAP;
+
+use super::cli::*;
+use super::file::*;
+use super::secret::*;
+use super::settings::*;
+
+#[test]
+fn verify_cli() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn passwords_are_redacted() {
+    assert_eq!(
+        redact_url("redis://user:secret@host:6379/0"),
+        "redis://user:***@host:6379/0"
+    );
+    assert_eq!(redact_url("redis://:secret@host"), "redis://:***@host");
+    assert_eq!(
+        redact_url("postgres://postgres@127.0.0.1/shop"),
+        "postgres://postgres@127.0.0.1/shop"
+    );
+    assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+}
+
+#[test]
+fn urls_from_the_command_line_print_without_their_password() {
+    let cli = Cli::try_parse_from([
+        "shop",
+        "serve",
+        "--redis-url",
+        "redis://u:hunter2@h:6379",
+        "--database-url",
+        "postgres://shop:s3cret@db/shop",
+    ])
+    .unwrap();
+    let everything = format!("{cli:?}");
+    assert!(!everything.contains("hunter2"), "{everything}");
+    assert!(!everything.contains("s3cret"), "{everything}");
+    assert!(everything.contains("redis://u:***@h:6379"), "{everything}");
+    let Command::Serve(serve) = cli.command else {
+        panic!("serve");
+    };
+    assert_eq!(
+        serve.settings.database.database_url.expose(),
+        "postgres://shop:s3cret@db/shop"
+    );
+    assert_eq!(
+        serve.settings.database.database_url.to_string(),
+        "postgres://shop:***@db/shop"
+    );
+}
+
+#[test]
+fn bad_values_are_refused_with_the_setting_named() {
+    for (args, setting) in [
+        (
+            vec!["shop", "work", "--cleaner-batch", "0"],
+            "--cleaner-batch",
+        ),
+        (vec!["shop", "work", "--session-cap=-1"], "--session-cap"),
+        (
+            vec!["shop", "work", "--cleaner-duty", "0"],
+            "--cleaner-duty",
+        ),
+        (
+            vec!["shop", "work", "--cleaner-duty", "101"],
+            "--cleaner-duty",
+        ),
+        (vec!["shop", "serve", "--redis-pool", "0"], "--redis-pool"),
+        (vec!["shop", "serve", "--redis-pool", "65"], "--redis-pool"),
+        (vec!["shop", "serve", "--bind", "nowhere"], "--bind"),
+        (vec!["shop", "seed", "--items", "0"], "--items"),
+        (vec!["shop", "rows", "schedule", "abc", "1"], "<ID>"),
+    ] {
+        let err = Cli::try_parse_from(&args).unwrap_err().to_string();
+        assert!(err.contains(setting), "{args:?}: {err}");
+    }
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A settings file in a directory of its own, removed when dropped.
+struct ConfigFile(tempfile::TempDir);
+
+impl ConfigFile {
+    fn new() -> Self {
+        Self(tempfile::tempdir().unwrap())
+    }
+
+    fn write(&self, text: &str) -> String {
+        let file = self.0.path().join("shop.toml");
+        std::fs::write(&file, text).unwrap();
+        file.display().to_string()
+    }
+}
+
+#[test]
+fn a_config_file_sets_defaults_that_flags_override() {
+    let file = ConfigFile::new();
+    let path = file.write(
+        "# a comment\n[workers]\nsession_cap = 1234\ncleaner_batch = 7\n\n\
+         [database]\ndatabase_url = \"sqlite:x.db\"\n\
+         [redis]\nredis_cluster = [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]\n",
+    );
+    let cli = parse(args(&[
+        "shop",
+        "work",
+        "--config",
+        &path,
+        "--cleaner-batch",
+        "9",
+    ]))
+    .unwrap();
+    let Command::Work(work) = cli.command else {
+        panic!("not work")
+    };
+    assert_eq!(work.workers.session_cap, 1234, "from the file");
+    assert_eq!(work.workers.cleaner_batch, 9, "the flag wins");
+    assert_eq!(work.workers.cleaner_duty, 10, "the compiled-in default");
+    assert_eq!(work.database.database_url.expose(), "sqlite:x.db");
+    assert_eq!(
+        work.redis.redis_cluster,
+        ["127.0.0.1:7000", "127.0.0.1:7001"]
+    );
+
+    let path = file.write(
+        "[server]\nbind = \"0.0.0.0:9000\"\n[web]\nsecure_cookies = true\ndemo_sale = false\n\
+         flash_decider = \"database\"\n",
+    );
+    let cli = parse(args(&["shop", "serve", "--config", &path])).unwrap();
+    let Command::Serve(serve) = cli.command else {
+        panic!("not serve")
+    };
+    let Settings { server, web, .. } = serve.settings;
+    assert_eq!(server.bind.to_string(), "0.0.0.0:9000");
+    assert!(web.secure_cookies, "a switch turned on by the file");
+    assert!(!web.demo_sale, "a default turned off by the file");
+    assert_eq!(web.flash_decider, FlashDeciderArg::Database);
+}
+
+#[test]
+fn a_config_file_is_checked_as_the_command_line_is() {
+    let file = ConfigFile::new();
+    for (text, says) in [
+        ("[workers]\ncleaner_batch = 0\n", "--cleaner-batch"),
+        ("[server]\nbind = \"nowhere\"\n", "bind"),
+        ("[workers]\nsession_cap = \"many\"\n", "session_cap"),
+        ("[workers]\nno_such = 1\n", "unknown field `no_such`"),
+        ("[nowhere]\nx = 1\n", "unknown field `nowhere`"),
+        ("session_cap = 1\n", "unknown field `session_cap`"),
+        ("not a setting\n", "line 1: "),
+    ] {
+        let path = file.write(text);
+        let err = parse(args(&["shop", "work", "--config", &path]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{text:?}: {err}");
+    }
+    let err = parse(args(&[
+        "shop",
+        "work",
+        "--config",
+        "/nonexistent/shop.toml",
+    ]))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("cannot read config file"), "{err}");
+}
+
+#[test]
+fn the_defaults_are_the_flags_defaults() {
+    let settings = Settings::default();
+    assert_eq!(settings.workers.session_cap, DEFAULT_CAP);
+    assert_eq!(settings.web.page_ttl, page_cache::DEFAULT_TTL.as_secs());
+    assert_eq!(settings.server.bind.to_string(), "127.0.0.1:8080");
+    assert_eq!(
+        settings.database.database_url.expose(),
+        "sqlite:data/shop.db"
+    );
+    assert!(settings.redis.redis_url.is_none());
+    let partial = Settings::from_toml("[web]\nrank_limit = 3\n").unwrap();
+    assert_eq!(partial.web.rank_limit, 3);
+    assert_eq!(
+        partial.web.page_ttl, settings.web.page_ttl,
+        "the rest defaulted"
+    );
+}
+
+#[test]
+fn a_negative_delay_is_a_value_not_a_flag() {
+    let cli = Cli::try_parse_from(["shop", "rows", "schedule", "5", "-1"]).unwrap();
+    let Command::Rows(RowsArgs {
+        command: RowsCommand::Schedule { delay, .. },
+        ..
+    }) = cli.command
+    else {
+        panic!("parsed as something else");
+    };
+    assert_eq!(delay, -1.0);
+}
