@@ -44,6 +44,17 @@ impl CacheError {
     /// (the connection's circuit breaker is open). Log these at debug level: the
     /// outage itself was logged once when it began.
     pub fn is_failing_fast(&self) -> bool {
-        matches!(self, CacheError::Redis(e) if crate::connection::is_failing_fast(e))
+        matches!(self, CacheError::Redis(e) if is_failing_fast(e))
     }
+}
+
+/// What a command the connection's breaker failed at once reads as (see
+/// [`CacheError::is_failing_fast`]).
+pub(crate) const FAILING_FAST: &str = "redis is unreachable; failing fast until the next probe";
+
+/// True for the error of a command the breaker failed at once: Redis is already
+/// known to be down and was already logged, so callers log these quietly (during an
+/// outage every request meets one).
+fn is_failing_fast(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Io && e.to_string().contains(FAILING_FAST)
 }

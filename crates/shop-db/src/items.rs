@@ -69,7 +69,7 @@ impl Db {
 
     /// The items with these ids that exist, in the order asked for (an id asked
     /// for twice is answered twice). Any number of ids: they are looked up
-    /// [`IN_LIST_CHUNK`] at a time, each distinct id once.
+    /// `IN_LIST_CHUNK` at a time, each distinct id once.
     pub async fn items(&self, ids: &[ItemId]) -> Result<Vec<Item>, DbError> {
         let found = self.items_by_id(ids).await?;
         Ok(ids.iter().filter_map(|id| found.get(id).cloned()).collect())

@@ -7,7 +7,7 @@
 //! three seconds when the database is locked ([`DbError::is_unavailable`], a 503 for
 //! the web tier) and can never take the connections reads need. Every write is a
 //! [`WriteTx`], which answers success only once `COMMIT` succeeded and never lets a
-//! connection whose write failed serve again ([`write`]). Lists of ids are
+//! connection whose write failed serve again ([`mod@write`]). Lists of ids are
 //! bound at most 500 to a statement, so no caller's list can exceed a database's
 //! parameter limit, and password hashing is bounded in concurrency and memory
 //! ([`users`]).

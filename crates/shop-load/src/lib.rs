@@ -12,7 +12,7 @@
 //!
 //! A target that cannot be reached is reported apart from the shop's answers: each
 //! virtual connection backs off exponentially between attempts to connect (see
-//! [`client::Backoff`]), and the report counts connection failures (a connect that
+//! `client::Backoff`), and the report counts connection failures (a connect that
 //! failed, a connection that broke before the answer) separately from HTTP errors
 //! (answers with a 4xx or 5xx status).
 

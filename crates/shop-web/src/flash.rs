@@ -9,14 +9,14 @@
 //! - `GET /api/flash/events`: every loaded sale's state as server-sent events (a
 //!   JSON array per event), pushed when any changes: one stream per page, however
 //!   many items are on sale (a browser opens at most six connections to a site).
-//!   Pages follow the process's [`Board`](shop_cache::flash_sale::Board) (one Redis
+//!   Pages follow the process's [`Board`] (one Redis
 //!   read per process every 200 ms, not one per page), so "sold out" reaches every
 //!   open page within a second.
 //! - `GET /api/inventory/{id}`: the row cache's `inv:<id>` JSON, straight from
 //!   Redis; 404 for an unknown or unscheduled row.
 //! - `POST /api/flash/{id}/buy` with an `Idempotency-Key` header: one unit for the
 //!   logged-in user. With `--flash-decider redis` (the default) Redis decides and
-//!   only winners reach the database ([`buy_in_redis`]); with `database` every
+//!   only winners reach the database (`shop_app::flash::Buy`); with `database` every
 //!   attempt is a database transaction (`shop_db::flash`, the baseline). The
 //!   required custom header also keeps other sites from posting it: a cross-site
 //!   request with it needs a CORS preflight, which this shop never grants.

@@ -320,7 +320,7 @@ defaults_from_clap!(
 impl Settings {
     /// Reads a settings file over the compiled-in defaults. Unknown sections or
     /// keys and values of the wrong type are errors naming the key and its line;
-    /// ranges are checked by [`parse`], where the file's values meet the command
+    /// ranges are checked by [`parse`](super::parse), where the file's values meet the command
     /// line's.
     pub fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| toml_error(text, &e))

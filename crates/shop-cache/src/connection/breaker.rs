@@ -1,0 +1,149 @@
+//! The circuit breaker every clone of a one-node handle shares (see the
+//! [module](super) docs for why): closed, open for [`BACKOFF`], one probe.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, RedisError};
+
+/// How long the breaker fails commands at once after Redis was found unreachable,
+/// before one probe is let through. Short, so service is back well within a second
+/// of Redis returning; long enough that an outage costs one probe per quarter second
+/// instead of a timeout per request.
+pub const BACKOFF: Duration = Duration::from_millis(250);
+
+/// The breaker's state, shared by every clone of a handle.
+#[derive(Debug)]
+pub(super) struct Breaker {
+    /// Milliseconds since `epoch` until which commands fail fast; 0 = closed.
+    pub(super) open_until_ms: AtomicU64,
+    /// Bumped each time the breaker opens or closes. A command remembers the
+    /// generation it was admitted in, so a late answer to a command sent before the
+    /// last change cannot flip the state (a success from before an outage must not
+    /// close the breaker in the middle of it; a timeout from before a recovery must
+    /// not reopen it).
+    pub(super) generation: AtomicU64,
+    /// A probe is in flight (only one at a time while open).
+    pub(super) probing: AtomicBool,
+    pub(super) epoch: Instant,
+    pub(super) backoff: Duration,
+    pub(super) trips: AtomicU64,
+    pub(super) fast_failures: AtomicU64,
+}
+
+/// A command let through. Only commands admitted while the breaker was closed, in
+/// the current generation, may open it; only the probe may close it. Dropping the
+/// probe (when its command finished, or when its caller gave up on it mid-way: a
+/// client that went away, a request timeout) lets the next probe go, so a
+/// cancelled probe cannot leave the breaker open for good.
+#[derive(Debug)]
+pub(super) struct Admitted<'a> {
+    pub(super) breaker: &'a Breaker,
+    pub(super) generation: u64,
+    pub(super) probe: bool,
+}
+
+impl Admitted<'_> {
+    /// Learns from the command's outcome.
+    pub(super) fn record(self, error: Option<&RedisError>) {
+        let b = self.breaker;
+        match error {
+            Some(e) if unreachable(e) => {
+                let until = b.now_ms() + b.backoff.as_millis() as u64;
+                if self.probe {
+                    b.open_until_ms.store(until, Ordering::Release);
+                } else if b
+                    .generation
+                    .compare_exchange(
+                        self.generation,
+                        self.generation + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    b.open_until_ms.store(until, Ordering::Release);
+                    b.trips.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        error = %e,
+                        "redis unreachable; failing fast, probing every {:?}",
+                        b.backoff
+                    );
+                }
+            }
+            _ if self.probe => {
+                b.open_until_ms.store(0, Ordering::Release);
+                b.generation.fetch_add(1, Ordering::AcqRel);
+                tracing::info!("redis answers again");
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if self.probe {
+            self.breaker.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Breaker {
+    pub(super) fn new(backoff: Duration) -> Self {
+        Self {
+            open_until_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            epoch: Instant::now(),
+            backoff,
+            trips: AtomicU64::new(0),
+            fast_failures: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn now_ms(&self) -> u64 {
+        // +1 so that "now" is never 0, the closed marker.
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Lets a command through, or fails it at once while the breaker is open.
+    pub(super) fn admit(&self) -> Result<Admitted<'_>, RedisError> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let until = self.open_until_ms.load(Ordering::Acquire);
+        if until == 0 {
+            return Ok(Admitted {
+                breaker: self,
+                generation,
+                probe: false,
+            });
+        }
+        if self.now_ms() >= until
+            && self
+                .probing
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Ok(Admitted {
+                breaker: self,
+                generation,
+                probe: true,
+            });
+        }
+        self.fast_failures.fetch_add(1, Ordering::Relaxed);
+        Err(RedisError::from((
+            ErrorKind::Io,
+            crate::error::FAILING_FAST,
+        )))
+    }
+}
+
+/// Does this error mean Redis could not be reached (rather than that it answered
+/// with an error)?
+pub(super) fn unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+}

@@ -1,0 +1,85 @@
+//! The cluster connection: its retry settings, and the handle that replaces a
+//! connection whose commands time out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+use redis::cluster_async::ClusterConnection;
+
+use super::{CONNECTION_TIMEOUT, RESPONSE_TIMEOUT};
+
+/// How many times the cluster client retries a command that met a moved slot, a
+/// lost node or a failover in progress, waiting `CLUSTER_RETRY_WAIT` growing
+/// between tries: enough to ride out a promotion (about two node time-outs), short
+/// enough that a request does not hang on a cluster that is gone.
+pub const CLUSTER_RETRIES: u32 = 6;
+/// The shortest and longest wait between the cluster client's retries (ms).
+pub(super) const CLUSTER_RETRY_WAIT: (u64, u64) = (50, 1_000);
+
+/// A cluster connection that is replaced when it stops answering.
+///
+/// Why: in the failover drill, redis-rs 1.8's cluster connection sometimes began a
+/// slot refresh during the promotion that never completed, and from then on every
+/// command on it timed out, for good (about one run in five; logged "beginning slot
+/// refresh" with no "complete"). A fresh connection discovers the slots anew and
+/// works at once. So a command that times out has a new connection built in the
+/// background (at most one at a time, at most one per [`CLUSTER_REBUILD_EVERY`]);
+/// the commands after it use the new one. In-flight commands finish on the old one.
+pub(super) struct ClusterHandle {
+    pub(super) client: redis::cluster::ClusterClient,
+    pub(super) conn: std::sync::RwLock<ClusterConnection>,
+    pub(super) rebuilding: AtomicBool,
+    /// Milliseconds since `epoch` of the last rebuild's start.
+    pub(super) last_rebuild_ms: AtomicU64,
+    pub(super) epoch: Instant,
+    pub(super) rebuilds: AtomicU64,
+}
+
+/// The least time between two rebuilds of a cluster connection.
+pub(super) const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(1);
+
+impl ClusterHandle {
+    pub(super) fn conn(&self) -> ClusterConnection {
+        self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Learns from a command's outcome: a time-out starts a rebuild.
+    pub(super) fn record<T>(self: &Arc<Self>, result: &Result<T, RedisError>) {
+        if !matches!(result, Err(e) if e.is_timeout()) {
+            return;
+        }
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.last_rebuild_ms.load(Ordering::Acquire);
+        if (last != 0 && now < last + CLUSTER_REBUILD_EVERY.as_millis() as u64)
+            || self
+                .rebuilding
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        self.last_rebuild_ms.store(now, Ordering::Release);
+        let handle = self.clone();
+        tokio::spawn(async move {
+            let fresh = tokio::time::timeout(
+                RESPONSE_TIMEOUT + CONNECTION_TIMEOUT,
+                handle.client.get_async_connection(),
+            )
+            .await;
+            match fresh {
+                Ok(Ok(conn)) => {
+                    *handle.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
+                    handle.rebuilds.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("redis cluster connection timed out; replaced it");
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not rebuild the cluster connection")
+                }
+                Err(_) => tracing::warn!("rebuilding the cluster connection timed out"),
+            }
+            handle.rebuilding.store(false, Ordering::Release);
+        });
+    }
+}

@@ -1,0 +1,263 @@
+//! The one Redis handle a process shares, for one node or a cluster: a
+//! multiplexed, reconnecting `ConnectionManager` behind a circuit breaker, or
+//! redis-rs's `ClusterConnection` (slot routing, `MOVED`/`ASK` redirects, new
+//! topology after a failover). Everything above takes a [`RedisConn`] and works on
+//! either.
+//!
+//! Why the breaker: when Redis goes away, every command waits for the manager's
+//! reconnection attempts and timeouts (a drill measured about 2 s per command, two
+//! commands per item page, so 7,500 page views/s fell to about 40/s). The pages do
+//! not need Redis to be served (the page cache and the session layer fall back to
+//! the database and a guest session), so waiting for it is the whole cost. Once a
+//! command fails because Redis is unreachable (I/O error, timeout, dropped
+//! connection), the breaker opens: for [`BACKOFF`] every command fails at once with
+//! an I/O error, without touching the network. Then one command is let through as a
+//! probe (the others keep failing fast); its success closes the breaker, its failure
+//! opens it for another back-off. Errors Redis answers with (a wrong type, a script
+//! error) say nothing about reachability and leave the breaker alone. A command
+//! that times out (2 s) counts as unreachable: a Redis stalled that long (a huge
+//! script, a fork stall) is treated as down for a quarter second, which costs 503s
+//! on writes for that long and spares every other request the same wait.
+//!
+//! Every clone of a [`RedisConn`] shares one breaker, so the session layer, the page
+//! cache and the carts learn together that Redis is down.
+//!
+//! On a cluster there is no breaker: a cluster is not down as a whole when one node
+//! is, and failing every command fast because one primary is failing over would turn
+//! a partial outage of a few seconds into a total one. The cluster client's own
+//! retries (a few, short: [`CLUSTER_RETRIES`]) wait for the replica's promotion. A
+//! dead node refuses connections, so its commands fail fast by themselves; a node
+//! that is stalled or cut off without a reset costs each command to it the 2 s
+//! time-out (measured: 4 s per item page with every node stopped by `SIGSTOP`). A
+//! per-node breaker fixed that but, over redis-rs's failover handling, turned some
+//! failovers into long runs of errors; it is the open item here. A cluster
+//! connection whose commands time out is rebuilt (see `ClusterHandle`).
+//!
+//! Pipelines on a cluster: redis-rs sends a pipeline to one node and refuses one
+//! whose commands hash to different slots. The shop's pipelines are not
+//! transactions (those keep to one slot by the key layout), so [`RedisConn`] splits
+//! such a pipeline by slot, keeps the order within each slot, sends the parts at
+//! once and puts the answers back in order: callers write one pipeline for both.
+//!
+//! Scripts: `redis::Script` runs `EVALSHA` and, on `NOSCRIPT`, loads the script
+//! (`SCRIPT LOAD` goes to every primary on a cluster) and runs it again, so a node
+//! that never saw a script, or a replica just promoted, learns it on first use.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::CacheError;
+use cluster::CLUSTER_RETRY_WAIT;
+use slots::{run_parts, split_by_slot};
+
+mod breaker;
+mod cluster;
+mod pool;
+mod slots;
+#[cfg(test)]
+mod tests;
+
+pub use breaker::BACKOFF;
+use breaker::Breaker;
+pub use cluster::CLUSTER_RETRIES;
+use cluster::ClusterHandle;
+pub use pool::DEFAULT_POOL;
+use pool::NodePool;
+
+/// How long one command may take before it fails with a timeout. Generous: the
+/// cleaner's script over a large batch takes milliseconds, a page read microseconds.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one connection attempt may take.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+/// Reconnection attempts per failure before an error is returned to the caller; the
+/// next command starts a new round, so the handle recovers whenever Redis returns.
+/// One: the breaker already spaces the attempts during an outage, and each retry
+/// here is a wait the probing request makes its client sit through (three retries
+/// measured about 0.9 s per probe in the Redis-outage drill).
+const RECONNECT_RETRIES: usize = 1;
+
+/// A cloneable Redis handle: one multiplexed connection per process, reconnecting,
+/// failing fast while Redis is known to be unreachable (see the module docs).
+#[derive(Clone)]
+pub struct RedisConn {
+    inner: Inner,
+    breaker: Arc<Breaker>,
+}
+
+#[derive(Clone)]
+enum Inner {
+    Node(Arc<NodePool>),
+    Cluster(Arc<ClusterHandle>),
+}
+
+impl RedisConn {
+    /// How many times a cluster connection that stopped answering was replaced.
+    pub fn cluster_rebuilds(&self) -> u64 {
+        match &self.inner {
+            Inner::Node(_) => 0,
+            Inner::Cluster(handle) => handle.rebuilds.load(Ordering::Relaxed),
+        }
+    }
+
+    /// True when this handle talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+
+    /// True while the breaker is open: Redis was found unreachable and commands fail
+    /// at once (for `/healthz` and `/metrics`).
+    pub fn is_failing_fast(&self) -> bool {
+        self.breaker.open_until_ms.load(Ordering::Acquire) != 0
+    }
+
+    /// How many times the breaker opened since the process started.
+    pub fn trips(&self) -> u64 {
+        self.breaker.trips.load(Ordering::Relaxed)
+    }
+
+    /// How many commands failed at once because the breaker was open.
+    pub fn fast_failures(&self) -> u64 {
+        self.breaker.fast_failures.load(Ordering::Relaxed)
+    }
+}
+
+/// Connects to `url` (`redis://host:port/db` or `unix:///path/to/socket`) with the
+/// shop's timeouts. Fails if Redis does not answer now; later outages are survived.
+pub async fn connect(url: &str) -> Result<RedisConn, CacheError> {
+    connect_pooled(url, default_config(), DEFAULT_POOL).await
+}
+
+/// [`connect`] with a caller's configuration (tests shorten the timeouts).
+pub async fn connect_with(
+    url: &str,
+    config: ConnectionManagerConfig,
+) -> Result<RedisConn, CacheError> {
+    connect_pooled(url, config, DEFAULT_POOL).await
+}
+
+/// [`connect_with`] keeping `pool` connections (at least one) used in turn.
+pub async fn connect_pooled(
+    url: &str,
+    config: ConnectionManagerConfig,
+    pool: usize,
+) -> Result<RedisConn, CacheError> {
+    let client = redis::Client::open(url)?;
+    let mut conns = Vec::with_capacity(pool.max(1));
+    for _ in 0..pool.max(1) {
+        conns.push(ConnectionManager::new_with_config(client.clone(), config.clone()).await?);
+    }
+    Ok(RedisConn {
+        inner: Inner::Node(Arc::new(NodePool {
+            conns,
+            next: Default::default(),
+        })),
+        breaker: Arc::new(Breaker::new(BACKOFF)),
+    })
+}
+
+/// Connects to the Redis Cluster that `seeds` (`host:port` or `redis://host:port`,
+/// any of its nodes) belong to, with the shop's timeouts. Fails if none answers now.
+pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> {
+    let urls = seeds.iter().map(|seed| {
+        if seed.contains("://") {
+            seed.clone()
+        } else {
+            format!("redis://{seed}")
+        }
+    });
+    let client = redis::cluster::ClusterClient::builder(urls)
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_RETRY_WAIT.0)
+        .max_retry_wait(CLUSTER_RETRY_WAIT.1)
+        .build()?;
+    Ok(RedisConn {
+        inner: Inner::Cluster(Arc::new(ClusterHandle {
+            conn: std::sync::RwLock::new(client.get_async_connection().await?),
+            client,
+            rebuilding: AtomicBool::new(false),
+            last_rebuild_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            rebuilds: AtomicU64::new(0),
+        })),
+        breaker: Arc::new(Breaker::new(BACKOFF)),
+    })
+}
+
+/// The shop's connection settings (timeouts, one reconnection retry), for
+/// [`connect_pooled`].
+pub fn default_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_number_of_retries(RECONNECT_RETRIES)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match &mut self.inner {
+                Inner::Node(pool) => {
+                    let admitted = self.breaker.admit()?;
+                    let result = pool.pick().req_packed_command(cmd).await;
+                    admitted.record(result.as_ref().err());
+                    result
+                }
+                Inner::Cluster(handle) => {
+                    let result = handle.conn().req_packed_command(cmd).await;
+                    handle.record(&result);
+                    result
+                }
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match &mut self.inner {
+                Inner::Node(pool) => {
+                    let admitted = self.breaker.admit()?;
+                    let result = pool
+                        .pick()
+                        .req_packed_commands(pipeline, offset, count)
+                        .await;
+                    admitted.record(result.as_ref().err());
+                    result
+                }
+                Inner::Cluster(handle) => {
+                    // A transaction (offset > 0) is sent as it is: it must be one slot.
+                    let parts = if pipeline.is_transaction() || offset != 0 {
+                        None
+                    } else {
+                        split_by_slot(pipeline)
+                    };
+                    let mut inner = handle.conn();
+                    let result = match parts {
+                        None => inner.req_packed_commands(pipeline, offset, count).await,
+                        Some(parts) => run_parts(&inner, parts, count).await,
+                    };
+                    handle.record(&result);
+                    result
+                }
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.inner {
+            Inner::Node(pool) => pool.conns[0].get_db(),
+            Inner::Cluster(handle) => handle.conn().get_db(),
+        }
+    }
+}

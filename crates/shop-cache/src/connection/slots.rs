@@ -1,0 +1,94 @@
+//! Pipelines on a cluster: split by hash slot, sent at once, answers put back in
+//! order.
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Arg, Cmd, Pipeline, RedisError, Value};
+
+/// One slot's share of a split pipeline: its commands, in order, and where their
+/// answers go in the whole pipeline's answer.
+pub(super) struct Part {
+    pub(super) pipeline: Pipeline,
+    pub(super) positions: Vec<usize>,
+}
+
+/// The parts of a pipeline whose commands span more than one slot, or `None` when
+/// it can go as it is. Keyless commands (`TIME`) go with the first part.
+pub(super) fn split_by_slot(pipeline: &Pipeline) -> Option<Vec<Part>> {
+    let slots: Vec<Option<Slot>> = pipeline
+        .cmd_iter()
+        .map(|cmd| first_key(cmd).map(Slot::for_key))
+        .collect();
+    let first = slots.iter().flatten().next().copied();
+    if slots.iter().flatten().all(|slot| Some(*slot) == first) {
+        return None;
+    }
+    let mut order: Vec<Option<Slot>> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    for (position, (cmd, slot)) in pipeline.cmd_iter().zip(&slots).enumerate() {
+        let slot = slot.or(first);
+        let index = match order.iter().position(|s| *s == slot) {
+            Some(index) => index,
+            None => {
+                order.push(slot);
+                parts.push(Part {
+                    pipeline: redis::pipe(),
+                    positions: Vec::new(),
+                });
+                parts.len() - 1
+            }
+        };
+        parts[index].pipeline.add_command(cmd.clone());
+        parts[index].positions.push(position);
+    }
+    Some(parts)
+}
+
+/// Sends the parts at once and puts their answers back in pipeline order.
+pub(super) async fn run_parts(
+    conn: &ClusterConnection,
+    parts: Vec<Part>,
+    count: usize,
+) -> Result<Vec<Value>, RedisError> {
+    let answers = futures::future::try_join_all(parts.iter().map(|part| {
+        let mut conn = conn.clone();
+        async move {
+            conn.req_packed_commands(&part.pipeline, 0, part.positions.len())
+                .await
+        }
+    }))
+    .await?;
+    let mut out = vec![Value::Nil; count];
+    for (part, values) in parts.iter().zip(answers) {
+        for (position, value) in part.positions.iter().zip(values) {
+            out[*position] = value;
+        }
+    }
+    Ok(out)
+}
+
+/// The key a command is routed by: its first key (after the script and key count
+/// for `EVAL`/`EVALSHA`), none for the keyless commands the shop sends.
+pub(super) fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()?;
+    let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    if is("EVALSHA") || is("EVAL") || is("EVALSHA_RO") || is("EVAL_RO") || is("FCALL") {
+        let _script = args.next()?;
+        let keys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
+        return if keys == 0 { None } else { args.next() };
+    }
+    if [
+        "TIME", "PING", "INFO", "SCRIPT", "DBSIZE", "CLUSTER", "CONFIG",
+    ]
+    .iter()
+    .any(|n| is(n))
+    {
+        return None;
+    }
+    args.next()
+}
