@@ -1,12 +1,16 @@
 //! Integration tests of the web tier, each against its own `redis-server`: the
 //! application through `shop_testapp::TestApp`, the layers alone on `TestRedis`.
 
+mod auth;
 mod browse;
+mod cart;
 mod db_faults;
 mod example;
 mod flash;
 mod fuzz;
+mod insights;
 mod layers;
 mod ops;
 mod page_cache;
 mod routes;
+mod sessions;

@@ -1,0 +1,200 @@
+//! Logging in and out through the router: token rotation with the cart carried,
+//! the `next` parameter, double submits, and the login limits.
+
+use axum::http::{StatusCode, header};
+use shop_testapp::{TestApp, cookie_of, json, text};
+use shop_web::WebConfig;
+
+use crate::routes::guest_with_two_of_item_7;
+
+#[tokio::test]
+async fn login_rotates_the_token_and_keeps_the_cart() {
+    let app = TestApp::start().await;
+    let guest = guest_with_two_of_item_7(&app, "walt").await;
+
+    let wrong = app
+        .post("/login", Some(&guest), "name=walt&password=nope", false)
+        .await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(text(wrong).await.contains("Wrong name or password"));
+    let unknown = app
+        .post("/login", Some(&guest), "name=nobody&password=nope", true)
+        .await;
+    assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.post("/login", Some(&guest), "name=&password=", false)
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let resp = app
+        .post(
+            "/login",
+            Some(&guest),
+            "name=walt&password=right-pw&next=/cart",
+            false,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/cart");
+    let user = cookie_of(&resp).unwrap();
+    assert_ne!(user, guest);
+    let me = app.me(&user).await;
+    assert_eq!(me["user"]["name"], "walt");
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 7, "quantity": 2}])
+    );
+    // The old token is dead: it is not logged in, and holds no cart.
+    let old = app.get("/api/me", Some(&guest)).await;
+    assert!(
+        cookie_of(&old).is_some(),
+        "the old token is unknown now: a fresh one is issued"
+    );
+    let old = json(old).await;
+    assert_eq!(old["user"], serde_json::Value::Null);
+    assert_eq!(old["cart"]["count"], 0);
+    // An outside `next` is refused before anything changes.
+    app.db.create_user("vera", "pw").await.unwrap().unwrap();
+    let resp = app
+        .post(
+            "/login",
+            Some(&user),
+            "name=vera&password=pw&next=//evil.example",
+            false,
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.me(&user).await["user"]["name"], "walt", "still walt");
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let app = TestApp::start().await;
+    let user = app.logged_in("lena").await;
+    let resp = app.post("/logout", Some(&user), "", false).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let guest = cookie_of(&resp).expect("a new guest cookie");
+    assert_eq!(app.me(&guest).await["user"], serde_json::Value::Null);
+    assert_eq!(
+        app.get("/account", Some(&user)).await.status(),
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn next_must_be_a_path_on_this_site() {
+    let app = TestApp::start().await;
+    let guest = guest_with_two_of_item_7(&app, "nina").await;
+    for next in [
+        "%2F%09%2Fevil.host%2Fx",
+        "%2F%0A%2Fevil.host",
+        "%2F%5Cevil.host",
+        "%2F%2Fevil.host",
+        "https%3A%2F%2Fevil.host",
+        "%2Fa%0Db",
+    ] {
+        let form = format!("name=nina&password=right-pw&next={next}");
+        let resp = app.post("/login", Some(&guest), &form, false).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{next}");
+        assert!(resp.headers().get(header::LOCATION).is_none());
+        assert!(cookie_of(&resp).is_none(), "{next}: no login happened");
+        let form_page = app.get(&format!("/login?next={next}"), None).await;
+        assert_eq!(form_page.status(), StatusCode::BAD_REQUEST, "{next}");
+    }
+    // Nothing changed: still the same guest, cart intact.
+    let me = app.me(&guest).await;
+    assert_eq!(me["user"], serde_json::Value::Null);
+    assert_eq!(me["cart"]["count"], 2);
+}
+
+#[tokio::test]
+async fn a_double_submitted_login_form_gives_both_answers_the_same_session() {
+    let app = TestApp::start().await;
+    let guest = guest_with_two_of_item_7(&app, "olga").await;
+    let form = text(app.get("/login", Some(&guest)).await).await;
+    let key = form
+        .split("name=\"key\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the login form has a one-time key")
+        .to_owned();
+    let body = format!("name=olga&password=right-pw&key={key}");
+    let first = app.post("/login", Some(&guest), &body, false).await;
+    let second = app.post("/login", Some(&guest), &body, false).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert_eq!(second.status(), StatusCode::SEE_OTHER);
+    let (a, b) = (cookie_of(&first).unwrap(), cookie_of(&second).unwrap());
+    assert_eq!(a, b, "one login, one session");
+    assert_eq!(
+        app.me(&a).await["cart"]["count"],
+        2,
+        "the cart is not orphaned"
+    );
+}
+
+#[tokio::test]
+async fn logging_in_as_someone_else_does_not_take_the_cart() {
+    let app = TestApp::start().await;
+    let alice = app.logged_in("alice2").await;
+    app.post("/cart", Some(&alice), "item=7&count=2", false)
+        .await;
+    app.db.create_user("bob2", "bob-pw").await.unwrap().unwrap();
+    let resp = app
+        .post("/login", Some(&alice), "name=bob2&password=bob-pw", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let bob = cookie_of(&resp).unwrap();
+    let me = app.me(&bob).await;
+    assert_eq!(me["user"]["name"], "bob2");
+    assert_eq!(me["cart"]["count"], 0, "alice's cart is not bob's");
+}
+
+#[tokio::test]
+async fn login_attempts_are_limited_with_429_before_any_hashing() {
+    let app = TestApp::with_config(WebConfig {
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: 100,
+            per_name: 3,
+            window: std::time::Duration::from_secs(60),
+        },
+        ..WebConfig::default()
+    })
+    .await;
+    app.db
+        .create_user("pat", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let guest = app.visitor().await;
+    for _ in 0..3 {
+        let resp = app
+            .post("/login", Some(&guest), "name=pat&password=wrong", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+    let checks = app.db.password_checks();
+    let resp = app
+        .post("/login", Some(&guest), "name=pat&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(app.db.password_checks(), checks, "refused before hashing");
+    let wait: u64 = resp.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(cookie_of(&resp).is_none(), "not logged in");
+    // Other accounts are not affected.
+    app.db
+        .create_user("quin", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let resp = app
+        .post("/login", Some(&guest), "name=quin&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}

@@ -1,0 +1,247 @@
+//! The cart and checkout through the router: the cart form, bad input, the cart
+//! limits, and checkout placing one order.
+
+use axum::http::{StatusCode, header};
+use shop_testapp::{TestApp, json, text};
+use shop_web::WebConfig;
+
+use crate::routes::content_type;
+
+#[tokio::test]
+async fn the_cart_form_adds_updates_and_removes() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/cart");
+    app.post("/cart", Some(&cookie), "item=5&count=1", false)
+        .await;
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 3);
+
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=4", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = json(resp).await;
+    assert_eq!(
+        body["cart"][0],
+        serde_json::json!({"item": 3, "quantity": 4})
+    );
+
+    app.post("/cart", Some(&cookie), "item=3&count=0", false)
+        .await;
+    let me = app.me(&cookie).await;
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 5, "quantity": 1}])
+    );
+    let page = text(app.get("/cart", Some(&cookie)).await).await;
+    assert!(
+        page.contains("/items/5") && !page.contains("/items/3\""),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    app.post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    let before = app.me(&cookie).await["cart"].clone();
+    for (form, status, says) in [
+        ("item=3&count=abc", 400, "whole number"),
+        ("item=3&count=100", 400, "at most 99"),
+        ("item=3&count=99999999999999999999999", 400, "whole number"),
+        ("item=999&count=1", 404, "no such item"),
+        ("item=abc&count=1", 400, "item"),
+        ("item=0&count=1", 400, "item"),
+        ("count=1", 400, "item"),
+        ("item=3", 400, "count"),
+    ] {
+        let resp = app.post("/cart", Some(&cookie), form, false).await;
+        assert_eq!(resp.status().as_u16(), status, "{form}");
+        assert!(
+            content_type(&resp).starts_with("text/html"),
+            "{form}: a page for a person"
+        );
+        let page = text(resp).await;
+        assert!(page.contains(says), "{form}: {page}");
+        let resp = app.post("/cart", Some(&cookie), form, true).await;
+        assert_eq!(resp.status().as_u16(), status, "{form}");
+        assert!(json(resp).await["message"].as_str().unwrap().contains(says));
+    }
+    assert_eq!(
+        app.me(&cookie).await["cart"],
+        before,
+        "the cart is unchanged"
+    );
+}
+
+#[tokio::test]
+async fn checkout_turns_the_cart_into_one_order() {
+    let app = TestApp::start().await;
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=2&count=1", false)
+        .await;
+    let resp = app.post("/checkout", Some(&guest), "key=k1", false).await;
+    assert_eq!(
+        resp.headers()[header::LOCATION],
+        "/login?next=/cart",
+        "guests log in first"
+    );
+
+    let user = app.logged_in("olga").await;
+    assert_eq!(
+        app.post("/checkout", Some(&user), "key=k1", false)
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST,
+        "empty cart"
+    );
+    app.post("/cart", Some(&user), "item=2&count=3", false)
+        .await;
+    app.post("/cart", Some(&user), "item=4&count=1", false)
+        .await;
+    let page = text(app.get("/cart", Some(&user)).await).await;
+    let key = page
+        .split("name=\"key\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        app.post("/checkout", Some(&user), "", false).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+
+    let resp = app
+        .post("/checkout", Some(&user), &format!("key={key}"), true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let placed = json(resp).await;
+    assert_eq!(placed["outcome"], "placed");
+    assert_eq!(
+        app.me(&user).await["cart"]["count"],
+        0,
+        "the cart is emptied"
+    );
+    // A repeated submit of the same form places nothing new.
+    app.post("/cart", Some(&user), "item=2&count=1", false)
+        .await;
+    let again = json(
+        app.post("/checkout", Some(&user), &format!("key={key}"), true)
+            .await,
+    )
+    .await;
+    assert_eq!(again["order_id"], placed["order_id"]);
+
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE kind = 'cart'")
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(orders, 1);
+    let lines = app
+        .db
+        .order_lines(placed["order_id"].as_i64().unwrap())
+        .await
+        .unwrap();
+    let lines: Vec<(u64, i64)> = lines.iter().map(|(i, q, _)| (i.get(), *q)).collect();
+    assert_eq!(lines, vec![(2, 3), (4, 1)]);
+    let account = text(app.get("/account", Some(&user)).await).await;
+    assert!(
+        account.contains("Hello, olga") && account.contains(&format!("#{}", placed["order_id"]))
+    );
+}
+
+#[tokio::test]
+async fn checkout_refuses_more_than_the_stock() {
+    let app = TestApp::start().await;
+    let user = app.logged_in("pia").await;
+    app.db
+        .set_stock(shop_cache::domain::ItemId::new(6).unwrap(), 1)
+        .await
+        .unwrap();
+    app.post("/cart", Some(&user), "item=6&count=2", false)
+        .await;
+    let resp = app.post("/checkout", Some(&user), "key=x1", true).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    assert_eq!(json(resp).await["error"], "out_of_stock");
+    assert_eq!(
+        app.me(&user).await["cart"]["count"],
+        2,
+        "the cart stays for the user to fix"
+    );
+}
+
+#[tokio::test]
+async fn zero_and_negative_counts_remove_the_line() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    app.post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    app.post("/cart", Some(&cookie), "item=5&count=1", false)
+        .await;
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=-1", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        json(resp).await["cart"],
+        serde_json::json!([{"item": 5, "quantity": 1}])
+    );
+    let resp = app
+        .post("/cart", Some(&cookie), "item=5&count=-99999", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 0);
+    // Removing an item that is not there (or does not exist) is harmless.
+    let resp = app
+        .post("/cart", Some(&cookie), "item=999&count=0", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_full_cart_refuses_another_item_with_409() {
+    let app = TestApp::with_config(WebConfig {
+        max_cart_lines: 3,
+        ..WebConfig::default()
+    })
+    .await;
+    let cookie = app.visitor().await;
+    for item in 1..=3 {
+        let resp = app
+            .post(
+                "/cart",
+                Some(&cookie),
+                &format!("item={item}&count=1"),
+                true,
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let resp = app
+        .post("/cart", Some(&cookie), "item=4&count=1", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body = json(resp).await;
+    assert_eq!(body["error"], "cart_full");
+    assert!(body["message"].as_str().unwrap().contains("at most 3"));
+    assert_eq!(
+        app.me(&cookie).await["cart"]["lines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // Changing a line already there still works.
+    let resp = app
+        .post("/cart", Some(&cookie), "item=2&count=5", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
