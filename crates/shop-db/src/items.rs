@@ -75,12 +75,9 @@ impl Db {
         Ok(ids.iter().filter_map(|id| found.get(id).cloned()).collect())
     }
 
-    /// The items with these ids that exist, by id, read in chunks of
-    /// [`IN_LIST_CHUNK`] ids.
-    pub(crate) async fn items_by_id(
-        &self,
-        ids: &[ItemId],
-    ) -> Result<HashMap<ItemId, Item>, DbError> {
+    /// The items with these ids that exist, by id (for joining them to other
+    /// data by id), read in chunks of `IN_LIST_CHUNK` ids.
+    pub async fn items_by_id(&self, ids: &[ItemId]) -> Result<HashMap<ItemId, Item>, DbError> {
         let mut seen = HashSet::with_capacity(ids.len());
         let distinct: Vec<i64> = ids
             .iter()

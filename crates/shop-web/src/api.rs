@@ -5,7 +5,7 @@
 //!   the one before, stated in the answer's `window`) and also-bought (see
 //!   `shop_cache::insights`).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::AppState;
 use crate::error::WebError;
+use crate::request::ItemPath;
 use crate::session::Session;
 use crate::views::ItemView;
 use shop_cache::domain::ItemId;
@@ -59,22 +60,19 @@ async fn me(State(state): State<AppState>, session: Session) -> Result<Response,
 
 async fn insights(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ItemPath(id): ItemPath,
 ) -> Result<Response, WebError> {
-    let id: ItemId = id
-        .parse()
-        .map_err(|_| WebError::bad_request("item id must be a positive whole number"))?;
     if state.db.item(id).await?.is_none() {
         return Err(WebError::not_found("there is no such item"));
     }
     let found = state.insights.get(id).await?;
     let ids: Vec<ItemId> = found.also_bought.iter().map(|(id, _)| *id).collect();
-    let items = state.db.items(&ids).await?;
+    let items = state.db.items_by_id(&ids).await?;
     let also: Vec<_> = found
         .also_bought
         .iter()
         .filter_map(|(id, score)| {
-            let item = items.iter().find(|it| it.id == *id)?;
+            let item = items.get(id)?;
             Some(json!({ "id": id.get(), "title": item.title, "score": score }))
         })
         .collect();

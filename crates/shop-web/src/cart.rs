@@ -20,7 +20,7 @@ use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::request::{idempotency_key, wants_json};
+use crate::request::{idempotency_key, log_in_first, wants_json};
 use crate::session::Session;
 use crate::views::{self, CartLineView, CartPage, ItemView};
 
@@ -35,14 +35,12 @@ pub fn router(state: AppState) -> Router {
 async fn show(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let cart = state.carts.get(&session.token).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
-    let items = state.db.items(&ids).await?;
-    let by_id: std::collections::HashMap<ItemId, &shop_db::items::Item> =
-        items.iter().map(|it| (it.id, it)).collect();
+    let by_id = state.db.items_by_id(&ids).await?;
     let mut total = 0;
     let lines = cart
         .iter()
         .filter_map(|(id, qty)| {
-            let item = *by_id.get(id)?;
+            let item = by_id.get(id)?;
             total += item.price_cents * i64::from(qty.get());
             Some(CartLineView {
                 item: ItemView::from(item),
@@ -103,7 +101,7 @@ async fn checkout(
         if wants_json(&headers) {
             return Err(WebError::unauthorized());
         }
-        return Ok(Redirect::to("/login?next=/cart").into_response());
+        return Ok(log_in_first("/cart"));
     };
     let outcome = state
         .checkout()

@@ -1,5 +1,7 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
-//! and a short message here. Internal details are logged once, never sent.
+//! and a short message here. Internal details travel with the answer as its
+//! [`Cause`] and are logged once, by [`log_causes`] (in the request's span), never
+//! sent.
 
 use askama::Template;
 use axum::Json;
@@ -24,6 +26,49 @@ pub struct WebError {
     message: String,
     /// Seconds for a `Retry-After` header (429 and 503 answers).
     retry_after: Option<u64>,
+    /// What went wrong below, for the log.
+    cause: Option<Cause>,
+}
+
+/// What went wrong below the web tier, for the log only: left on the error's
+/// response and logged once by [`log_causes`].
+#[derive(Debug, Clone)]
+pub struct Cause {
+    level: tracing::Level,
+    message: String,
+}
+
+impl Cause {
+    /// `message` at `level`.
+    pub fn new(level: tracing::Level, message: impl Into<String>) -> Self {
+        Self {
+            level,
+            message: message.into(),
+        }
+    }
+
+    /// A failure of Redis: logged quietly (debug) while the connection's breaker
+    /// fails commands at once (the outage was logged when it began), else as a
+    /// warning.
+    pub fn redis(error: &CacheError, message: &str) -> Self {
+        let level = if error.is_failing_fast() {
+            tracing::Level::DEBUG
+        } else {
+            tracing::Level::WARN
+        };
+        Self::new(level, format!("{message}: {error}"))
+    }
+
+    /// Logs it (in the current span).
+    pub fn log(&self) {
+        let message = &self.message;
+        match self.level {
+            tracing::Level::ERROR => tracing::error!("{message}"),
+            tracing::Level::WARN => tracing::warn!("{message}"),
+            tracing::Level::INFO => tracing::info!("{message}"),
+            _ => tracing::debug!("{message}"),
+        }
+    }
 }
 
 impl WebError {
@@ -34,7 +79,14 @@ impl WebError {
             code,
             message: message.into(),
             retry_after: None,
+            cause: None,
         }
+    }
+
+    /// This error, with what went wrong below it for the log.
+    pub fn caused_by(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     /// 400: the request was malformed.
@@ -120,7 +172,27 @@ impl IntoResponse for WebError {
                 .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
         }
         resp.extensions_mut().insert(ErrorMessage(self.message));
+        if let Some(cause) = self.cause {
+            resp.extensions_mut().insert(cause);
+        }
         resp
+    }
+}
+
+/// Middleware: logs the [`Cause`] an error answer carries, once, inside the
+/// request's span (so with its method and path, never its query or cookies).
+pub async fn log_causes(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(cause) = resp.extensions().get::<Cause>() {
+        cause.log();
+    }
+    resp
+}
+
+/// A refusal from request parsing answers as the 400 it is.
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        WebError::from(self).into_response()
     }
 }
 
@@ -163,8 +235,10 @@ impl From<BadRequest> for WebError {
 /// A template that failed to render: a bug, logged, and a 500.
 impl From<askama::Error> for WebError {
     fn from(error: askama::Error) -> Self {
-        tracing::error!(%error, "template failed");
-        Self::internal()
+        Self::internal().caused_by(Cause::new(
+            tracing::Level::ERROR,
+            format!("template failed: {error}"),
+        ))
     }
 }
 
@@ -175,22 +249,17 @@ impl From<CacheError> for WebError {
                 WebError::new(StatusCode::CONFLICT, "cart_full", invalid.to_string())
             }
             CacheError::Invalid(invalid) => WebError::bad_request(invalid.to_string()),
-            CacheError::Redis(ref e) => {
-                if error.is_failing_fast() {
-                    tracing::debug!(error = %e, "redis unavailable");
-                } else {
-                    tracing::warn!(error = %e, "redis unavailable");
-                }
-                WebError::unavailable()
+            CacheError::Redis(_) => {
+                WebError::unavailable().caused_by(Cause::redis(&error, "redis unavailable"))
             }
-            CacheError::Corrupt { what } => {
-                tracing::error!(what, "corrupt value in redis");
-                WebError::internal()
-            }
-            CacheError::Source { what, source } => {
-                tracing::warn!(what, error = %source, "unavailable");
-                WebError::unavailable()
-            }
+            CacheError::Corrupt { what } => WebError::internal().caused_by(Cause::new(
+                tracing::Level::ERROR,
+                format!("corrupt value in redis: {what}"),
+            )),
+            CacheError::Source { what, source } => WebError::unavailable().caused_by(Cause::new(
+                tracing::Level::WARN,
+                format!("{what} unavailable: {source}"),
+            )),
         }
     }
 }
@@ -208,11 +277,15 @@ impl From<AppError> for WebError {
 impl From<DbError> for WebError {
     fn from(error: DbError) -> Self {
         if error.is_unavailable() {
-            tracing::warn!(%error, "database unavailable");
-            WebError::unavailable()
+            WebError::unavailable().caused_by(Cause::new(
+                tracing::Level::WARN,
+                format!("database unavailable: {error}"),
+            ))
         } else {
-            tracing::error!(%error, "database error");
-            WebError::internal()
+            WebError::internal().caused_by(Cause::new(
+                tracing::Level::ERROR,
+                format!("database error: {error}"),
+            ))
         }
     }
 }

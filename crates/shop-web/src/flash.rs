@@ -24,14 +24,13 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
-use shop_cache::domain::ItemId;
 use shop_cache::flash_sale::Board;
 use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
@@ -40,7 +39,7 @@ use tokio::sync::watch;
 use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
-use crate::request::idempotency_key;
+use crate::request::{ItemPath, idempotency_key};
 use crate::session::Session;
 use crate::views::{self, FlashPage, SaleItem};
 
@@ -77,16 +76,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn parse_item(raw: &str) -> Result<ItemId, WebError> {
-    raw.parse()
-        .map_err(|_| WebError::bad_request("item id must be a positive whole number"))
-}
-
 async fn inventory(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ItemPath(id): ItemPath,
 ) -> Result<Response, WebError> {
-    let id = parse_item(&id)?;
     match state.rows.get(id).await? {
         Some(json) => Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response()),
         None => Err(WebError::not_found("no cached row for this item")),
@@ -95,9 +88,8 @@ async fn inventory(
 
 async fn sale_state(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ItemPath(id): ItemPath,
 ) -> Result<Response, WebError> {
-    let id = parse_item(&id)?;
     match state.flash.state(id).await? {
         Some(sale) => Ok(Json(sale).into_response()),
         None => Err(WebError::not_found("this item has no flash sale")),
@@ -137,11 +129,10 @@ fn board_events(board: watch::Receiver<Board>) -> impl Stream<Item = Result<Even
 
 async fn buy(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ItemPath(item): ItemPath,
     session: Session,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    let item = parse_item(&id)?;
     let key =
         idempotency_key(headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()))?.to_owned();
     let user = session.require_user()?;

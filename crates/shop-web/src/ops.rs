@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::CacheError;
 use shop_cache::daemon::Daemon;
@@ -31,6 +31,7 @@ use shop_cache::daemon::Daemon;
 use crate::AppState;
 use crate::error::WebError;
 use crate::metrics::{Metrics, Totals};
+use crate::request::log_in_first;
 use crate::session::Session;
 use crate::views::{self, OpsPage, OpsSale, OpsTop};
 
@@ -141,7 +142,7 @@ pub fn router(state: AppState) -> Router {
 
 async fn ops(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let Some(user) = session.user else {
-        return Ok(Redirect::to("/login?next=/ops").into_response());
+        return Ok(log_in_first("/ops"));
     };
     if !state.db.is_admin(user).await? {
         return Err(WebError::new(
@@ -155,14 +156,13 @@ async fn ops(State(state): State<AppState>, session: Session) -> Result<Response
     let lag = state.rows.lag().await.ok().flatten();
     let top = state.analytics.top(20).await.unwrap_or_default();
     let ids: Vec<_> = top.iter().map(|(id, _)| *id).collect();
-    let items = state.db.items(&ids).await?;
+    let items = state.db.items_by_id(&ids).await?;
     let top = top
         .iter()
         .map(|(id, score)| OpsTop {
             id: id.get(),
             title: items
-                .iter()
-                .find(|it| it.id == *id)
+                .get(id)
                 .map_or_else(String::new, |it| it.title.clone()),
             score: format!("{score:.0}"),
         })

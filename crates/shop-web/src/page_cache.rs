@@ -68,6 +68,8 @@ use shop_cache::domain::ItemId;
 use shop_cache::page_cache::{Lookup, PageKey, PageRequest, PageStore, StoredPage};
 use tower::{Layer, Service, ServiceExt};
 
+use crate::error::Cause;
+
 mod flight;
 mod negotiate;
 
@@ -259,11 +261,7 @@ impl Shared {
             Err(error) => {
                 bump(&self.stats.errors);
                 bump(&self.stats.bypasses);
-                if error.is_failing_fast() {
-                    tracing::debug!(%error, "page cache lookup failed; rendering");
-                } else {
-                    tracing::warn!(%error, "page cache lookup failed; rendering");
-                }
+                Cause::redis(&error, "page cache lookup failed; rendering").log();
                 labelled(call(inner, req).await, "BYPASS")
             }
         }
@@ -326,7 +324,7 @@ impl Shared {
                     }
                     Err(error) => {
                         bump(&self.stats.errors);
-                        tracing::warn!(%error, "page cache lock failed; rendering");
+                        Cause::redis(&error, "page cache lock failed; rendering").log();
                         None
                     }
                 };
@@ -337,7 +335,11 @@ impl Shared {
                 if let Some(lock) = lock
                     && let Err(error) = self.store.unlock(lock).await
                 {
-                    tracing::warn!(%error, "page cache unlock failed; the lock expires by itself");
+                    Cause::redis(
+                        &error,
+                        "page cache unlock failed; the lock expires by itself",
+                    )
+                    .log();
                 }
                 resp
             }
@@ -354,7 +356,7 @@ impl Shared {
                 Ok(None) => {}
                 Err(error) => {
                     bump(&self.stats.errors);
-                    tracing::warn!(%error, "page cache poll failed; rendering");
+                    Cause::redis(&error, "page cache poll failed; rendering").log();
                     return None;
                 }
             }
@@ -407,7 +409,7 @@ impl Shared {
         let page = Arc::new(StoredPage::new(parts.status.as_u16(), headers, &bytes));
         if let Err(error) = self.store.store(key, &page).await {
             bump(&self.stats.errors);
-            tracing::warn!(%error, "storing a page failed");
+            Cause::redis(&error, "storing a page failed").log();
         }
         // Served from what was stored, so a hit and a miss look the same; if that
         // fails (it cannot, the page was just built), fall back to the handler's bytes.

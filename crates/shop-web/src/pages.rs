@@ -1,15 +1,16 @@
 //! The HTML pages that are not about the cart or logging in: home, item, account.
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
 
 use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer};
+use crate::request::{BadRequest, ItemPath, log_in_first};
 use crate::session::Session;
 use crate::views::{self, AccountPage, CategoryLink, HomePage, ItemPage, ItemView, OrderView};
 
@@ -49,10 +50,14 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
     Ok(views::render(&page)?.into_response())
 }
 
-async fn item(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, WebError> {
-    let id: ItemId = id
-        .parse()
-        .map_err(|_| WebError::not_found("there is no such item"))?;
+async fn item(
+    State(state): State<AppState>,
+    id: Result<ItemPath, BadRequest>,
+) -> Result<Response, WebError> {
+    // A path that names no item is a page that does not exist.
+    let Ok(ItemPath(id)) = id else {
+        return Err(WebError::not_found("there is no such item"));
+    };
     let item = state
         .db
         .item(id)
@@ -69,7 +74,7 @@ async fn item(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
 
 async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let Some(user) = session.user else {
-        return Ok(Redirect::to("/login?next=/account").into_response());
+        return Ok(log_in_first("/account"));
     };
     let name = state.db.user_name(user).await?.unwrap_or_default();
     let orders = state.db.orders_of(user, 50).await?;

@@ -1,10 +1,30 @@
-//! What a request asks for, read the same way by every route: whether it wants
-//! JSON, its idempotency key, and where to go next. Refusals are [`BadRequest`]s
+//! What a request asks for, read the same way by every route: the item in its
+//! path, whether it wants JSON, its idempotency key, and where to go next. Refusals are [`BadRequest`]s
 //! (a 400 with the message, through `WebError`); this module depends on no other
 //! of the crate, so the error and page modules can use it without a cycle.
 
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use serde::Deserialize;
+use shop_cache::domain::ItemId;
+
+/// The item id in a route's path (`/items/{id}`, `/api/flash/{id}/buy`, ...),
+/// parsed once: a positive whole number, else a 400 that says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemPath(pub ItemId);
+
+impl<S: Send + Sync> FromRequestParts<S> for ItemPath {
+    type Rejection = BadRequest;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, BadRequest> {
+        let refused = || BadRequest("item id must be a positive whole number".to_owned());
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| refused())?;
+        raw.parse().map(ItemPath).map_err(|_| refused())
+    }
+}
 
 /// A request the shop will not act on; the message says why, for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +54,13 @@ pub fn idempotency_key(raw: Option<&str>) -> Result<&str, BadRequest> {
                  required (reload the page and try again)"
         ))
     })
+}
+
+/// The answer to a page that needs a logged-in user when there is none: the login
+/// page, which comes back to `page` afterwards (a path of this site's own).
+pub fn log_in_first(page: &'static str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    axum::response::Redirect::to(&format!("/login?next={page}")).into_response()
 }
 
 /// The `next` parameter of the login flow.

@@ -36,7 +36,7 @@ use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::session::{SessionToken, Sessions, Touched};
 
-use crate::error::WebError;
+use crate::error::{Cause, WebError};
 
 /// The cookie holding the session token.
 pub const COOKIE_NAME: &str = "shop_session";
@@ -204,11 +204,7 @@ async fn identify(
 /// Counts and logs a failed touch (quietly while Redis is known to be down).
 fn session_error(state: &SessionLayer, error: &shop_cache::CacheError) {
     state.errors.fetch_add(1, Ordering::Relaxed);
-    if error.is_failing_fast() {
-        tracing::debug!(%error, "session store unavailable; serving as a guest");
-    } else {
-        tracing::warn!(%error, "session store unavailable; serving as a guest");
-    }
+    Cause::redis(error, "session store unavailable; serving as a guest").log();
 }
 
 /// The `Set-Cookie` value for a session token (built by the `cookie` crate).
