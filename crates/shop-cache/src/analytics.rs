@@ -84,8 +84,6 @@ pub struct Rescaler {
     keys: Keys,
     interval: Duration,
     keep: u64,
-    /// Whether this worker has removed the insight counts of the old layout yet.
-    upgraded: bool,
 }
 
 impl Rescaler {
@@ -97,7 +95,6 @@ impl Rescaler {
             keys,
             interval: interval.max(Duration::from_secs(1)),
             keep,
-            upgraded: false,
         }
     }
 
@@ -135,18 +132,6 @@ impl Daemon for Rescaler {
     const NAME: &'static str = "view-rescaler";
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
-        if !self.upgraded {
-            let removed = Insights::new(self.conn.clone(), self.keys.clone())
-                .remove_unwindowed_counts()
-                .await?;
-            if removed > 0 {
-                tracing::info!(
-                    removed,
-                    "removed insight counts of the old, unexpiring layout"
-                );
-            }
-            self.upgraded = true;
-        }
         if let RescaleStep::Rescaled(kept) = self.step().await? {
             tracing::info!(kept, "rescaled item views");
         }

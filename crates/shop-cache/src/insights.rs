@@ -188,8 +188,9 @@ impl Insights {
 
     /// Removes the viewer and buyer counts of the layout before windows
     /// (`viewers:<item>`, `buyers:<item>`: no window, no expiry, so they would stay
-    /// for ever). The rescaler runs this once when it starts; it walks the keyspace
-    /// with `SCAN`, so it never blocks Redis. Returns how many keys it removed.
+    /// for ever). `shop migrate` runs it once after an upgrade; it walks the
+    /// keyspace with `SCAN`, so it never blocks Redis. Returns how many keys it
+    /// removed.
     pub async fn remove_unwindowed_counts(&self) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
         let mut removed = 0;

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod analytics;
+#[cfg(feature = "book")]
 pub mod book;
 pub mod cart;
 pub mod daemon;

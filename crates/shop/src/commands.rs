@@ -1,7 +1,8 @@
-//! One module per subcommand of the binary (`shop serve`, `seed`, `rows`, `sale`,
-//! `users`, `load`; `shop work` lives with the daemons it runs).
+//! One module per subcommand of the binary (`shop serve`, `seed`, `rows`,
+//! `migrate`, `sale`, `users`, `load`; `shop work` lives with the daemons it runs).
 
 pub mod load;
+pub mod migrate;
 pub mod rows;
 pub mod sale;
 pub mod seed;

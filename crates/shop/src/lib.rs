@@ -23,6 +23,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Work(args) => daemons::work(args).await,
         Command::Seed(args) => commands::seed::run(args).await,
         Command::Rows(args) => commands::rows::run(args).await,
+        Command::Migrate(args) => commands::migrate::run(args).await,
         Command::Sale(args) => commands::sale::run(args.command).await,
         Command::Users(args) => commands::users::run(args.command).await,
         Command::Load(args) => commands::load::run(args).await,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::LoadArgs;
+use crate::config::{LoadArgs, OnlyArg};
 use crate::flash_load;
 
 /// Runs `shop load`.
@@ -29,11 +29,11 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         items: args.items,
         zipf_exponent: args.zipf,
         shoppers: args.shoppers as usize,
-        mix: match (args.views_only, args.only) {
-            (true, _) | (_, Some(crate::config::OnlyArg::Views)) => shop_load::Mix::views_only(),
-            (_, Some(crate::config::OnlyArg::Browse)) => shop_load::Mix::browse_only(),
-            (_, Some(crate::config::OnlyArg::Search)) => shop_load::Mix::search_only(),
-            (false, None) => shop_load::Mix::default(),
+        mix: match args.only {
+            Some(OnlyArg::Views) => shop_load::Mix::views_only(),
+            Some(OnlyArg::Browse) => shop_load::Mix::browse_only(),
+            Some(OnlyArg::Search) => shop_load::Mix::search_only(),
+            None => shop_load::Mix::default(),
         },
         categories: shop_db::seed::CATEGORIES.map(str::to_owned).to_vec(),
         search_words: shop_db::seed::NOUNS

@@ -31,6 +31,9 @@ pub enum Command {
     Seed(SeedArgs),
     /// Manage the database row cache (`inv:<id>` in Redis).
     Rows(RowsArgs),
+    /// Bring the database's schema and Redis's keys up to this version (once,
+    /// after an upgrade; `serve` and `work` migrate the database themselves).
+    Migrate(MigrateArgs),
     /// Manage flash sales.
     Sale(SaleArgs),
     /// Manage accounts: add one, make one an admin.
@@ -75,10 +78,6 @@ pub struct LoadArgs {
     /// Also write an SVG of latency over time to this file.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
-    /// Item views only (the page-cache path), instead of the shop's request mix
-    /// (the same as `--only views`).
-    #[arg(long, conflicts_with = "only")]
-    pub views_only: bool,
     /// One kind of request only, instead of the shop's request mix: item `views`,
     /// listing pages (`browse`: `/items`, `/c/{category}`, first pages and deep
     /// ones) or `search`.
@@ -167,6 +166,17 @@ pub struct SeedArgs {
     /// The seed of the generated catalogue: the same seed, the same items.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+}
+
+/// `shop migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Redis settings.
+    #[command(flatten)]
+    pub redis: RedisSettings,
     /// Database settings.
     #[command(flatten)]
     pub database: DatabaseSettings,

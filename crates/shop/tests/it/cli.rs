@@ -225,3 +225,41 @@ async fn users_add_and_grant_admin() {
     }
     assert!(stop(server).success());
 }
+
+/// `shop migrate`: the database's schema, and the insight counts of the old layout
+/// (no week, no expiry) removed from Redis, leaving the windowed ones; twice is
+/// harmless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_removes_the_old_layouts_keys_once() {
+    let redis = TestRedis::start();
+    let db = TestDb::sqlite();
+    let mut raw = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for key in ["viewers:1", "buyers:1", "viewers:2", "viewers:1:2900"] {
+        let _: () = redis::cmd("PFADD")
+            .arg(key)
+            .arg("AAAAAAAAAAAAAAAAAAAAAA")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let env = [
+        ("REDIS_URL", redis.url()),
+        ("DATABASE_URL", db.url().to_owned()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let first = stdout(&run(&["migrate"], &env));
+    assert!(first.contains("database: migrated"), "{first}");
+    assert!(first.contains("removed 3 insight counts"), "{first}");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["viewers:1:2900".to_owned()]);
+    let again = stdout(&run(&["migrate"], &env));
+    assert!(again.contains("removed 0 insight counts"), "{again}");
+}
