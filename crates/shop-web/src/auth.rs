@@ -31,7 +31,7 @@ use crate::AppState;
 use crate::error::WebError;
 use crate::request::{Next, idempotency_key, local_path, wants_json};
 use crate::session::{NewToken, Session};
-use crate::views::{self, LoginPage, SignupPage};
+use crate::templates::{self, LoginPage, SignupPage};
 
 /// Names and passwords longer than this are refused before any hashing.
 const MAX_FIELD: usize = 200;
@@ -129,7 +129,7 @@ async fn login(
             message: Some("Wrong name or password.".to_owned()),
             key: SessionToken::generate().expose().to_owned(),
         };
-        return Ok((StatusCode::UNAUTHORIZED, views::render(&page)?).into_response());
+        return Ok((StatusCode::UNAUTHORIZED, templates::render(&page)?).into_response());
     };
     logged_in(&state, &session, &headers, user, once, &next).await
 }
@@ -214,7 +214,11 @@ async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
         message: None,
         key: SessionToken::generate().expose().to_owned(),
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        templates::render(&page)?,
+    )
+        .into_response())
 }
 
 async fn signup_form(Query(q): Query<Next>) -> Result<Response, WebError> {
@@ -224,7 +228,11 @@ async fn signup_form(Query(q): Query<Next>) -> Result<Response, WebError> {
         message: None,
         key: SessionToken::generate().expose().to_owned(),
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        templates::render(&page)?,
+    )
+        .into_response())
 }
 
 /// `POST /signup`: checks the name and password ([`check_new_account`]), counts
@@ -250,7 +258,7 @@ async fn signup(
             message: Some(message),
             key: SessionToken::generate().expose().to_owned(),
         };
-        Ok((status, views::render(&page)?).into_response())
+        Ok((status, templates::render(&page)?).into_response())
     };
     if let Err(invalid) = check_new_account(name, password) {
         return refuse(StatusCode::BAD_REQUEST, "bad_request", invalid.to_string());

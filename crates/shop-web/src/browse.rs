@@ -21,7 +21,7 @@ use shop_db::search::SearchWords;
 use crate::AppState;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
-use crate::views::{self, ItemView, ListingPage, SearchPage, url_encode};
+use crate::templates::{self, ItemView, ListingPage, SearchPage, url_encode};
 
 /// Items on a listing page.
 pub const LISTING_PAGE: u32 = 24;
@@ -119,7 +119,7 @@ async fn listing(
         first: after.is_some().then_some(base),
         items: items.iter().map(ItemView::from).collect(),
     };
-    Ok(views::render(&page)?.into_response())
+    Ok(templates::render(&page)?.into_response())
 }
 
 /// "kitchen" -> "Kitchen".
@@ -171,7 +171,7 @@ async fn search(
         previous: (page > 1).then(|| link(page - 1)),
         items: items.iter().map(ItemView::from).collect(),
     };
-    Ok(views::render(&view)?.into_response())
+    Ok(templates::render(&view)?.into_response())
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::AppState;
 use crate::error::WebError;
 use crate::request::{idempotency_key, log_in_first, wants_json};
 use crate::session::Session;
-use crate::views::{self, CartLineView, CartPage, ItemView};
+use crate::templates::{self, CartLineView, CartPage, ItemView};
 
 /// The cart routes.
 pub fn router(state: AppState) -> Router {
@@ -50,12 +50,16 @@ async fn show(State(state): State<AppState>, session: Session) -> Result<Respons
         .collect();
     let page = CartPage {
         lines,
-        total: views::money(total),
+        total: templates::money(total),
         // Unguessable and fresh per render: one checkout per cart page shown.
         checkout_key: SessionToken::generate().expose().to_owned(),
         max_quantity: state.carts.max_quantity(),
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        templates::render(&page)?,
+    )
+        .into_response())
 }
 
 async fn update(

@@ -16,7 +16,7 @@ use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
 
 use crate::request::{BadRequest, wants_json};
-use crate::views::ErrorPage;
+use crate::templates::ErrorPage;
 
 /// An error answer. The message is for the user and must not contain internals.
 #[derive(Debug)]

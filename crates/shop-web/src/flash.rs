@@ -41,7 +41,7 @@ use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use crate::request::{ItemPath, idempotency_key};
 use crate::session::Session;
-use crate::views::{self, FlashPage, SaleItem};
+use crate::templates::{self, FlashPage, SaleItem};
 
 /// The sale page's path (the page cache keys it by this path alone: it has no
 /// query and varies on no header).
@@ -167,5 +167,5 @@ async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
             price_cents: item.price_cents,
         })
         .collect();
-    Ok(views::render(&FlashPage { items })?.into_response())
+    Ok(templates::render(&FlashPage { items })?.into_response())
 }

@@ -9,23 +9,25 @@
 //! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
-pub mod api;
+pub mod account;
 pub mod assets;
 pub mod auth;
 pub mod browse;
 pub mod cart;
+pub mod catalogue;
 pub mod csrf;
 pub mod error;
 pub mod flash;
 pub mod health;
 pub mod http_limits;
+pub mod insights;
+pub mod me;
 pub mod metrics;
 pub mod ops;
 pub mod page_cache;
-pub mod pages;
 pub mod request;
 pub mod session;
-pub mod views;
+pub mod templates;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -244,12 +246,14 @@ pub fn router(state: AppState) -> Router {
     let timed = || from_fn_with_state(state.clone(), metrics::record);
     // What visitors use: every request is a session's.
     let visitors = Router::new()
-        .merge(pages::router(state.clone()))
+        .merge(catalogue::router(state.clone()))
+        .merge(account::router(state.clone()))
         .merge(browse::router(state.clone()))
         .merge(ops::router(state.clone()))
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
-        .merge(api::router(state.clone()))
+        .merge(me::router(state.clone()))
+        .merge(insights::router(state.clone()))
         .merge(flash::router(state.clone()))
         .route_layer(timed())
         .layer(from_fn_with_state(state.session_layer(), session::track));

@@ -33,7 +33,7 @@ use crate::error::WebError;
 use crate::metrics::{Metrics, Totals};
 use crate::request::log_in_first;
 use crate::session::Session;
-use crate::views::{self, OpsPage, OpsSale, OpsTop};
+use crate::templates::{self, OpsPage, OpsSale, OpsTop};
 
 /// Seconds of history the plots show.
 pub const HISTORY: usize = 300;
@@ -207,7 +207,7 @@ async fn ops(State(state): State<AppState>, session: Session) -> Result<Response
     };
     Ok((
         [(header::CACHE_CONTROL, "no-store"), (header::REFRESH, "5")],
-        views::render(&page)?,
+        templates::render(&page)?,
     )
         .into_response())
 }

@@ -1,23 +1,22 @@
-//! The HTML pages that are not about the cart or logging in: home, item, account.
+//! The catalogue's own pages: the home page (departments, the most viewed items)
+//! and the item pages, behind the page cache.
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
 
 use crate::AppState;
-use crate::error::WebError;
+use crate::error::{Cause, WebError};
 use crate::page_cache::{PageCacheConfig, PageCacheLayer};
-use crate::request::{BadRequest, ItemPath, log_in_first};
-use crate::session::Session;
-use crate::views::{self, AccountPage, CategoryLink, HomePage, ItemPage, ItemView, OrderView};
+use crate::request::{BadRequest, ItemPath};
+use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
 
 /// How many items the home page lists.
 const HOME_ITEMS: u64 = 24;
 
-/// The page routes; item pages behind the page cache.
+/// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
     let item_cache = PageCacheLayer::new(state.pages.clone(), PageCacheConfig::default());
     state
@@ -26,7 +25,6 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/items/{id}", get(item).layer(item_cache))
-        .route("/account", get(account))
         .with_state(state)
 }
 
@@ -36,7 +34,7 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
         Ok(top) if !top.is_empty() => top.into_iter().map(|(id, _)| id).collect(),
         Ok(_) => Vec::new(),
         Err(error) => {
-            tracing::warn!(%error, "no view ranking; listing the first items");
+            Cause::redis(&error, "no view ranking; listing the first items").log();
             (1..=HOME_ITEMS)
                 .filter_map(|n| ItemId::new(n).ok())
                 .collect()
@@ -47,7 +45,7 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
         items: items.iter().map(ItemView::from).collect(),
         categories: CategoryLink::all(&state.db.categories().await?),
     };
-    Ok(views::render(&page)?.into_response())
+    Ok(templates::render(&page)?.into_response())
 }
 
 async fn item(
@@ -69,26 +67,5 @@ async fn item(
         description: item.description.clone(),
         max_quantity: state.carts.max_quantity(),
     };
-    Ok(views::render(&page)?.into_response())
-}
-
-async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
-        return Ok(log_in_first("/account"));
-    };
-    let name = state.db.user_name(user).await?.unwrap_or_default();
-    let orders = state.db.orders_of(user, 50).await?;
-    let page = AccountPage {
-        name,
-        orders: orders
-            .into_iter()
-            .map(|o| OrderView {
-                id: o.id,
-                kind: o.kind,
-                units: o.units,
-                total: views::money(o.total_cents),
-            })
-            .collect(),
-    };
-    Ok(([(header::CACHE_CONTROL, "no-store")], views::render(&page)?).into_response())
+    Ok(templates::render(&page)?.into_response())
 }
