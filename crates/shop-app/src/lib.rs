@@ -6,6 +6,9 @@
 //! the binary calls the same workflows from its commands. Dependencies point one
 //! way: `shop-web -> shop-app -> shop-cache / shop-db -> shop-domain`.
 //!
+//! - [`accounts`]: logging in, signing up (the login limits, the password or the
+//!   new account, the session moved to a new token with the cart carried) and
+//!   logging out;
 //! - [`orders`]: checkout (the cart becomes an order, then the cart is emptied and
 //!   the order's insights recorded);
 //! - [`flash`]: a flash-sale buy, decided in Redis (reserve, record the order,
@@ -18,6 +21,7 @@
 //! with its own state (the web tier's `AppState`, a command's connections) lends
 //! them without handing over ownership.
 
+pub mod accounts;
 pub mod error;
 pub mod flash;
 pub mod orders;

@@ -22,9 +22,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
+use shop_app::accounts::{Attempted, Outcome};
 use shop_cache::domain::UserId;
 use shop_cache::domain::account::check_new_account;
-use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
 
 use crate::AppState;
@@ -115,23 +115,33 @@ async fn login(
         return Err(WebError::bad_request("enter a name and a password"));
     }
     let once = once_key(&form, &headers, &session)?;
-    limit_attempts(&state, peer, &headers, name).await?;
-    let Some(user) = state.db.check_password(name, password).await? else {
-        if wants_json(&headers) {
-            return Err(WebError::new(
-                StatusCode::UNAUTHORIZED,
-                "bad_login",
-                "wrong name or password",
-            ));
-        }
-        let page = LoginPage {
-            next,
-            message: Some("Wrong name or password.".to_owned()),
-            key: SessionToken::generate().expose().to_owned(),
-        };
-        return Ok((StatusCode::UNAUTHORIZED, templates::render(&page)?).into_response());
+    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
+    let attempt = Attempted {
+        session: &session.token,
+        address: address.as_deref(),
+        name,
+        password,
+        once: once.as_deref(),
     };
-    logged_in(&state, &session, &headers, user, once, &next).await
+    match state.accounts().log_in(attempt).await? {
+        Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
+        Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
+        Outcome::WrongPassword | Outcome::NameTaken => {
+            if wants_json(&headers) {
+                return Err(WebError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "bad_login",
+                    "wrong name or password",
+                ));
+            }
+            let page = LoginPage {
+                next,
+                message: Some("Wrong name or password.".to_owned()),
+                key: SessionToken::generate().expose().to_owned(),
+            };
+            Ok((StatusCode::UNAUTHORIZED, templates::render(&page)?).into_response())
+        }
+    }
 }
 
 /// The name (trimmed), password and checked `next` of a login or sign-up form.
@@ -164,48 +174,24 @@ fn once_key(
     }
 }
 
-/// Counts an attempt against the per-address and per-name limits: 429 when over.
-async fn limit_attempts(
-    state: &AppState,
-    peer: Option<std::net::IpAddr>,
-    headers: &HeaderMap,
-    name: &str,
-) -> Result<(), WebError> {
-    let address = client_address(peer, headers, state.config.trust_forwarded_for);
-    match state
-        .login_limiter
-        .attempt(address.as_deref(), name)
-        .await?
-    {
-        Attempt::Allowed => Ok(()),
-        Attempt::Refused { retry_after } => Err(WebError::too_many_requests(
-            "too many attempts; wait a minute and try again",
-            retry_after,
-        )),
-    }
+/// 429: too many login attempts from this address or for this name.
+fn too_many(retry_after: std::time::Duration) -> WebError {
+    WebError::too_many_requests(
+        "too many attempts; wait a minute and try again",
+        retry_after,
+    )
 }
 
-/// Moves the session to a fresh token for `user` (cart and history kept) and
-/// answers: the user as JSON, or a redirect to `next`.
-async fn logged_in(
-    state: &AppState,
-    session: &Session,
-    headers: &HeaderMap,
-    user: UserId,
-    once: Option<String>,
-    next: &str,
-) -> Result<Response, WebError> {
-    let token = state
-        .sessions
-        .login(&session.token, user, once.as_deref())
-        .await?;
+/// The answer to a login or sign-up that logged in: the session moves to its new
+/// token, and the answer is the user as JSON, or a redirect to `next`.
+fn logged_in(user: UserId, token: SessionToken, headers: &HeaderMap, next: &str) -> Response {
     let mut resp = if wants_json(headers) {
         Json(json!({ "user": user.get() })).into_response()
     } else {
         Redirect::to(next).into_response()
     };
     resp.extensions_mut().insert(NewToken(token));
-    Ok(resp)
+    resp
 }
 
 async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
@@ -264,24 +250,23 @@ async fn signup(
         return refuse(StatusCode::BAD_REQUEST, "bad_request", invalid.to_string());
     }
     let once = once_key(&form, &headers, &session)?;
-    limit_attempts(&state, peer, &headers, name).await?;
-    let user = match state.db.create_user(name, password).await? {
-        Some(user) => {
-            tracing::info!(user = user.get(), "new account");
-            user
-        }
-        None => match state.db.check_password(name, password).await? {
-            Some(user) => user,
-            None => {
-                return refuse(
-                    StatusCode::CONFLICT,
-                    "name_taken",
-                    "That name is taken: choose another.".to_owned(),
-                );
-            }
-        },
+    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
+    let attempt = Attempted {
+        session: &session.token,
+        address: address.as_deref(),
+        name,
+        password,
+        once: once.as_deref(),
     };
-    logged_in(&state, &session, &headers, user, once, &next).await
+    match state.accounts().sign_up(attempt).await? {
+        Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
+        Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
+        Outcome::NameTaken | Outcome::WrongPassword => refuse(
+            StatusCode::CONFLICT,
+            "name_taken",
+            "That name is taken: choose another.".to_owned(),
+        ),
+    }
 }
 
 async fn logout(
@@ -289,9 +274,7 @@ async fn logout(
     session: Session,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    state.sessions.logout(&session.token).await?;
-    let guest = SessionToken::generate();
-    state.sessions.touch(&guest, None, None).await?;
+    let guest = state.accounts().log_out(&session.token).await?;
     let mut resp = if wants_json(&headers) {
         Json(json!({ "user": null })).into_response()
     } else {

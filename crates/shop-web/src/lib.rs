@@ -212,6 +212,15 @@ impl AppState {
         }
     }
 
+    /// The login, sign-up and logout workflows over this state's stores.
+    pub fn accounts(&self) -> shop_app::accounts::Accounts<'_> {
+        shop_app::accounts::Accounts {
+            db: &self.db,
+            sessions: &self.sessions,
+            limiter: &self.login_limiter,
+        }
+    }
+
     /// The flash-sale buy workflow over this state's stores and settings.
     pub fn buy(&self) -> shop_app::flash::Buy<'_> {
         shop_app::flash::Buy {
