@@ -130,6 +130,7 @@ fn check_every(interval: Duration) -> Duration {
 
 impl Daemon for Rescaler {
     const NAME: &'static str = "view-rescaler";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         if let RescaleStep::Rescaled(kept) = self.step().await? {

@@ -13,8 +13,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::CacheError;
-
 /// How long a daemon waits after a failed step before trying again, so an outage
 /// of Redis costs a log line a second, not a busy loop.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
@@ -24,9 +22,13 @@ pub trait Daemon: Send {
     /// A short name for logs.
     const NAME: &'static str;
 
+    /// What a failed step reports (logged by [`run`], never ending the loop): the
+    /// daemon's own error type, whatever layer it belongs to.
+    type Error: std::fmt::Display + Send;
+
     /// Does one step of work and says how long to pause before the next
     /// (`Duration::ZERO` when there may be more to do right away).
-    fn tick(&mut self) -> impl Future<Output = Result<Duration, CacheError>> + Send;
+    fn tick(&mut self) -> impl Future<Output = Result<Duration, Self::Error>> + Send;
 
     /// Runs once after shutdown was asked for, before the loop returns: a daemon
     /// holding work in memory writes it here. Nothing by default.

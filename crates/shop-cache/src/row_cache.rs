@@ -250,6 +250,7 @@ impl<S: RowSource> Refresher<S> {
 
 impl<S: RowSource> Daemon for Refresher<S> {
     const NAME: &'static str = "row-refresher";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         Ok(match self.step().await? {

@@ -522,6 +522,7 @@ impl ViewFlusher {
 
 impl Daemon for ViewFlusher {
     const NAME: &'static str = "view-flusher";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         if self.in_flight.is_none() {

@@ -228,6 +228,7 @@ impl SessionCleaner {
 
 impl Daemon for SessionCleaner {
     const NAME: &'static str = "session-cleaner";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         let started = Instant::now();

@@ -25,7 +25,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use shop_cache::CacheError;
 use shop_cache::daemon::Daemon;
 
 use crate::AppState;
@@ -108,8 +107,9 @@ impl TrafficSampler {
 
 impl Daemon for TrafficSampler {
     const NAME: &'static str = "traffic-sampler";
+    type Error = std::convert::Infallible;
 
-    async fn tick(&mut self) -> Result<Duration, CacheError> {
+    async fn tick(&mut self) -> Result<Duration, Self::Error> {
         self.step();
         Ok(SAMPLE_EVERY)
     }

@@ -63,6 +63,7 @@ impl SaleWatcher {
 
 impl Daemon for SaleWatcher {
     const NAME: &'static str = "sale watcher";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         self.step().await?;

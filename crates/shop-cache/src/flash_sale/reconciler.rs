@@ -183,6 +183,7 @@ fn ledger_failed(source: LedgerError) -> CacheError {
 
 impl<L: Ledger> Daemon for Reconciler<L> {
     const NAME: &'static str = "flash-sale reconciler";
+    type Error = CacheError;
 
     async fn tick(&mut self) -> Result<Duration, CacheError> {
         let done = self.step().await?;
