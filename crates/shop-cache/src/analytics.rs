@@ -2,8 +2,9 @@
 //! minus the view count so the most viewed item has rank 0), which decides what the
 //! page cache keeps, and its rescale daemon.
 //!
-//! Views are recorded by [`crate::session::Sessions::touch`] in the same round trip
-//! as the session update; this module only reads and rescales.
+//! Views are counted in each web process as sessions are touched and written to
+//! `viewed:` by that process's [`crate::session::ViewFlusher`] every tenth of a
+//! second; this module only reads and rescales.
 
 use std::time::Duration;
 

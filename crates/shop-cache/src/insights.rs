@@ -4,16 +4,15 @@
 //!
 //! - Viewed -> bought: per item and per [`WINDOW`] (a week, counted from the Unix
 //!   epoch), a HyperLogLog of the distinct sessions that viewed it
-//!   (`viewers:<item>:<window>`, added by the session touch in the same round trip
-//!   as the view, or on a cluster by the view batch a moment later: see
-//!   [`crate::session`]) and one of the sessions that bought it (`buyers:<item>:<window>`).
+//!   (`viewers:<item>:<window>`, counted in each web process and added by its view
+//!   flusher every tenth of a second, in both layouts: see [`crate::session`]) and
+//!   one of the sessions that bought it (`buyers:<item>:<window>`).
 //!   The figure served covers **the current window and the one before** (the last 7
 //!   to 14 days): "X% of the shoppers who viewed this item in the last two weeks
 //!   bought it". Each key expires [`WINDOW_TTL`] after it is created, so an item
 //!   holds at most three windows of each (the two read and one expiring) and an
 //!   item nobody views any more holds nothing after two weeks: memory is bounded by
-//!   recent traffic, not by the catalogue's history (before, the keys never expired:
-//!   up to 12 KB each, for ever). HyperLogLog keeps each key small (at most 12 KB,
+//!   recent traffic, not by the catalogue's history. HyperLogLog keeps each key small (at most 12 KB,
 //!   far less below a few thousand viewers) at the price of a 0.81% standard error
 //!   on each count (so about 1.15% relative on their ratio). A shopper is a
 //!   session: one who logs in between viewing and buying counts as two sessions.

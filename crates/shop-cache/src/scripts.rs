@@ -8,7 +8,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// A session's request: `recent:`, `login:`, `viewed:<token>`, `viewed:` in one call.
+/// A session's request: `recent:`, `login:` and `viewed:<token>` in one call (the
+/// global `viewed:` is written by the view flusher).
 pub static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/touch.lua")));
 
 /// Login: moves cart and history to a fresh token and retires the old one.

@@ -9,8 +9,8 @@
 //! choose its token), orders the session's views, and returns the session's user,
 //! which saves a second round trip per request.
 //!
-//! Its cost was measured and cut (`cargo bench -p shop-cache --bench throughput`,
-//! which prints Redis's and the client's CPU per call; BENCHMARKS.md, 2026-11-23):
+//! It runs on every request, so it does as little as it can (the figures are in
+//! BENCHMARKS.md, from `cargo bench -p shop-cache --bench throughput`):
 //! - the item's global count and distinct viewers are not written per view but
 //!   counted in this process and written every [`VIEW_FLUSH_EVERY`] by
 //!   [`ViewFlusher`], one `ZINCRBY` and one `PFADD` per item per flush (see its docs
@@ -18,8 +18,8 @@
 //!   one node, from taking a command per page view;
 //! - the script makes only the calls it needs (see `lua/touch.lua`);
 //! - a view's score in `viewed:<token>` is a small sequence number, not a float
-//!   time, which Redis stores in a byte or two: 282 bytes of history per session
-//!   instead of 730. The order is the same, so the book's code still reads it.
+//!   time, which Redis stores in a byte or two instead of a float's 17 characters.
+//!   The order is the same, so the book's code still reads it.
 //!
 //! On a cluster (the cluster layout) the script touches only the session's shard.
 //! A login moves the session to a new token in the same shard, so it stays one

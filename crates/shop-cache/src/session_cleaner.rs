@@ -14,8 +14,8 @@
 //!
 //! Pacing. A step's script blocks Redis while it deletes, and every request waits
 //! behind it; at full speed (a backlog of millions, steps back to back) the cleaner
-//! took most of Redis and both cores, and the cached item view's p99 rose from 3.0
-//! to 9.9 ms at 3,000 views/s (BENCHMARKS.md, 2026-11-21). So the daemon loop
+//! takes most of Redis and of the machine, and every request's latency rises with
+//! it (the figures: BENCHMARKS.md, "Session cleaner"). So the daemon loop
 //! ([`Daemon::tick`]) paces itself by what its own steps cost:
 //! - the script reports how long it ran (Redis's clock, before and after): a step
 //!   whose scripts blocked Redis longer than [`BLOCK_BUDGET`] halves the next batch,
@@ -39,7 +39,7 @@ use crate::daemon::Daemon;
 use crate::keys::{Keys, Shard};
 use crate::{CacheError, scripts};
 
-/// The default most sessions kept (DESIGN.md: 10 million).
+/// The default most sessions kept: the 10 million live sessions the shop is sized for.
 pub const DEFAULT_CAP: u64 = 10_000_000;
 /// The default most sessions removed per step: small enough that one script call
 /// never blocks Redis for long (about 100 us for 100 sessions), large enough to
@@ -51,9 +51,8 @@ pub const MAX_BATCH: u32 = 2_000;
 /// The pause when nothing is over the cap, as in the book.
 pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
 /// The default share of time the daemon spends in steps while it has work (see the
-/// module docs). Measured (`scripts/bench-views`, 2026-11-23): 2,000-3,000 sessions
-/// removed a second under 3,000 views/s, dozens of times the average rate at which
-/// 5 million users a day create sessions.
+/// module docs): enough to remove sessions many times faster than 5 million users
+/// a day create them (what it removes under load: BENCHMARKS.md, `bench-views`).
 pub const DEFAULT_DUTY: f64 = 0.1;
 /// A step whose scripts blocked Redis longer than this halves the next batch (see
 /// the module docs).

@@ -6,7 +6,7 @@
 
 use crate::{Db, DbError};
 
-/// The default catalogue size (DESIGN.md: 100,000 items).
+/// The default catalogue size: the 100,000 items the shop is sized for.
 pub const DEFAULT_ITEMS: u64 = 100_000;
 /// The default seed.
 pub const DEFAULT_SEED: u64 = 42;

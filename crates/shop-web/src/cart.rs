@@ -2,7 +2,7 @@
 //!
 //! A form POST answers with a redirect (303); the same POST with
 //! `Accept: application/json` answers JSON. A count of 0 or less removes the line
-//! (DESIGN: "count <= 0 removes"). Bad input (a count that is not a whole number or
+//! (as in the book). Bad input (a count that is not a whole number or
 //! is above the maximum, an unknown item, a new line for a full cart) is a 4xx and
 //! changes nothing.
 

@@ -13,12 +13,10 @@
 //! process-global one, so two applications in one process (the tests run dozens)
 //! count apart. Each route and status's handles are looked up once and kept (a
 //! read lock and atomics per request after that; the hand-written map this replaced
-//! took one mutex per request). Measured with `shop load --only views` against
-//! `shop serve` (2026-11-23, 12 s runs alternated): asking the recorder for the
-//! handles on every request cost 9.5% of the cached-view throughput (9,300 against
-//! 10,300 req/s, twice); with them kept, the difference to the hand-written map was
-//! within the run-to-run noise (-7% to +20%, following which ran second). The
-//! running totals for the operations page are atomics beside it.
+//! took one mutex per request): asking the recorder for the handles on every
+//! request cost a tenth of the cached-view throughput (BENCHMARKS.md, "Metrics
+//! through the metrics crate"). The running totals for the operations page are
+//! atomics beside it.
 //! The other figures stay hand-written on purpose: they are counters other
 //! components already keep (the page-cache layers', the daemons', the Redis
 //! handle's), read when scraped, and copying them into a recorder would only make a

@@ -1,10 +1,10 @@
 //! `shop`: the one binary. Parses flags, sets up logging, runs the subcommand; the
 //! wiring is in the library half (`lib.rs`), the logic in the other crates.
 //!
-//! The allocator is mimalloc: a profile of `shop serve` under cached item views
-//! (perf, 2026-11-23) spent about 15% of the process's CPU in glibc's malloc and
-//! free (each request allocates its headers, its pipeline and its answer); see
-//! BENCHMARKS.md for what the change measured.
+//! The allocator is mimalloc: every request allocates its headers, its pipeline and
+//! its answer, and glibc's malloc and free were a large share of the process's
+//! CPU under cached item views (the profile and what the change measured:
+//! BENCHMARKS.md).
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

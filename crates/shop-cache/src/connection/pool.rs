@@ -11,12 +11,10 @@ pub const DEFAULT_POOL: usize = 1;
 ///
 /// Why more than one could help: a multiplexed connection has one task that writes
 /// every caller's commands and one that reads every answer, so under load the
-/// callers queue behind that pair. Why the default is one: measured, that pair was
-/// not the limit. `bench throughput` (session touch from 50 concurrent callers,
-/// 2026-11-23) found a pool of 4 no faster than one connection (Redis's CPU was the
-/// limit), and `scripts/bench-views` found it slower over HTTP: a profile of
-/// `shop serve` spent a fifth of its CPU writing to Redis, one `writev` per flush,
-/// and one connection coalesces more commands into each flush than four. A pool
+/// callers queue behind that pair. Why the default is one: that pair was not the
+/// limit on one machine (Redis's CPU was), and over HTTP more connections were
+/// slower, since one connection coalesces more commands into each `writev` than
+/// four (BENCHMARKS.md, `--redis-pool`). A pool
 /// (`--redis-pool`) is for a Redis on another machine, where the round trip, not
 /// the CPU, is the limit. Commands of one caller stay in order (a caller awaits
 /// each answer before the next command); commands of different callers were never
