@@ -1,7 +1,7 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
 //! and a short message here. Internal details travel with the answer as its
-//! [`Cause`] and are logged once, by [`log_causes`] (in the request's span), never
-//! sent.
+//! [`Cause`] and are logged once, by [`as_html_for_pages`] (in the request's
+//! span), never sent.
 
 use askama::Template;
 use axum::Json;
@@ -31,7 +31,7 @@ pub struct WebError {
 }
 
 /// What went wrong below the web tier, for the log only: left on the error's
-/// response and logged once by [`log_causes`].
+/// response and logged once by [`as_html_for_pages`].
 #[derive(Debug, Clone)]
 pub struct Cause {
     level: tracing::Level,
@@ -179,16 +179,6 @@ impl IntoResponse for WebError {
     }
 }
 
-/// Middleware: logs the [`Cause`] an error answer carries, once, inside the
-/// request's span (so with its method and path, never its query or cookies).
-pub async fn log_causes(req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
-    if let Some(cause) = resp.extensions().get::<Cause>() {
-        cause.log();
-    }
-    resp
-}
-
 /// A refusal from request parsing answers as the 400 it is.
 impl IntoResponse for BadRequest {
     fn into_response(self) -> Response {
@@ -196,11 +186,16 @@ impl IntoResponse for BadRequest {
     }
 }
 
-/// Middleware: errors are JSON for `/api` and for clients asking for JSON, and a
-/// short HTML page for everyone else (people using the pages).
+/// Middleware, the one that finishes every error answer: logs the [`Cause`] it
+/// carries, once, inside the request's span (so with its method and path, never
+/// its query or cookies); and answers JSON for `/api` and for clients asking for
+/// JSON, a short HTML page for everyone else (people using the pages).
 pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
     let page_request = !req.uri().path().starts_with("/api/") && !wants_json(req.headers());
     let resp = next.run(req).await;
+    if let Some(cause) = resp.extensions().get::<Cause>() {
+        cause.log();
+    }
     if !page_request {
         return resp;
     }

@@ -6,7 +6,7 @@
 //!   and latency, and nothing else: never headers, so never the session cookie;
 //! - errors in the shop's shape ([`error::as_html_for_pages`]), including the
 //!   answers of the layers below, which would otherwise be empty or plain text,
-//!   and their causes logged once ([`error::log_causes`]);
+//!   and their causes logged once;
 //! - panic catching: a panicking handler answers the generic 500, never the panic
 //!   text, and the connection lives on;
 //! - a request timeout ([`TIMEOUT_STATUS`] after [`HttpLimits::request_timeout`],
@@ -76,7 +76,6 @@ pub fn harden(router: Router, limits: &HttpLimits) -> Router {
         ))
         .layer(CatchPanicLayer::custom(answer_panic))
         .layer(map_response(in_shop_shape))
-        .layer(from_fn(error::log_causes))
         .layer(from_fn(error::as_html_for_pages))
         .layer(
             TraceLayer::new_for_http()
