@@ -114,16 +114,12 @@ async fn login(
     {
         return Err(WebError::bad_request("enter a name and a password"));
     }
-    let once = once_key(&form, &headers, &session)?;
-    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
-    let attempt = Attempted {
-        session: &session.token,
-        address: address.as_deref(),
-        name,
-        password,
-        once: once.as_deref(),
-    };
-    match state.accounts().log_in(attempt).await? {
+    let parts = AttemptParts::read(&state, &form, &headers, &session, peer)?;
+    match state
+        .accounts()
+        .log_in(parts.attempt(&session, name, password))
+        .await?
+    {
         Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::WrongPassword | Outcome::NameTaken => {
@@ -150,6 +146,44 @@ fn credentials(form: &HashMap<String, String>) -> Result<(&str, &str, String), W
     let password = form.get("password").map(String::as_str).unwrap_or("");
     let next = local_path(form.get("next").map(String::as_str))?;
     Ok((name, password, next))
+}
+
+/// What a login or sign-up attempt carries besides the name and password: the
+/// form's one-time key and the client's address as the limits count it.
+struct AttemptParts {
+    once: Option<String>,
+    address: Option<String>,
+}
+
+impl AttemptParts {
+    fn read(
+        state: &AppState,
+        form: &HashMap<String, String>,
+        headers: &HeaderMap,
+        session: &Session,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Self, WebError> {
+        Ok(Self {
+            once: once_key(form, headers, session)?,
+            address: client_address(peer, headers, state.config.trust_forwarded_for),
+        })
+    }
+
+    /// The attempt, for the workflow.
+    fn attempt<'a>(
+        &'a self,
+        session: &'a Session,
+        name: &'a str,
+        password: &'a str,
+    ) -> Attempted<'a> {
+        Attempted {
+            session: &session.token,
+            address: self.address.as_deref(),
+            name,
+            password,
+            once: self.once.as_deref(),
+        }
+    }
 }
 
 /// The login form's one-time key, bound to the cookie the browser presented: a
@@ -249,16 +283,12 @@ async fn signup(
     if let Err(invalid) = check_new_account(name, password) {
         return refuse(StatusCode::BAD_REQUEST, "bad_request", invalid.to_string());
     }
-    let once = once_key(&form, &headers, &session)?;
-    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
-    let attempt = Attempted {
-        session: &session.token,
-        address: address.as_deref(),
-        name,
-        password,
-        once: once.as_deref(),
-    };
-    match state.accounts().sign_up(attempt).await? {
+    let parts = AttemptParts::read(&state, &form, &headers, &session, peer)?;
+    match state
+        .accounts()
+        .sign_up(parts.attempt(&session, name, password))
+        .await?
+    {
         Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::NameTaken | Outcome::WrongPassword => refuse(
