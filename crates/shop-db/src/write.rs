@@ -81,8 +81,12 @@ impl WriteTx {
 
     /// [`WriteTx::commit`], handing the (clean) connection back to the caller.
     pub(crate) async fn commit_keeping(mut self) -> Result<PoolConnection<Any>, DbError> {
+        // The connection stays in the guard until COMMIT has answered: a caller
+        // that gives up while it is in flight drops the guard, which closes the
+        // connection rather than handing it back mid-commit.
+        let committed = sqlx::query("COMMIT").execute(&mut *self).await;
         let mut conn = self.conn.take().expect("a WriteTx is open until it ends");
-        match sqlx::query("COMMIT").execute(&mut *conn).await {
+        match committed {
             Ok(_) => Ok(conn),
             Err(error) => {
                 // Roll back what may still be open, then close the connection
@@ -97,8 +101,10 @@ impl WriteTx {
     /// Rolls back. If that fails the connection is closed (which rolls back too),
     /// and the error is returned.
     pub async fn rollback(mut self) -> Result<(), DbError> {
-        let mut conn = self.conn.take().expect("a WriteTx is open until it ends");
-        match sqlx::query("ROLLBACK").execute(&mut *conn).await {
+        // As in commit: held by the guard until ROLLBACK has answered.
+        let rolled_back = sqlx::query("ROLLBACK").execute(&mut *self).await;
+        let conn = self.conn.take().expect("a WriteTx is open until it ends");
+        match rolled_back {
             Ok(_) => Ok(()),
             Err(error) => {
                 discard(conn).await;
