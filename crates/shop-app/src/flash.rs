@@ -102,7 +102,11 @@ impl Buy<'_> {
             let recorded = match db.record_flash_win(user, item, &key, limit, now).await {
                 Ok(recorded) => recorded,
                 Err(error) => {
-                    tracing::warn!(%error, "a flash-sale win was not recorded; the reconciler settles it");
+                    if error.is_unavailable() {
+                        tracing::warn!(%error, "a flash-sale win was not recorded; the reconciler settles it");
+                    } else {
+                        tracing::error!(%error, "a flash-sale win was not recorded; the reconciler settles it");
+                    }
                     return Err(AppError::Pending);
                 }
             };

@@ -41,6 +41,8 @@ pub struct Db {
     backend: Backend,
     /// Argon2 verifications run by `check_password` (see [`Db::password_checks`]).
     pub(crate) password_checks: Arc<AtomicU64>,
+    /// Write transactions committed through this handle (see [`Db::commits`]).
+    pub(crate) commits: Arc<AtomicU64>,
 }
 
 /// SQLite write connections. One: SQLite admits a single writer per file, so more
@@ -109,6 +111,7 @@ impl Db {
             write,
             backend,
             password_checks: Arc::default(),
+            commits: Arc::default(),
         };
         db.migrate().await?;
         Ok(db)
@@ -149,6 +152,13 @@ impl Db {
         self.backend
     }
 
+    /// How many write transactions have committed through this handle (and its
+    /// clones) since it connected: a health check that saw writes fail learns from
+    /// it whether any write went through since.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Closes every connection; later calls fail as if the database were down.
     pub async fn close(&self) {
         self.write.close().await;
@@ -172,13 +182,21 @@ impl Db {
     pub async fn probe_write(&self) -> Result<(), DbError> {
         // In its own task: a caller that gives up (a health check's timeout) must not
         // cut the probe half-way.
-        tokio::spawn(probe_write(self.write.clone(), self.backend))
-            .await
-            .map_err(|_| sqlx::Error::WorkerCrashed)?
+        tokio::spawn(probe_write(
+            self.write.clone(),
+            self.backend,
+            self.commits.clone(),
+        ))
+        .await
+        .map_err(|_| sqlx::Error::WorkerCrashed)?
     }
 }
 
-async fn probe_write(write: AnyPool, backend: Backend) -> Result<(), DbError> {
+async fn probe_write(
+    write: AnyPool,
+    backend: Backend,
+    commits: Arc<AtomicU64>,
+) -> Result<(), DbError> {
     let mut conn = tokio::time::timeout(PROBE_ACQUIRE_TIMEOUT, write.acquire())
         .await
         .map_err(|_| sqlx::Error::PoolTimedOut)??;
@@ -187,7 +205,7 @@ async fn probe_write(write: AnyPool, backend: Backend) -> Result<(), DbError> {
             .execute(&mut *conn)
             .await?;
     }
-    let mut tx = WriteTx::begin(conn, backend).await?;
+    let mut tx = WriteTx::begin(conn, backend, commits).await?;
     sqlx::query("UPDATE write_probe SET probed_at = $1 WHERE id = 1")
         .bind(crate::unix_now())
         .execute(&mut *tx)

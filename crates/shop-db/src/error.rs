@@ -29,6 +29,18 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// True when a write only waited too long (for the write connection, or for a
+    /// lock another transaction holds) rather than being refused: the database
+    /// takes writes, just not this one now. Health checks count these as busy, not
+    /// as failing.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            DbError::Sqlx(sqlx::Error::PoolTimedOut) => true,
+            DbError::Sqlx(sqlx::Error::Database(e)) => lock_wait(e.as_ref()),
+            _ => false,
+        }
+    }
+
     /// True when the database is unreachable, overloaded or locked rather than the
     /// request being wrong: callers answer 503 or retry later.
     ///
@@ -40,8 +52,9 @@ impl DbError {
     /// take the write now: SQLite's `SQLITE_FULL` (disk full), `SQLITE_IOERR`,
     /// `SQLITE_READONLY`, `SQLITE_CANTOPEN`, `SQLITE_NOMEM`, `SQLITE_PROTOCOL`;
     /// PostgreSQL's connection, resource (disk full is 53100), shutdown and system
-    /// classes (08, 53, 57P01-57P03, 58), a statement timeout (57014) and the
-    /// retryable transaction failures (40001, 40P01); and any failed commit.
+    /// classes (08, 53, 57P01-57P05, 58), a statement timeout (57014), a server
+    /// that takes no writes (25006: a standby, a demoted primary) and the retryable
+    /// transaction failures (40001, 40P01); and any failed commit.
     pub fn is_unavailable(&self) -> bool {
         match self {
             DbError::CommitFailed(_) => true,
@@ -93,11 +106,26 @@ fn database_unavailable(e: &dyn sqlx::error::DatabaseError) -> bool {
     }
     if let Some(e) = e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
         let state = e.code();
-        return matches!(state, "55P03" | "57014" | "40001" | "40P01")
-            || state.starts_with("08")
+        return matches!(
+            state,
+            "55P03" | "57014" | "40001" | "40P01" | "25006" | "57P04" | "57P05"
+        ) || state.starts_with("08")
             || state.starts_with("53")
             || state.starts_with("58")
             || matches!(state, "57P01" | "57P02" | "57P03");
     }
     false
+}
+
+/// A lock wait that ran out: SQLite's BUSY or LOCKED, PostgreSQL's 55P03.
+fn lock_wait(e: &dyn sqlx::error::DatabaseError) -> bool {
+    if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        let primary = e
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .map(|c| c & 0xff);
+        return matches!(primary, Some(SQLITE_BUSY | SQLITE_LOCKED))
+            || e.message().contains("database is locked");
+    }
+    e.code().as_deref() == Some("55P03")
 }

@@ -27,6 +27,8 @@
 //! answer 503 and the request's idempotency key later gets the true outcome.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Executor, Row};
@@ -41,6 +43,8 @@ use crate::{Db, DbError};
 pub struct WriteTx {
     /// `None` once the transaction has ended.
     conn: Option<PoolConnection<Any>>,
+    /// The handle's count of commits, bumped by a successful `COMMIT`.
+    commits: Arc<AtomicU64>,
 }
 
 impl Db {
@@ -49,27 +53,28 @@ impl Db {
     /// than at the first write), `BEGIN` on PostgreSQL.
     pub async fn begin_write(&self) -> Result<WriteTx, DbError> {
         let conn = self.write.acquire().await?;
-        WriteTx::begin(conn, self.backend()).await
+        WriteTx::begin(conn, self.backend(), self.commits.clone()).await
     }
 }
 
 impl WriteTx {
-    /// Begins a transaction on `conn`. If `BEGIN` fails the connection is closed.
+    /// Begins a transaction on `conn`. If `BEGIN` fails (a lock held elsewhere,
+    /// say) the connection goes back to the pool, whose check closes it if the
+    /// failure left anything open.
     pub(crate) async fn begin(
         mut conn: PoolConnection<Any>,
         backend: Backend,
+        commits: Arc<AtomicU64>,
     ) -> Result<Self, DbError> {
         let begin = match backend {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres => "BEGIN",
         };
-        match sqlx::query(begin).execute(&mut *conn).await {
-            Ok(_) => Ok(Self { conn: Some(conn) }),
-            Err(error) => {
-                discard(conn).await;
-                Err(error.into())
-            }
-        }
+        sqlx::query(begin).execute(&mut *conn).await?;
+        Ok(Self {
+            conn: Some(conn),
+            commits,
+        })
     }
 
     /// Commits. Success means the transaction is durable as far as the database's
@@ -87,7 +92,10 @@ impl WriteTx {
         let committed = sqlx::query("COMMIT").execute(&mut *self).await;
         let mut conn = self.conn.take().expect("a WriteTx is open until it ends");
         match committed {
-            Ok(_) => Ok(conn),
+            Ok(_) => {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(conn)
+            }
             Err(error) => {
                 // Roll back what may still be open, then close the connection
                 // whatever the rollback said: its state is not known for sure.

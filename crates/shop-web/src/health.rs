@@ -6,12 +6,14 @@
 //!   commits now ([`shop_db::Db::probe_write`]: a one-row update on the write
 //!   connection, on SQLite with a 100 ms busy wait, after waiting at most 300 ms
 //!   for that connection, so a write queue that long counts as failing);
-//! - `"degraded"`: reads work but writes have failed for less than the write grace
-//!   ([`WebConfig::write_grace`](crate::WebConfig::write_grace), 10 s by default):
-//!   a lock held elsewhere for a moment, a write queue. Pages and logins still
-//!   work; checkouts and flash purchases answer 503;
-//! - `"read_only"`: writes have failed for longer than the grace (a full disk, a
-//!   read-only file system, a lost primary): this server cannot take orders;
+//! - `"degraded"`: reads work but the probe's write did not commit: it waited too
+//!   long (a write queue, a lock held elsewhere), or writes have been refused for
+//!   less than the write grace ([`WebConfig::write_grace`](crate::WebConfig::write_grace),
+//!   10 s by default). Pages and logins still work; checkouts may answer 503;
+//! - `"read_only"`: writes have been refused (a full disk, a read-only file system
+//!   or server, a lost primary; not a wait) for longer than the grace, with no
+//!   write of the shop's own committing in between: this server cannot take
+//!   orders;
 //! - `"down"`: reads fail too.
 //!
 //! The status is 200 for `"ok"` and `"degraded"`, and 503 (with `Retry-After`) for
@@ -91,7 +93,32 @@ pub struct HealthCache(tokio::sync::Mutex<HealthState>);
 #[derive(Debug, Default)]
 struct HealthState {
     last: Option<(Instant, bool, Database)>,
-    writes_failing_since: Option<Instant>,
+    /// Since when the write probe has been refused, with the database handle's
+    /// commit count then: a write committed since (the shop's own traffic) shows
+    /// the failure was not continuous, and restarts the clock.
+    writes_failing: Option<(Instant, u64)>,
+}
+
+/// What the write probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// A write committed.
+    Commit,
+    /// A write only waited too long (the write queue, a lock held elsewhere, the
+    /// probe's own time limit): the database takes writes, not this one now.
+    Busy,
+    /// A write was refused (a full disk, a read-only file or server, a lost
+    /// connection).
+    Refused,
+}
+
+/// Runs the write probe within [`PROBE_TIMEOUT`].
+async fn probe_writes(state: &AppState) -> Writes {
+    match tokio::time::timeout(PROBE_TIMEOUT, state.db.probe_write()).await {
+        Ok(Ok(())) => Writes::Commit,
+        Ok(Err(error)) if !error.is_busy() => Writes::Refused,
+        _ => Writes::Busy,
+    }
 }
 
 async fn check(state: &AppState) -> (bool, Database) {
@@ -104,28 +131,38 @@ async fn check(state: &AppState) -> (bool, Database) {
     let (redis, reads, writes) = tokio::join!(
         passes(state.sessions.count()),
         passes(state.db.ping()),
-        passes(state.db.probe_write()),
+        probe_writes(state),
     );
     let now = Instant::now();
-    let failing_since = if writes {
-        None
-    } else {
-        Some(*health.writes_failing_since.get_or_insert(now))
+    let commits = state.db.commits();
+    health.writes_failing = match (writes, health.writes_failing) {
+        (Writes::Commit, failing) => {
+            if failing.is_some() {
+                tracing::info!("health check: the database commits writes again");
+            }
+            None
+        }
+        // A write went through since the clock started: start it again.
+        (Writes::Refused, Some((_, then))) if commits > then => Some((now, commits)),
+        (Writes::Refused, None) => Some((now, commits)),
+        (_, failing) => failing,
     };
-    if health.writes_failing_since.is_some() && writes {
-        tracing::info!("health check: the database commits writes again");
-    }
-    health.writes_failing_since = failing_since;
-    let database = match (reads, failing_since) {
-        (false, _) => Database::Down,
-        (true, None) => Database::Ok,
-        (true, Some(since)) if now - since < state.config.write_grace => Database::Degraded,
-        (true, Some(_)) => Database::ReadOnly,
+    let database = match (reads, writes, health.writes_failing) {
+        (false, _, _) => Database::Down,
+        (true, Writes::Commit, _) => Database::Ok,
+        (true, _, Some((since, _))) if now - since >= state.config.write_grace => {
+            Database::ReadOnly
+        }
+        (true, _, _) => Database::Degraded,
     };
-    if let Some(since) = failing_since {
+    if writes != Writes::Commit {
+        let failing_for_ms = health
+            .writes_failing
+            .map_or(0, |(since, _)| (now - since).as_millis() as u64);
         tracing::warn!(
             reads,
-            failing_for_ms = (now - since).as_millis() as u64,
+            refused = writes == Writes::Refused,
+            failing_for_ms,
             "health check: the database cannot commit a write"
         );
     }

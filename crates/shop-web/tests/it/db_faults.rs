@@ -290,3 +290,30 @@ async fn a_full_disk_answers_503_never_a_false_placed_and_health_says_so() {
         "every placed answer committed, and only those"
     );
 }
+
+/// A lock held elsewhere (or a write queue) makes writes wait, not fail: however
+/// long it lasts, `/healthz` says "degraded" with 200, never "read_only": a
+/// server that is only busy is not taken out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_write_lock_is_degraded_never_read_only() {
+    let config = shop_web::WebConfig {
+        write_grace: Duration::from_secs(1),
+        ..shop_web::WebConfig::default()
+    };
+    let app = TestApp::builder().config(config).start().await;
+    let lock = app.test_db.hold_write_lock_async().await;
+    for _ in 0..3 {
+        let (status, body, _) = health(&app).await;
+        assert_eq!(
+            (status, body["database"].as_str()),
+            (StatusCode::OK, Some("degraded")),
+            "{body}"
+        );
+    }
+    lock.release();
+    let (status, body, _) = health(&app).await;
+    assert_eq!(
+        (status, body["database"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+}

@@ -83,9 +83,10 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_FLASH_HOLD", default_value_t = shop_cache::flash_sale::DEFAULT_HOLD.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub flash_hold: u64,
-    /// Seconds the database may fail writes before `/healthz` answers 503
+    /// Seconds the database may refuse writes before `/healthz` answers 503
     /// (`"database": "read_only"`) so load balancers take this server out; shorter
-    /// failures (a lock held for a moment) answer 200 `"degraded"`.
+    /// refusals, and writes that only wait (a lock, a queue), answer 200
+    /// `"degraded"`.
     #[arg(long, env = "SHOP_WRITE_GRACE", default_value_t = shop_web::health::DEFAULT_WRITE_GRACE.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub write_grace: u64,
