@@ -83,49 +83,46 @@ const SQLITE_CANTOPEN: i64 = 14;
 const SQLITE_PROTOCOL: i64 = 15;
 
 fn database_unavailable(e: &dyn sqlx::error::DatabaseError) -> bool {
+    if lock_wait(e) {
+        return true;
+    }
     if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        // The code is the extended result code; its low byte is the primary one
-        // (SQLITE_BUSY_SNAPSHOT = 517 is a BUSY, for instance).
-        let primary = e
-            .code()
-            .and_then(|c| c.parse::<i64>().ok())
-            .map(|c| c & 0xff);
         return matches!(
-            primary,
+            sqlite_primary(e),
             Some(
-                SQLITE_BUSY
-                    | SQLITE_LOCKED
-                    | SQLITE_NOMEM
+                SQLITE_NOMEM
                     | SQLITE_READONLY
                     | SQLITE_IOERR
                     | SQLITE_FULL
                     | SQLITE_CANTOPEN
                     | SQLITE_PROTOCOL
             )
-        ) || e.message().contains("database is locked");
+        );
     }
     if let Some(e) = e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
         let state = e.code();
-        return matches!(
-            state,
-            "55P03" | "57014" | "40001" | "40P01" | "25006" | "57P04" | "57P05"
-        ) || state.starts_with("08")
+        return matches!(state, "57014" | "40001" | "40P01" | "25006")
+            || state.starts_with("08")
             || state.starts_with("53")
             || state.starts_with("58")
-            || matches!(state, "57P01" | "57P02" | "57P03");
+            || state.starts_with("57P");
     }
     false
 }
 
-/// A lock wait that ran out: SQLite's BUSY or LOCKED, PostgreSQL's 55P03.
+/// A lock wait that ran out: SQLite's BUSY or LOCKED ("database is locked", its
+/// busy timeout expired), PostgreSQL's 55P03 (its `lock_timeout` expired).
 fn lock_wait(e: &dyn sqlx::error::DatabaseError) -> bool {
     if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        let primary = e
-            .code()
-            .and_then(|c| c.parse::<i64>().ok())
-            .map(|c| c & 0xff);
-        return matches!(primary, Some(SQLITE_BUSY | SQLITE_LOCKED))
+        return matches!(sqlite_primary(e), Some(SQLITE_BUSY | SQLITE_LOCKED))
             || e.message().contains("database is locked");
     }
     e.code().as_deref() == Some("55P03")
+}
+
+/// The primary result code of a SQLite error: the code sqlx reports is the
+/// extended one, whose low byte is the primary (SQLITE_BUSY_SNAPSHOT = 517 is a
+/// BUSY, for instance).
+fn sqlite_primary(e: &dyn sqlx::error::DatabaseError) -> Option<i64> {
+    e.code()?.parse::<i64>().ok().map(|c| c & 0xff)
 }
