@@ -59,7 +59,8 @@ pub struct WebConfig {
     /// How long a reserved unit waits for its order before the reconciler settles
     /// it (returns it to stock if no order was recorded).
     pub flash_hold: Duration,
-    /// How long the database may fail writes before `/healthz` answers 503.
+    /// How long the database may refuse writes before `/healthz` answers 503
+    /// (writes that only wait never make it answer 503).
     pub write_grace: Duration,
     /// Mark the session cookie `Secure` (the shop is served over HTTPS).
     pub secure_cookies: bool,
