@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shop_cache::domain::UserId;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 use shop_db::Db;
 
 use crate::AppError;
@@ -110,7 +110,7 @@ impl Accounts<'_> {
     pub async fn log_out(&self, session: &SessionToken) -> Result<SessionToken, AppError> {
         self.sessions.logout(session).await?;
         let guest = SessionToken::generate();
-        self.sessions.touch(&guest, None, None).await?;
+        self.sessions.touch(&guest, Touch::issued()).await?;
         Ok(guest)
     }
 

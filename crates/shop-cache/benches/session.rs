@@ -17,7 +17,7 @@ use shop_cache::RedisConn;
 use shop_cache::book;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
-use shop_cache::session::{SessionToken, Sessions, ViewFlusher};
+use shop_cache::session::{SessionToken, Sessions, Touch, ViewFlusher};
 use shop_testkit::{TestRedis, TestRedisCluster};
 
 /// Concurrent callers, as many web-server tasks sharing one connection.
@@ -63,7 +63,7 @@ impl Fixture {
         let result = match way {
             Way::Lua => self
                 .sessions
-                .touch(token, Some(user), item)
+                .touch(token, Touch::issued().as_user(user).view(item.unwrap()))
                 .await
                 .map(|_| ()),
             Way::Pipeline => {

@@ -26,7 +26,7 @@ use shop_cache::book;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
 use shop_cache::page_cache::StoredPage;
-use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
+use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions, Touch};
 use shop_cache::session_cleaner::{CleanerStep, SessionCleaner};
 use shop_testkit::TestRedis;
 
@@ -191,7 +191,9 @@ async fn ceiling() {
                     let (s, t) = (s.clone(), t.clone());
                     async move {
                         let (token, user, item) = pick(n, &t);
-                        s.touch(&token, Some(user), Some(item)).await.unwrap();
+                        s.touch(&token, Touch::issued().as_user(user).view(item))
+                            .await
+                            .unwrap();
                     }
                 }),
             )
@@ -375,7 +377,7 @@ async fn memory() {
     for v in 0..25u64 {
         let item = ItemId::new((v * 104_729) % 100_000 + 1).unwrap();
         sessions
-            .touch(&token, Some(user), Some(item))
+            .touch(&token, Touch::issued().as_user(user).view(item))
             .await
             .unwrap();
     }

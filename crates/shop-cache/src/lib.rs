@@ -8,11 +8,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), shop_cache::CacheError> {
-//! use shop_cache::{keys::Keys, session::{Sessions, SessionToken}};
+//! use shop_cache::{keys::Keys, session::{Sessions, SessionToken, Touch}};
 //! let conn = shop_cache::connect("redis://127.0.0.1:6379").await?;
 //! let sessions = Sessions::new(conn, Keys::default());
 //! let token = SessionToken::generate();
-//! sessions.touch(&token, None, None).await?;
+//! sessions.touch(&token, Touch::issued()).await?;
 //! assert_eq!(sessions.check_token(&token).await?, None);
 //! # Ok(()) }
 //! ```

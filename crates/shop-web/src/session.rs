@@ -34,7 +34,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{SessionToken, Sessions, Touched};
+use shop_cache::session::{SessionToken, Sessions, Touch, Touched};
 
 use crate::error::{Cause, WebError};
 
@@ -166,18 +166,22 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
 
 /// Touches the presented session, or starts a new one; `true` when it is new. With
 /// `ahead`, the touch carries that item page's view before the page has answered
-/// (see [`Sessions::touch_ahead`]).
+/// ([`Touch::view_ahead`]), settled by the caller.
 async fn identify(
     state: &SessionLayer,
     presented: Option<SessionToken>,
     ahead: Option<ItemId>,
 ) -> (Session, bool) {
+    let with_view = |touch: Touch| match ahead {
+        Some(item) => touch.view_ahead(item),
+        None => touch,
+    };
     if let Some(token) = presented {
-        let touched = match ahead {
-            Some(item) => state.sessions.touch_ahead(&token, true, item).await,
-            None => state.sessions.touch_existing(&token, None).await,
-        };
-        match touched {
+        match state
+            .sessions
+            .touch(&token, with_view(Touch::presented()))
+            .await
+        {
             Ok(Touched::Known(user)) => return (Session { token, user }, false),
             Ok(Touched::Unknown) => {}
             Err(error) => {
@@ -187,15 +191,11 @@ async fn identify(
         }
     }
     let token = SessionToken::generate();
-    let touched = match ahead {
-        Some(item) => state
-            .sessions
-            .touch_ahead(&token, false, item)
-            .await
-            .map(drop),
-        None => state.sessions.touch(&token, None, None).await.map(drop),
-    };
-    if let Err(error) = touched {
+    if let Err(error) = state
+        .sessions
+        .touch(&token, with_view(Touch::issued()))
+        .await
+    {
         session_error(state, &error);
     }
     (Session { token, user: None }, true)

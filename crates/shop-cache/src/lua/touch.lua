@@ -1,7 +1,7 @@
 -- One page view or request of a session (the book's update_token), atomically.
 -- KEYS[1] recent: (the session's shard)   KEYS[2] login: (same)   KEYS[3] viewed:<token>
 -- The item's global count (viewed:) and its distinct viewers are not written here:
--- the caller counts views in batches (see session.rs, ViewFlusher).
+-- the caller counts views in batches (see session/views.rs, ViewFlusher).
 -- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
 -- ARGV[5] '1' when the token must already be a session (it came from a client's
 --         cookie: an unknown one is refused, not adopted, so nobody can choose a token)

@@ -4,7 +4,7 @@ use crate::{Fixture, both_layouts};
 use redis::AsyncCommands;
 use shop_cache::analytics::{Analytics, RescaleStep, Rescaler};
 use shop_cache::domain::ItemId;
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 
 /// Items 1..=n where item i has been viewed i times (so item n is the most viewed).
 async fn views(fx: &Fixture, n: u64) {
@@ -29,7 +29,7 @@ async fn rank_and_top_follow_the_views_recorded_by_touch(fx: Fixture) {
     let item = |n| ItemId::new(n).unwrap();
     for (id, times) in [(10, 3), (20, 5), (30, 1)] {
         for _ in 0..times {
-            sessions.touch(&t, None, Some(item(id))).await.unwrap();
+            sessions.touch(&t, Touch::issued().view(item(id))).await.unwrap();
         }
     }
     sessions.flush_views().await.unwrap();

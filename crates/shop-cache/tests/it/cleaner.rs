@@ -5,7 +5,7 @@ use redis::AsyncCommands;
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::{Keys, Shard};
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 use shop_cache::session_cleaner::{BadBatch, CleanerStep, SessionCleaner};
 use tokio_util::sync::CancellationToken;
 
@@ -45,7 +45,7 @@ async fn sessions_with_data(fx: &Fixture, n: usize) -> Vec<SessionToken> {
     let tokens = dealt_tokens(&fx.keys, n);
     for (i, t) in tokens.iter().enumerate() {
         let item = ItemId::new(i as u64 % 50 + 1).unwrap();
-        sessions.touch(t, None, Some(item)).await.unwrap();
+        sessions.touch(t, Touch::issued().view(item)).await.unwrap();
         carts.set(t, item, 1).await.unwrap();
     }
     sessions.flush_views().await.unwrap();
@@ -149,7 +149,7 @@ async fn each_shard_keeps_its_share_of_the_cap_and_loses_its_oldest(fx: Fixture)
     let tokens: Vec<SessionToken> = (0..300).map(|_| SessionToken::generate()).collect();
     for t in &tokens {
         sessions
-            .touch(t, None, Some(ItemId::new(1).unwrap()))
+            .touch(t, Touch::issued().view(ItemId::new(1).unwrap()))
             .await
             .unwrap();
     }
@@ -245,7 +245,7 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     let tokens: Vec<SessionToken> = (0..5).map(|_| token_in(&fx.keys, shard)).collect();
     for t in &tokens {
         sessions
-            .touch(t, None, Some(ItemId::new(1).unwrap()))
+            .touch(t, Touch::issued().view(ItemId::new(1).unwrap()))
             .await
             .unwrap();
     }
@@ -263,7 +263,7 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     assert_eq!(picked[0].0, tokens[0].expose());
     assert_eq!(picked[1].0, tokens[1].expose());
     // Session 0 comes back between the pick and the delete.
-    sessions.touch(&tokens[0], None, None).await.unwrap();
+    sessions.touch(&tokens[0], Touch::issued()).await.unwrap();
 
     let mut call = shop_cache::scripts::CLEAN_SESSIONS.prepare_invoke();
     call.key(recent_key).key(fx.keys.login_in(shard)).arg(3);
@@ -334,7 +334,7 @@ async fn concurrent_cleaners_keep_sessions_touched_during_cleaning(fx: Fixture) 
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     for (i, t) in fresh.iter().enumerate() {
         let item = ItemId::new(1_000 + i as u64).unwrap();
-        sessions.touch(t, None, Some(item)).await.unwrap();
+        sessions.touch(t, Touch::issued().view(item)).await.unwrap();
     }
     done.cancel();
     let removed = a.await.unwrap() + b.await.unwrap();

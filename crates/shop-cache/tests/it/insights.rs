@@ -2,7 +2,7 @@ use redis::AsyncCommands;
 use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
 use shop_cache::insights::{ALSO_BOUGHT_CAP, Insights};
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use crate::{both_layouts, keys, redis};
 
@@ -18,7 +18,7 @@ async fn a_quarter_of_the_viewers_bought_it(fx: Fixture) {
     for (i, s) in shoppers.iter().enumerate() {
         // Some view it twice: a shopper counts once.
         for _ in 0..(1 + i % 2) {
-            sessions.touch(s, None, Some(item(7))).await.unwrap();
+            sessions.touch(s, Touch::issued().view(item(7))).await.unwrap();
         }
     }
     sessions.flush_views().await.unwrap();

@@ -6,7 +6,7 @@ use redis::aio::ConnectionManagerConfig;
 use shop_cache::CacheError;
 use shop_cache::cart::Carts;
 use shop_cache::domain::ItemId;
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 use shop_cache::session_cleaner::SessionCleaner;
 use shop_testkit::TestRedis;
 use tokio_util::sync::CancellationToken;
@@ -32,7 +32,10 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     let cleaner = SessionCleaner::new(conn.clone(), keys(), 0, 10).unwrap();
     let t = SessionToken::generate();
     let item = ItemId::new(1).unwrap();
-    sessions.touch(&t, None, Some(item)).await.unwrap();
+    sessions
+        .touch(&t, Touch::issued().view(item))
+        .await
+        .unwrap();
 
     // A daemon loop running through the outage must survive it.
     let shutdown = CancellationToken::new();
@@ -43,7 +46,10 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
 
     server.kill();
     let errors = [
-        sessions.touch(&t, None, Some(item)).await.unwrap_err(),
+        sessions
+            .touch(&t, Touch::issued().view(item))
+            .await
+            .unwrap_err(),
         sessions.check_token(&t).await.unwrap_err(),
         carts.set(&t, item, 1).await.unwrap_err(),
         carts.get(&t).await.unwrap_err(),
@@ -62,7 +68,7 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     // The same handles recover by themselves once Redis is back.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match sessions.touch(&t, None, Some(item)).await {
+        match sessions.touch(&t, Touch::issued().view(item)).await {
             Ok(_) => break,
             Err(e) => {
                 assert!(tokio::time::Instant::now() < deadline, "no reconnect: {e}");

@@ -104,7 +104,7 @@ async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
         store.lookup(&key, Some(item(5))).await.unwrap(),
         Lookup::NotPopular
     );
-    sessions.touch(&t, None, Some(item(5))).await.unwrap();
+    sessions.touch(&t, shop_cache::session::Touch::issued().view(item(5))).await.unwrap();
     sessions.flush_views().await.unwrap();
     assert_eq!(
         store.lookup(&key, Some(item(5))).await.unwrap(),

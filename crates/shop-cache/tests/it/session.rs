@@ -1,6 +1,6 @@
 use redis::AsyncCommands;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions, Touched};
+use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions, Touch, Touched};
 
 use crate::{both_layouts, redis};
 
@@ -13,11 +13,21 @@ async fn touch_records_last_seen_and_login(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let guest = SessionToken::generate();
     let user = SessionToken::generate();
-    assert_eq!(sessions.touch(&guest, None, None).await.unwrap(), None);
+    assert_eq!(
+        sessions.touch(&guest, Touch::issued()).await.unwrap(),
+        Touched::Known(None)
+    );
     let id = Some(UserId::new(42).unwrap());
-    assert_eq!(sessions.touch(&user, id, None).await.unwrap(), id);
+    let as_user = Touch::issued().as_user(id.unwrap());
+    assert_eq!(
+        sessions.touch(&user, as_user).await.unwrap(),
+        Touched::Known(id)
+    );
     // A later touch without a user still reports who the token belongs to.
-    assert_eq!(sessions.touch(&user, None, None).await.unwrap(), id);
+    assert_eq!(
+        sessions.touch(&user, Touch::issued()).await.unwrap(),
+        Touched::Known(id)
+    );
 
     let mut raw = fx.raw().await;
     let seen: Option<f64> = raw.zscore(fx.keys.recent_of(&guest), guest.expose()).await.unwrap();
@@ -59,10 +69,10 @@ async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
     let a = SessionToken::generate();
     let b = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&a, None, Some(item(7))).await.unwrap();
+        sessions.touch(&a, Touch::issued().view(item(7))).await.unwrap();
     }
-    sessions.touch(&b, None, Some(item(7))).await.unwrap();
-    sessions.touch(&b, None, Some(item(8))).await.unwrap();
+    sessions.touch(&b, Touch::issued().view(item(7))).await.unwrap();
+    sessions.touch(&b, Touch::issued().view(item(8))).await.unwrap();
 
     // Batched in this process until flushed, in both layouts.
     let mut raw = fx.raw().await;
@@ -84,7 +94,7 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let token = SessionToken::generate();
     // A token this process just made: the session starts with the view held.
-    let touched = sessions.touch_ahead(&token, false, item(3)).await.unwrap();
+    let touched = sessions.touch(&token, Touch::issued().view_ahead(item(3))).await.unwrap();
     assert_eq!(touched, Touched::Known(None));
     assert_eq!(sessions.recently_viewed(&token).await.unwrap(), vec![item(3)]);
     assert_eq!(sessions.pending_views(), 0, "not counted before the answer");
@@ -93,7 +103,7 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
 
     // A page that was not found: out of the history again, never counted.
     assert_eq!(
-        sessions.touch_ahead(&token, true, item(999)).await.unwrap(),
+        sessions.touch(&token, Touch::presented().view_ahead(item(999))).await.unwrap(),
         Touched::Known(None)
     );
     sessions.settle_view(&token, item(999), false).await.unwrap();
@@ -110,7 +120,7 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
     // A presented token that is no session is refused, and nothing is written.
     let stranger = SessionToken::generate();
     assert_eq!(
-        sessions.touch_ahead(&stranger, true, item(4)).await.unwrap(),
+        sessions.touch(&stranger, Touch::presented().view_ahead(item(4))).await.unwrap(),
         Touched::Unknown
     );
     assert!(sessions.recently_viewed(&stranger).await.unwrap().is_empty());
@@ -120,7 +130,7 @@ async fn the_26th_view_drops_the_oldest(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     for n in 1..=26 {
-        sessions.touch(&t, None, Some(item(n))).await.unwrap();
+        sessions.touch(&t, Touch::issued().view(item(n))).await.unwrap();
     }
     let viewed = sessions.recently_viewed(&t).await.unwrap();
     assert_eq!(viewed.len(), HISTORY_LEN);
@@ -145,7 +155,7 @@ async fn views_in_the_same_second_keep_the_right_25(fx: Fixture) {
         26, 27, 28, 29, 30, 3, 5, 31, 32, 33, 34, 35, 36, 37, 9,
     ];
     for &n in &order {
-        sessions.touch(&t, None, Some(item(n))).await.unwrap();
+        sessions.touch(&t, Touch::issued().view(item(n))).await.unwrap();
     }
     let scores: Vec<(u64, f64)> = fx
         .raw()
@@ -181,8 +191,8 @@ async fn login_rotates_the_token_and_moves_cart_and_history(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let old = SessionToken::generate();
-    sessions.touch(&old, None, Some(item(3))).await.unwrap();
-    sessions.touch(&old, None, Some(item(4))).await.unwrap();
+    sessions.touch(&old, Touch::issued().view(item(3))).await.unwrap();
+    sessions.touch(&old, Touch::issued().view(item(4))).await.unwrap();
     carts.set(&old, item(3), 2).await.unwrap();
 
     let user = UserId::new(9).unwrap();
@@ -226,12 +236,12 @@ async fn logout_removes_the_whole_session(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let other = SessionToken::generate();
-    sessions.touch(&other, None, Some(item(1))).await.unwrap();
+    sessions.touch(&other, Touch::issued().view(item(1))).await.unwrap();
     let t = sessions
         .login(&SessionToken::generate(), UserId::new(5).unwrap(), None)
         .await
         .unwrap();
-    sessions.touch(&t, None, Some(item(1))).await.unwrap();
+    sessions.touch(&t, Touch::issued().view(item(1))).await.unwrap();
     carts.set(&t, item(1), 1).await.unwrap();
 
     sessions.logout(&t).await.unwrap();
@@ -255,7 +265,7 @@ async fn a_client_cannot_choose_its_token(fx: Fixture) {
     let chosen = SessionToken::generate();
     assert_eq!(
         sessions
-            .touch_existing(&chosen, Some(item(1)))
+            .touch(&chosen, Touch::presented().view(item(1)))
             .await
             .unwrap(),
         Touched::Unknown
@@ -263,10 +273,10 @@ async fn a_client_cannot_choose_its_token(fx: Fixture) {
     assert!(fx.all_keys().await.is_empty(), "nothing recorded");
 
     let issued = SessionToken::generate();
-    sessions.touch(&issued, None, None).await.unwrap();
+    sessions.touch(&issued, Touch::issued()).await.unwrap();
     assert_eq!(
         sessions
-            .touch_existing(&issued, Some(item(1)))
+            .touch(&issued, Touch::presented().view(item(1)))
             .await
             .unwrap(),
         Touched::Known(None)
@@ -281,7 +291,7 @@ async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let guest = SessionToken::generate();
-    sessions.touch(&guest, None, None).await.unwrap();
+    sessions.touch(&guest, Touch::issued()).await.unwrap();
     carts.set(&guest, item(3), 2).await.unwrap();
     let user = UserId::new(9).unwrap();
 
@@ -289,7 +299,7 @@ async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart(fx: Fixture) {
     // The second submit of the same form: the browser still sent the old cookie,
     // which no longer exists, so it arrives as a fresh guest session.
     let second_guest = SessionToken::generate();
-    sessions.touch(&second_guest, None, None).await.unwrap();
+    sessions.touch(&second_guest, Touch::issued()).await.unwrap();
     let second = sessions
         .login(&second_guest, user, Some("form-1"))
         .await
@@ -319,7 +329,7 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart(fx: Fixt
         .login(&SessionToken::generate(), alice, None)
         .await
         .unwrap();
-    sessions.touch(&a, None, Some(item(7))).await.unwrap();
+    sessions.touch(&a, Touch::issued().view(item(7))).await.unwrap();
     carts.set(&a, item(7), 1).await.unwrap();
 
     let b = sessions.login(&a, bob, None).await.unwrap();
@@ -342,7 +352,7 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart(fx: Fixt
 async fn item_viewers_are_counted_in_expiring_windows(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
-    sessions.touch(&t, None, Some(item(2))).await.unwrap();
+    sessions.touch(&t, Touch::issued().view(item(2))).await.unwrap();
     sessions.flush_views().await.unwrap();
     let window = shop_cache::insights::current_window();
     let key = fx.keys.viewers(item(2), window);
@@ -357,7 +367,7 @@ async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
     // promoted) answers NOSCRIPT: the call loads it there and runs it again.
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
-    sessions.touch(&t, None, Some(item(1))).await.unwrap();
+    sessions.touch(&t, Touch::issued().view(item(1))).await.unwrap();
     let flushed: String = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut fx.raw().await)
@@ -366,9 +376,9 @@ async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
     assert_eq!(flushed, "OK");
     let others: Vec<SessionToken> = (0..20).map(|_| SessionToken::generate()).collect();
     for other in &others {
-        sessions.touch(other, None, Some(item(2))).await.unwrap();
+        sessions.touch(other, Touch::issued().view(item(2))).await.unwrap();
     }
-    sessions.touch(&t, None, Some(item(3))).await.unwrap();
+    sessions.touch(&t, Touch::issued().view(item(3))).await.unwrap();
     assert_eq!(
         sessions.recently_viewed(&t).await.unwrap(),
         vec![item(3), item(1)]
@@ -379,7 +389,7 @@ async fn a_flush_given_up_on_mid_write_loses_no_view(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&t, None, Some(item(6))).await.unwrap();
+        sessions.touch(&t, Touch::issued().view(item(6))).await.unwrap();
     }
     // Polled once and dropped in flight, as the daemon loop drops a step at shutdown.
     use futures::FutureExt;
@@ -408,12 +418,12 @@ async fn a_graceful_stop_writes_the_last_batch_of_views(fx: Fixture) {
     ));
     // Counted by the loop's regular steps.
     let t = SessionToken::generate();
-    sessions.touch(&t, None, Some(item(4))).await.unwrap();
+    sessions.touch(&t, Touch::issued().view(item(4))).await.unwrap();
     tokio::time::sleep(shop_cache::session::VIEW_FLUSH_EVERY * 3).await;
     assert_eq!(sessions.pending_views(), 0);
     // Counted just before the stop: written by the last step, not lost.
     for _ in 0..3 {
-        sessions.touch(&t, None, Some(item(9))).await.unwrap();
+        sessions.touch(&t, Touch::issued().view(item(9))).await.unwrap();
     }
     stop.cancel();
     flusher.await.unwrap();
@@ -431,7 +441,7 @@ async fn a_step_dropped_at_shutdown_counts_its_views_once(fx: Fixture) {
     let mut flusher = ViewFlusher::new(sessions.clone());
     let t = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&t, None, Some(item(7))).await.unwrap();
+        sessions.touch(&t, Touch::issued().view(item(7))).await.unwrap();
     }
     // Every node holds its clients' commands for a while: the step's write is
     // sent and waits; the step is dropped meanwhile, as the daemon loop drops a
@@ -479,7 +489,12 @@ async fn prefixed_keys_stay_in_their_namespace() {
     let sessions = Sessions::new(conn, shop_cache::keys::Keys::with_prefix("s1:"));
     let t = SessionToken::generate();
     sessions
-        .touch(&t, Some(UserId::new(1).unwrap()), Some(item(2)))
+        .touch(
+            &t,
+            Touch::issued()
+                .as_user(UserId::new(1).unwrap())
+                .view(item(2)),
+        )
         .await
         .unwrap();
     sessions.flush_views().await.unwrap();

@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::keys::Keys;
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use shop_testapp::{ITEMS, RedisWaits, TestApp};
 
@@ -610,7 +610,7 @@ impl Shop {
                 || !self.live(&guest).await
             {
                 let fresh = SessionToken::generate();
-                self.sessions.touch(&fresh, None, None).await.unwrap();
+                self.sessions.touch(&fresh, Touch::issued()).await.unwrap();
                 *self.guest.borrow_mut() = fresh;
             }
         }
@@ -618,7 +618,7 @@ impl Shop {
             let user = self.user.borrow().clone();
             if self.sessions.check_token(&user).await.unwrap() != Some(self.user_id) {
                 let fresh = SessionToken::generate();
-                self.sessions.touch(&fresh, None, None).await.unwrap();
+                self.sessions.touch(&fresh, Touch::issued()).await.unwrap();
                 let fresh = self
                     .sessions
                     .login(&fresh, self.user_id, None)

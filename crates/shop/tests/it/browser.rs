@@ -16,7 +16,7 @@ use fantoccini::{ClientBuilder, Locator};
 use shop_cache::domain::ItemId;
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use crate::e2e::{Binary, seeded, stop};
 
@@ -166,7 +166,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let shoppers: Vec<SessionToken> = (0..9).map(|_| SessionToken::generate()).collect();
     for shopper in &shoppers {
         sessions
-            .touch(shopper, None, Some(ItemId::new(3).unwrap()))
+            .touch(shopper, Touch::issued().view(ItemId::new(3).unwrap()))
             .await
             .unwrap();
     }

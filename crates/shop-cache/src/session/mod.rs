@@ -1,0 +1,223 @@
+//! Login sessions keyed by a random token cookie: who is logged in, when each session
+//! was last seen, and what it viewed (the book's `login:`, `recent:`, `viewed:<token>`),
+//! plus the global view counts `viewed:` that decide what the page cache keeps, and
+//! each item's distinct viewers (`viewers:<item>`, for [`crate::insights`]).
+//!
+//! [`Sessions::touch`], called on every request, and the item views it counts are
+//! in [`views`] (one entry, its kinds in [`Touch`], the batch and its flusher); this
+//! module holds the rest of a session's life: login (a token rotation), logout, the
+//! user and history reads.
+//!
+//! The touch is one round trip: a Lua script, not a pipeline, because it does what a
+//! pipeline cannot: it refuses tokens the shop never issued (a check and a write that
+//! must be atomic, so no client can choose its token), orders the session's views,
+//! and returns the session's user, which saves a second round trip per request. A
+//! view's score in `viewed:<token>` is a small sequence number, not a float time,
+//! which Redis stores in a byte or two instead of a float's 17 characters; the order
+//! is the same, so the book's code still reads it.
+//!
+//! On a cluster (the cluster layout) the script touches only the session's shard.
+//! A login moves the session to a new token in the same shard, so it stays one
+//! script.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::RedisConn;
+/// The token type lives with the other identifiers; re-exported where it is used.
+pub use crate::domain::SessionToken;
+use crate::domain::{ItemId, UserId};
+use crate::keys::Keys;
+use crate::{CacheError, scripts};
+
+pub mod views;
+use views::ViewBatch;
+pub use views::{Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
+
+/// How many of a session's most recent item views `viewed:<token>` keeps.
+pub const HISTORY_LEN: usize = 25;
+
+/// How long a login form's one-time key remembers the session it made.
+pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a second submit of a login form waits, in steps, for the first one to
+/// finish (a login is a few milliseconds; after a second it logs in on its own).
+const LOGIN_ONCE_WAIT_STEP: Duration = Duration::from_millis(20);
+const LOGIN_ONCE_WAIT_STEPS: u32 = 50;
+
+/// The session operations over one Redis. Clone it freely: the connection is shared.
+#[derive(Clone)]
+pub struct Sessions {
+    conn: RedisConn,
+    keys: Keys,
+    /// Shared by every clone: one batch of views per process.
+    views: Arc<ViewBatch>,
+}
+
+impl Sessions {
+    /// Sessions stored under `keys`.
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
+        Self {
+            conn,
+            keys,
+            views: Arc::default(),
+        }
+    }
+
+    /// The user a token is logged in as, or `None` for a guest or unknown token.
+    pub async fn check_token(&self, token: &SessionToken) -> Result<Option<UserId>, CacheError> {
+        let raw: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.login_of(token))
+            .arg(token.expose())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        raw.map(|s| {
+            s.parse()
+                .map_err(|_| CacheError::Corrupt { what: "login:" })
+        })
+        .transpose()
+    }
+
+    /// Logs `user` in: returns a fresh token (so a token planted before login is
+    /// worthless after it), in one atomic step. The old token is gone from every
+    /// structure.
+    ///
+    /// - From a guest session, or one already logged in as `user`, the cart and the
+    ///   viewed history move to the new token.
+    /// - From a session logged in as someone else (a shared browser), they do not:
+    ///   the other user's session ends as on logout, and `user` starts afresh. One
+    ///   person's cart never becomes another's.
+    /// - With a `once` key (the login form's one-time key), a second login with the
+    ///   same key and user within [`LOGIN_ONCE_TTL`] returns the token the first one
+    ///   made instead of rotating again: a double-submitted form used to rotate
+    ///   twice, the second time from an empty guest session, orphaning the cart on the
+    ///   first new token.
+    pub async fn login(
+        &self,
+        old: &SessionToken,
+        user: UserId,
+        once: Option<&str>,
+    ) -> Result<SessionToken, CacheError> {
+        let Some(form_key) = once else {
+            return self.rotate(old, user).await;
+        };
+        // The one-time key is claimed before the move and holds its result after,
+        // so a second submit of the same form (arriving with another session: the
+        // first one's cookie is gone) waits for the first and gets its session.
+        // It is a key of its own (its own slot in a cluster), not part of the
+        // move's script, because the second submit's session may be in another shard.
+        let once_key = self.keys.login_once(form_key);
+        let mut conn = self.conn.clone();
+        let ttl = LOGIN_ONCE_TTL.as_secs();
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(&once_key)
+            .arg(format!("{user} -"))
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut conn)
+            .await?;
+        if claimed.is_some() {
+            let new = match self.rotate(old, user).await {
+                Ok(new) => new,
+                Err(e) => {
+                    // Released, so the retry the user makes is not kept waiting.
+                    let _: Result<(), _> = conn.del(&once_key).await;
+                    return Err(e);
+                }
+            };
+            redis::cmd("SET")
+                .arg(&once_key)
+                .arg(format!("{user} {}", new.expose()))
+                .arg("XX")
+                .arg("EX")
+                .arg(ttl)
+                .exec_async(&mut conn)
+                .await?;
+            return Ok(new);
+        }
+        for _ in 0..LOGIN_ONCE_WAIT_STEPS {
+            let made: Option<String> = conn.get(&once_key).await?;
+            let Some((by, token)) = made.as_deref().and_then(|m| m.split_once(' ')) else {
+                break; // expired meanwhile
+            };
+            if by != user.to_string() {
+                break; // another user's form: their session is not this one's
+            }
+            if token == "-" {
+                // The first submit is still logging in.
+                tokio::time::sleep(LOGIN_ONCE_WAIT_STEP).await;
+                continue;
+            }
+            if let Ok(token) = token.parse::<SessionToken>()
+                && self.check_token(&token).await? == Some(user)
+            {
+                return Ok(token);
+            }
+            break; // that session ended since: log in afresh
+        }
+        self.rotate(old, user).await
+    }
+
+    /// The move itself: a fresh token in the old one's shard, one script.
+    async fn rotate(&self, old: &SessionToken, user: UserId) -> Result<SessionToken, CacheError> {
+        // In the same shard as the old token, so the move is one script in one slot.
+        let new = self.keys.fresh_token_beside(old);
+        scripts::LOGIN
+            .key(self.keys.recent_of(old))
+            .key(self.keys.login_of(old))
+            .key(self.keys.viewed_by(old))
+            .key(self.keys.viewed_by(&new))
+            .key(self.keys.cart(old))
+            .key(self.keys.cart(&new))
+            .arg(old.expose())
+            .arg(new.expose())
+            .arg(user)
+            .invoke_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(new)
+    }
+
+    /// Ends a session: its login, last-seen entry, history and cart are removed
+    /// together, so the token is worth nothing afterwards.
+    pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
+        redis::pipe()
+            .atomic()
+            .hdel(self.keys.login_of(token), token.expose())
+            .zrem(self.keys.recent_of(token), token.expose())
+            .del(self.keys.viewed_by(token))
+            .del(self.keys.cart(token))
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The session's recently viewed items, most recent first.
+    pub async fn recently_viewed(&self, token: &SessionToken) -> Result<Vec<ItemId>, CacheError> {
+        let raw: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.viewed_by(token))
+            .arg(0)
+            .arg(-1)
+            .arg("REV")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        raw.iter()
+            .map(|s| {
+                s.parse().map_err(|_| CacheError::Corrupt {
+                    what: "viewed:<token>",
+                })
+            })
+            .collect()
+    }
+
+    /// How many sessions exist (the size of `recent:`, over every shard), for metrics.
+    pub async fn count(&self) -> Result<u64, CacheError> {
+        let mut pipe = redis::pipe();
+        for shard in self.keys.shards() {
+            pipe.zcard(self.keys.recent_in(shard));
+        }
+        let sizes: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(sizes.iter().sum())
+    }
+}

@@ -1,0 +1,386 @@
+//! View accounting: the one touch every request makes of its session, and the item
+//! views it counts, from the touch to `viewed:`.
+//!
+//! The lifecycle, all of it here:
+//! 1. [`Sessions::touch`] with a [`Touch`] saying whose token it is (a client's, which
+//!    must already be a session, or one the shop issued) and what the request views.
+//!    One round trip: the `touch.lua` script refreshes `recent:`, puts an item in the
+//!    session's history and answers who is logged in.
+//! 2. An item page's touch may be sent *ahead* of the page's answer
+//!    ([`Touch::view_ahead`]), so it travels with the page's own lookup; then
+//!    [`Sessions::settle_view`] counts the view once the page answered 200, or takes
+//!    the item out of the history again.
+//! 3. A counted view goes into this process's batch (no Redis call per view),
+//!    and [`ViewFlusher`] writes the batch every [`VIEW_FLUSH_EVERY`]: one `ZINCRBY`
+//!    on `viewed:` and one `PFADD` on `viewers:<item>:<window>` per item, which also
+//!    keeps `viewed:`, one key on one node of a cluster, from taking a command per
+//!    page view.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{SessionToken, Sessions};
+use crate::RedisConn;
+use crate::daemon::Daemon;
+use crate::domain::{ItemId, UserId};
+use crate::keys::Keys;
+use crate::{CacheError, scripts};
+
+/// What one request does to its session: the argument of [`Sessions::touch`].
+///
+/// Built from whose token it is, then what the request adds:
+/// `Touch::presented()` for a token from a client's cookie, `Touch::issued()` for
+/// one the shop made (or the book's `update_token`), then `.view(item)`,
+/// `.view_ahead(item)` or `.as_user(user)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Touch {
+    must_exist: bool,
+    user: Option<UserId>,
+    view: Option<(ItemId, Count)>,
+}
+
+/// When a view is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// With the touch: the page is known to exist.
+    Now,
+    /// By [`Sessions::settle_view`], once the page answered.
+    OnSettle,
+}
+
+impl Touch {
+    /// A token a client presented: an unknown one (never issued, or cleaned) is
+    /// refused ([`Touched::Unknown`], nothing written), so no client chooses its own.
+    pub fn presented() -> Self {
+        Self {
+            must_exist: true,
+            user: None,
+            view: None,
+        }
+    }
+
+    /// A token the shop issued: an unknown one starts a session (the book's
+    /// `update_token`).
+    pub fn issued() -> Self {
+        Self {
+            must_exist: false,
+            ..Self::presented()
+        }
+    }
+
+    /// Records the session as logged in as `user` (the book's `update_token` with a
+    /// user; the shop itself logs in through [`Sessions::login`]).
+    pub fn as_user(self, user: UserId) -> Self {
+        Self {
+            user: Some(user),
+            ..self
+        }
+    }
+
+    /// A view of `item` whose page is known to exist: in the session's history and
+    /// counted.
+    pub fn view(self, item: ItemId) -> Self {
+        Self {
+            view: Some((item, Count::Now)),
+            ..self
+        }
+    }
+
+    /// A view of `item` sent before its page answered: put in the history now,
+    /// counted (or taken back) by [`Sessions::settle_view`].
+    pub fn view_ahead(self, item: ItemId) -> Self {
+        Self {
+            view: Some((item, Count::OnSettle)),
+            ..self
+        }
+    }
+}
+
+/// What [`Sessions::touch`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touched {
+    /// A live session, logged in as this user (or a guest).
+    Known(Option<UserId>),
+    /// A [`Touch::presented`] token that is no session: nothing was recorded.
+    Unknown,
+}
+
+impl Touched {
+    /// The user, for a touch that cannot be refused ([`Touch::issued`]).
+    pub fn user(self) -> Option<UserId> {
+        match self {
+            Touched::Known(user) => user,
+            Touched::Unknown => None,
+        }
+    }
+}
+
+impl Sessions {
+    /// Records one request of a session in one round trip (see [`Touch`]): last seen
+    /// now, the user when given, and an item view (kept in the session's
+    /// [`HISTORY_LEN`](super::HISTORY_LEN) most recent, and counted in this process's
+    /// batch for `viewed:`). Returns the user the token is logged in as, so no second
+    /// call to [`Sessions::check_token`] is needed.
+    pub async fn touch(&self, token: &SessionToken, touch: Touch) -> Result<Touched, CacheError> {
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let item = touch.view.map(|(item, _)| item);
+        let mut call = scripts::TOUCH.prepare_invoke();
+        // The shard is hashed once per request, not once per key.
+        let shard = self.keys.shard_of(token);
+        call.key(self.keys.recent_in(shard))
+            .key(self.keys.login_in(shard))
+            .key(self.keys.viewed_by_member(shard, token.expose()));
+        let (known, user): (i64, Option<String>) = call
+            .arg(token.expose())
+            .arg(opt(touch.user.map(UserId::get)))
+            .arg(opt(item.map(ItemId::get)))
+            .arg(super::HISTORY_LEN)
+            .arg(if touch.must_exist { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        if known == 0 {
+            return Ok(Touched::Unknown);
+        }
+        if let Some((item, Count::Now)) = touch.view {
+            self.views.add(item, token);
+        }
+        let user = user
+            .map(|raw| {
+                raw.parse()
+                    .map_err(|_| CacheError::Corrupt { what: "login:" })
+            })
+            .transpose()?;
+        Ok(Touched::Known(user))
+    }
+
+    /// Ends a [`Touch::view_ahead`] once the page answered: a `found` page's view is
+    /// counted (in this process's batch, no Redis call); otherwise the item leaves
+    /// the session's history again (one `ZREM`), so a made-up id never stays there
+    /// nor reaches the ranking. (If that touch trimmed the session's oldest view to
+    /// make room, that view stays gone.)
+    pub async fn settle_view(
+        &self,
+        token: &SessionToken,
+        item: ItemId,
+        found: bool,
+    ) -> Result<(), CacheError> {
+        if found {
+            self.views.add(item, token);
+            return Ok(());
+        }
+        redis::cmd("ZREM")
+            .arg(self.keys.viewed_by(token))
+            .arg(item.get())
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Writes the item views counted since the last flush: each item's count into
+    /// `viewed:` and its viewers into `viewers:<item>:<window>`. Returns how many
+    /// views it wrote. Called every [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] and once
+    /// more at shutdown.
+    pub async fn flush_views(&self) -> Result<u64, CacheError> {
+        self.views.flush(&self.conn, &self.keys).await
+    }
+
+    /// The views counted but not yet written, for metrics.
+    pub fn pending_views(&self) -> u64 {
+        self.views.pending()
+    }
+}
+
+/// How often a process writes the views it counted (cluster layout): often enough
+/// that the page cache's ranking follows within a blink, rarely enough that a busy
+/// item costs one command per tenth of a second instead of one per view.
+pub const VIEW_FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// The most distinct viewers a batch holds for the `viewers:` counts while Redis is
+/// unreachable; beyond it new viewers are dropped (the view counts themselves are
+/// integers and are always kept). Bounds the memory an outage can cost.
+const MAX_PENDING_VIEWERS: usize = 200_000;
+
+/// The views a process counted and has not yet written (cluster layout).
+///
+/// What a crash loses: the views of the last [`VIEW_FLUSH_EVERY`] (a tenth of a
+/// second of traffic of this one process), in the ranking and the viewer counts.
+/// Nothing else: the session, its history and the page itself were written by the
+/// touch script. A graceful stop flushes ([`ViewFlusher`] runs one last step), so
+/// it loses nothing; a flush that fails keeps its views for the next one.
+#[derive(Debug, Default)]
+pub(super) struct ViewBatch {
+    pending: Mutex<PendingViews>,
+}
+
+#[derive(Debug, Default)]
+struct PendingViews {
+    items: HashMap<ItemId, ItemViews>,
+    viewers: usize,
+}
+
+#[derive(Debug, Default)]
+struct ItemViews {
+    count: u64,
+    viewers: Vec<SessionToken>,
+}
+
+impl ViewBatch {
+    fn add(&self, item: ItemId, token: &SessionToken) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let full = pending.viewers >= MAX_PENDING_VIEWERS;
+        let entry = pending.items.entry(item).or_default();
+        entry.count += 1;
+        if !full {
+            entry.viewers.push(token.clone());
+            pending.viewers += 1;
+        }
+    }
+
+    fn pending(&self) -> u64 {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.items.values().map(|v| v.count).sum()
+    }
+
+    async fn flush(&self, conn: &RedisConn, keys: &Keys) -> Result<u64, CacheError> {
+        let taken = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if taken.items.is_empty() {
+            return Ok(0);
+        }
+        // Put back unless written: on an error, and also when this future is dropped
+        // mid-write (the daemon loop drops a step in flight at shutdown; the views
+        // were then lost before its last step could write them).
+        let mut unwritten = Unwritten {
+            into: self,
+            views: Some(taken),
+        };
+        let batch = unwritten.views.as_ref().expect("just set");
+        let window = crate::insights::current_window();
+        let ttl = crate::insights::WINDOW_TTL.as_secs();
+        let mut pipe = redis::pipe();
+        let mut views = 0;
+        for (item, seen) in &batch.items {
+            views += seen.count;
+            pipe.zincr(keys.item_views(), *item, -(seen.count as f64))
+                .ignore();
+            if !seen.viewers.is_empty() {
+                let key = keys.viewers(*item, window);
+                pipe.cmd("PFADD")
+                    .arg(&key)
+                    .arg(
+                        seen.viewers
+                            .iter()
+                            .map(SessionToken::expose)
+                            .collect::<Vec<_>>(),
+                    )
+                    .ignore();
+                // Only a new key gets its lifetime (as the touch script does).
+                pipe.cmd("EXPIRE").arg(&key).arg(ttl).arg("NX").ignore();
+            }
+        }
+        // On an error the guard keeps the views for the next flush. (Part of a
+        // pipeline may have been written before it failed; counting those again is
+        // the lesser error.)
+        pipe.exec_async(&mut conn.clone()).await?;
+        unwritten.views = None;
+        Ok(views)
+    }
+
+    fn merge_back(&self, batch: PendingViews) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (item, seen) in batch.items {
+            let room = MAX_PENDING_VIEWERS.saturating_sub(pending.viewers);
+            let entry = pending.items.entry(item).or_default();
+            entry.count += seen.count;
+            let kept = seen.viewers.len().min(room);
+            entry.viewers.extend(seen.viewers.into_iter().take(kept));
+            pending.viewers += kept;
+        }
+    }
+}
+
+/// Views taken out of the batch for a write, put back when dropped unless written.
+struct Unwritten<'a> {
+    into: &'a ViewBatch,
+    views: Option<PendingViews>,
+}
+
+impl Drop for Unwritten<'_> {
+    fn drop(&mut self) {
+        if let Some(views) = self.views.take() {
+            self.into.merge_back(views);
+        }
+    }
+}
+
+/// The daemon that writes each process's batched views every
+/// [`VIEW_FLUSH_EVERY`]. It runs in every process that serves pages (not only in
+/// workers): the views it writes are the ones this process counted.
+///
+/// What a crash loses: the views counted since the last flush (a tenth of a second
+/// of this process's traffic), in the ranking and the viewer counts; nothing else
+/// is batched. A graceful stop loses nothing: the loop's last step flushes after
+/// the server has answered its last request. A flush that fails keeps its views for
+/// the next one (up to a bound on the viewers held, so an outage cannot grow memory
+/// without end).
+///
+/// The loop's steps run as tasks of their own: the daemon loop drops a step in
+/// flight at shutdown, and a write dropped after Redis ran it but before its
+/// answer came back would put its views back to be written (and counted) twice.
+/// So the step's task goes on, and the last step waits for it before writing the
+/// rest.
+pub struct ViewFlusher {
+    sessions: Sessions,
+    in_flight: Option<tokio::task::JoinHandle<Result<u64, CacheError>>>,
+}
+
+impl ViewFlusher {
+    /// A flusher of `sessions`' batch.
+    pub fn new(sessions: Sessions) -> Self {
+        Self {
+            sessions,
+            in_flight: None,
+        }
+    }
+
+    /// Writes what is pending; the single step.
+    pub async fn step(&self) -> Result<u64, CacheError> {
+        self.sessions.flush_views().await
+    }
+
+    /// Waits for the step a dropped tick left running, if any.
+    async fn settle(&mut self) -> Result<u64, CacheError> {
+        let Some(task) = self.in_flight.as_mut() else {
+            return Ok(0);
+        };
+        let done = task.await;
+        self.in_flight = None;
+        done.unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()))
+    }
+}
+
+impl Daemon for ViewFlusher {
+    const NAME: &'static str = "view-flusher";
+    type Error = CacheError;
+
+    async fn tick(&mut self) -> Result<Duration, CacheError> {
+        if self.in_flight.is_none() {
+            let sessions = self.sessions.clone();
+            self.in_flight = Some(tokio::spawn(async move { sessions.flush_views().await }));
+        }
+        self.settle().await?;
+        Ok(VIEW_FLUSH_EVERY)
+    }
+
+    async fn finish(&mut self) {
+        if let Err(error) = self.settle().await {
+            tracing::warn!(%error, "the step in flight at shutdown failed");
+        }
+        match self.step().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(views = n, "wrote the last batch of views"),
+            Err(error) => tracing::warn!(%error, "could not write the last batch of views"),
+        }
+    }
+}
