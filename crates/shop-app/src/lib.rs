@@ -6,6 +6,9 @@
 //! the binary calls the same workflows from its commands. Dependencies point one
 //! way: `shop-web -> shop-app -> shop-cache / shop-db -> shop-domain`.
 //!
+//! - [`catalogue`]: adding, editing, retiring and importing items (the database
+//!   first, then the purge of every cached page that showed them) and the import
+//!   file's format ([`import`]);
 //! - [`accounts`]: logging in, signing up (the login limits, the password or the
 //!   new account, the session moved to a new token with the cart carried) and
 //!   logging out;
@@ -22,8 +25,10 @@
 //! them without handing over ownership.
 
 pub mod accounts;
+pub mod catalogue;
 pub mod error;
 pub mod flash;
+pub mod import;
 pub mod orders;
 pub mod rows;
 pub mod sale;

@@ -2,14 +2,14 @@
 //!
 //! Starting a sale writes its terms to the database (the record), loads them into
 //! Redis (where buys are decided and the sale page's live stock comes from), keeps
-//! the item's row cached for `/api/inventory`, and drops the cached sale page so it
-//! lists the new item at once.
+//! the item's row cached for `/api/inventory`, and purges the cached sale page so
+//! it lists the new item at once.
 
 use shop_cache::RedisConn;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::flash_sale::{FlashSales, Ledger, LedgerError, SaleTerms};
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{PageRequest, PageStore};
+use shop_cache::page_cache::{PageStore, PageTag};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::inventory::Sale;
@@ -71,7 +71,7 @@ impl SaleParts {
 }
 
 /// Puts `item` on sale (replacing a sale of it still running, with its buyers and
-/// answers), caches its row every `refresh` seconds and drops the cached sale page.
+/// answers), caches its row every `refresh` seconds and purges the cached sale page.
 /// `false` if there is no such item (nothing changed then).
 pub async fn start(
     stores: &SaleStores<'_>,
@@ -86,7 +86,7 @@ pub async fn start(
     stores.rows.schedule(item, refresh).await?;
     stores
         .pages
-        .remove(&PageRequest::new(crate::flash::SALE_PAGE_PATH, None).key())
+        .purge(&[PageTag::Sales, PageTag::Item(item)])
         .await?;
     Ok(true)
 }

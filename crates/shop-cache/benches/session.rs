@@ -58,19 +58,19 @@ impl Fixture {
         let mix = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let token = &self.tokens[(mix % SESSIONS as u64) as usize];
         let user = UserId::new(mix % SESSIONS as u64 + 1).unwrap();
-        let item = Some(ItemId::new((mix >> 20) % ITEMS + 1).unwrap());
+        let item = ItemId::new((mix >> 20) % ITEMS + 1).unwrap();
         let mut conn = self.conn.clone();
         let result = match way {
             Way::Lua => self
                 .sessions
-                .touch(token, Touch::issued().as_user(user).view(item.unwrap()))
+                .touch(token, Touch::issued().as_user(user).view(item))
                 .await
                 .map(|_| ()),
             Way::Pipeline => {
-                book::update_token_pipelined(&mut conn, &self.keys, token, user, item).await
+                book::update_token_pipelined(&mut conn, &self.keys, token, user, Some(item)).await
             }
             Way::BookSequential => {
-                book::update_token(&mut conn, &self.keys, token, user, item).await
+                book::update_token(&mut conn, &self.keys, token, user, Some(item)).await
             }
         };
         result.expect("touch");

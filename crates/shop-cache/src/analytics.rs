@@ -44,6 +44,17 @@ impl Analytics {
             .await?)
     }
 
+    /// Takes `item` out of the ranking (it is no longer sold): it leaves the home
+    /// page and the page cache's top at once.
+    pub async fn forget(&self, item: ItemId) -> Result<(), CacheError> {
+        redis::cmd("ZREM")
+            .arg(self.keys.item_views())
+            .arg(item)
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// The `n` most viewed items with their (decayed) view counts, most viewed first.
     pub async fn top(&self, n: u64) -> Result<Vec<(ItemId, f64)>, CacheError> {
         if n == 0 {

@@ -12,6 +12,15 @@
 //! - [`PageStore`] reads a page together with the item's rank in `viewed:` (one round
 //!   trip), stores pages with a TTL, and holds the short lock that lets one process
 //!   render a missing page while the others wait for it.
+//! - Tags and purge: every stored page is indexed under the [`PageTag`]s of what it
+//!   shows (its items, its department), and [`PageStore::purge`] replaces every page
+//!   of a tag by a tombstone, on every web server at once (they share Redis), on one
+//!   node or a cluster. A render that began before a purge can hold old content, so
+//!   it is not stored: a render first takes a [`RenderTicket`] (the purge epoch, read
+//!   before the database is), and the store is refused if any of the page's tags was
+//!   purged at a later epoch (`tag_page.lua`), or a tombstone of a later epoch sits on
+//!   the page's key (`store_page.lua`). Whichever order the purge and the store run
+//!   in, no old page is served after the purge returns (see the scripts).
 //!
 //! The HTTP side (which requests and responses qualify, serving, single-flight inside
 //! a process) is the tower layer in `shop-web`.
@@ -36,6 +45,57 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub const DEFAULT_RANK_LIMIT: u64 = 10_000;
 /// How long the render lock lives if its holder dies before releasing it.
 pub const LOCK_TTL: Duration = Duration::from_secs(5);
+/// How long a purge's marks (its tombstones, each tag's purge epoch) are kept: a
+/// render older than [`MAX_RENDER`] is never stored, so no render that began before
+/// a purge can reach its store after the marks are gone.
+pub const PURGE_MARK_TTL: Duration = Duration::from_secs(60);
+/// The oldest a render may be (from its [`RenderTicket`]) and still be stored.
+pub const MAX_RENDER: Duration = Duration::from_secs(30);
+
+/// What a cached page shows, so that a change to it purges the page.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PageTag {
+    /// One item (its page, and every listing that shows it).
+    Item(ItemId),
+    /// Every listing page of one department.
+    Department(String),
+    /// Every page that lists the departments (a department appears or goes).
+    Departments,
+    /// Every page of the whole catalogue's listing (an item is added or leaves).
+    AllItems,
+    /// Every page listing the sales (a sale starts).
+    Sales,
+}
+
+impl PageTag {
+    /// The tag's name in its keys: `i42`, `d<hex of the name>`, `depts`, `all`.
+    pub fn encode(&self) -> String {
+        match self {
+            PageTag::Item(item) => format!("i{item}"),
+            PageTag::Department(name) => format!("d{}", hex::encode(name.as_bytes())),
+            PageTag::Departments => "depts".to_owned(),
+            PageTag::AllItems => "all".to_owned(),
+            PageTag::Sales => "sales".to_owned(),
+        }
+    }
+}
+
+/// Taken before a render reads anything: the purge epoch then, and when.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderTicket {
+    epoch: u64,
+    began: std::time::Instant,
+}
+
+/// The answer to [`PageStore::store`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// The page is stored.
+    Yes,
+    /// Not stored: a tag of the page was purged since its render began (it may
+    /// show old content), or the render took longer than [`MAX_RENDER`].
+    Refused,
+}
 
 /// A request reduced to what makes its page different: the path, the query
 /// parameters in a canonical order, and the values of the headers the page varies on.
@@ -134,6 +194,16 @@ pub struct StoredPage {
 /// The first byte of the stored form; bump it when the layout changes, and old
 /// entries read as misses rather than garbage.
 const FORMAT_VERSION: u8 = 1;
+/// The first byte of a purged page's tombstone (then its epoch, in ASCII).
+const TOMBSTONE: u8 = 0;
+
+/// A stored value: a page, or a purged page's tombstone (read as nothing).
+fn decode_entry(bytes: &[u8]) -> Option<Result<StoredPage, CacheError>> {
+    if bytes.first() == Some(&TOMBSTONE) {
+        return None;
+    }
+    Some(StoredPage::decode(bytes))
+}
 
 impl StoredPage {
     /// Compresses `body` and keeps `headers` (lower-case names) for replay. The ETag
@@ -273,6 +343,9 @@ pub struct RenderLock {
     holder: String,
 }
 
+/// Pages replaced by tombstones per round trip of a purge.
+const PURGE_CHUNK: usize = 1_000;
+
 /// Cached pages in Redis.
 #[derive(Clone)]
 pub struct PageStore {
@@ -316,7 +389,7 @@ impl PageStore {
         if rank.is_none_or(|r| r >= self.rank_limit) {
             return Ok(Lookup::NotPopular);
         }
-        Ok(match page.map(|bytes| StoredPage::decode(&bytes)) {
+        Ok(match page.and_then(|bytes| decode_entry(&bytes)) {
             Some(Ok(page)) => Lookup::Hit(page),
             Some(Err(_)) => {
                 tracing::warn!("unreadable cached page; rendering it again");
@@ -333,19 +406,112 @@ impl PageStore {
             .arg(self.keys.page(key.as_str()))
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(bytes.and_then(|b| StoredPage::decode(&b).ok()))
+        Ok(bytes.and_then(|b| decode_entry(&b)?.ok()))
     }
 
-    /// Stores `page` under `key` for the TTL.
-    pub async fn store(&self, key: &PageKey, page: &StoredPage) -> Result<(), CacheError> {
-        redis::cmd("SET")
-            .arg(self.keys.page(key.as_str()))
-            .arg(page.encode())
-            .arg("PX")
-            .arg(self.ttl.as_millis() as u64)
-            .exec_async(&mut self.conn.clone())
+    /// Starts a render: reads the purge epoch. Call it before the render reads the
+    /// database, and hand the ticket to [`PageStore::store`].
+    pub async fn begin_render(&self) -> Result<RenderTicket, CacheError> {
+        let began = std::time::Instant::now();
+        let epoch: Option<u64> = redis::cmd("GET")
+            .arg(self.keys.purge_epoch())
+            .query_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(RenderTicket {
+            epoch: epoch.unwrap_or(0),
+            began,
+        })
+    }
+
+    /// Stores `page` under `key` for the TTL, indexed under `tags`, unless a purge
+    /// since `ticket` forbids it (see the module documentation). One round trip for
+    /// the tags (one per node on a cluster), one for the page.
+    pub async fn store(
+        &self,
+        key: &PageKey,
+        page: &StoredPage,
+        tags: &[PageTag],
+        ticket: &RenderTicket,
+    ) -> Result<Stored, CacheError> {
+        if ticket.began.elapsed() > MAX_RENDER {
+            return Ok(Stored::Refused);
+        }
+        let ttl = self.ttl.as_millis() as u64;
+        let mut conn = self.conn.clone();
+        if !tags.is_empty() {
+            let mut pipe = redis::pipe();
+            for tag in tags {
+                let tag = tag.encode();
+                let (set, purged) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
+                pipe.add_command(
+                    scripts::eval(scripts::TAG_PAGE, &[&set, &purged])
+                        .arg(key.as_str())
+                        .arg(ttl)
+                        .arg(ticket.epoch)
+                        .clone(),
+                );
+            }
+            let allowed: Vec<i64> = pipe.query_async(&mut conn).await?;
+            if allowed.contains(&0) {
+                return Ok(Stored::Refused);
+            }
+        }
+        let stored: i64 = scripts::STORE_PAGE
+            .key(self.keys.page(key.as_str()))
+            .arg(page.encode())
+            .arg(ttl)
+            .arg(ticket.epoch)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(if stored == 1 {
+            Stored::Yes
+        } else {
+            Stored::Refused
+        })
+    }
+
+    /// Purges every page showing any of `tags`, on every web server (they share
+    /// this Redis): once it returns, none of those pages is served from here again
+    /// until rendered afresh. Returns how many pages it purged. Call it after the
+    /// change is committed to the database.
+    pub async fn purge(&self, tags: &[PageTag]) -> Result<u64, CacheError> {
+        if tags.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.conn.clone();
+        let epoch: u64 = redis::cmd("INCR")
+            .arg(self.keys.purge_epoch())
+            .query_async(&mut conn)
+            .await?;
+        let mark_ttl = PURGE_MARK_TTL.as_millis() as u64;
+        let mut pipe = redis::pipe();
+        for tag in tags {
+            let tag = tag.encode();
+            let (set, purged) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
+            pipe.add_command(
+                scripts::eval(scripts::PURGE_TAG, &[&set, &purged])
+                    .arg(epoch)
+                    .arg(mark_ttl)
+                    .clone(),
+            );
+        }
+        let pages: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let pages: std::collections::BTreeSet<String> = pages.into_iter().flatten().collect();
+        let tombstone = [vec![TOMBSTONE], epoch.to_string().into_bytes()].concat();
+        let hashes: Vec<&String> = pages.iter().collect();
+        for chunk in hashes.chunks(PURGE_CHUNK) {
+            let mut pipe = redis::pipe();
+            for hash in chunk {
+                pipe.cmd("SET")
+                    .arg(self.keys.page(hash))
+                    .arg(&tombstone)
+                    .arg("PX")
+                    .arg(mark_ttl)
+                    .ignore();
+            }
+            pipe.exec_async(&mut conn).await?;
+        }
+        Ok(pages.len() as u64)
     }
 
     /// Drops the page stored under `key` (its content changed), so the next request

@@ -100,6 +100,22 @@ impl RowCache {
         self.schedule(row, -1.0).await
     }
 
+    /// Writes `json` as `row`'s cached copy now, if the row is cached (its source
+    /// changed), and makes it due so the refresher reads it again at once: a
+    /// refresh that read the source before the change cannot leave its old copy for
+    /// a whole interval. `false` if the row is not cached (nothing written).
+    pub async fn replace(&self, row: ItemId, json: &str) -> Result<bool, CacheError> {
+        let done: i64 = scripts::REPLACE_ROW
+            .key(self.keys.schedule())
+            .key(self.keys.delay())
+            .key(self.keys.inventory(row))
+            .arg(row)
+            .arg(json)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(done == 1)
+    }
+
     /// The cached copy of `row` (a JSON object), if any.
     pub async fn get(&self, row: ItemId) -> Result<Option<String>, CacheError> {
         Ok(redis::cmd("GET")

@@ -23,6 +23,34 @@ pub static CLEAN_SESSIONS: LazyLock<Script> =
 pub static RESCALE_VIEWS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/rescale_views.lua")));
 
+/// Indexes a page under one tag and says whether a purge since forbids storing it.
+/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
+pub const TAG_PAGE: &str = include_str!("lua/tag_page.lua");
+
+/// Stores a page unless a purge since its render began left a tombstone.
+pub static STORE_PAGE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/store_page.lua")));
+
+/// One tag's part of a purge: the mark, and the pages to replace by tombstones.
+/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
+pub const PURGE_TAG: &str = include_str!("lua/purge_tag.lua");
+
+/// An `EVAL` of `script` over `keys`, for a pipeline: a pipeline cannot load a
+/// script a node lacks and run it again, as [`Script`] does for one call, so
+/// scripts that go in pipelines are sent with their text (Redis keeps it cached).
+pub fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
+/// Replaces a cached row's copy after its source changed, if it is cached.
+pub static REPLACE_ROW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/replace_row.lua")));
+
 /// Releases a `SET NX PX` lock only if the caller still holds it.
 pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/unlock.lua")));
 

@@ -40,7 +40,13 @@ pub struct Item {
     pub price_cents: i64,
     /// Department.
     pub category: String,
+    /// No longer sold (kept for the orders that name it): its page answers 410,
+    /// and it is in no listing, search or ranking.
+    pub retired: bool,
 }
+
+/// The columns [`Item::from_row`] reads, for `SELECT` lists.
+pub(crate) const ITEM_COLUMNS: &str = "id, title, description, price_cents, category, retired_at";
 
 impl Item {
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self, DbError> {
@@ -51,23 +57,32 @@ impl Item {
             description: row.try_get("description")?,
             price_cents: row.try_get("price_cents")?,
             category: row.try_get("category")?,
+            retired: row.try_get::<Option<i64>, _>("retired_at")?.is_some(),
         })
+    }
+
+    /// Its four editable fields.
+    pub fn fields(&self) -> shop_domain::catalogue::ItemFields {
+        shop_domain::catalogue::ItemFields {
+            title: self.title.clone(),
+            description: self.description.clone(),
+            price_cents: self.price_cents,
+            category: self.category.clone(),
+        }
     }
 }
 
 impl Db {
-    /// The item, or `None` if there is no such item.
+    /// The item (retired or not), or `None` if there is no such item.
     pub async fn item(&self, id: ItemId) -> Result<Option<Item>, DbError> {
-        let row = sqlx::query(
-            "SELECT id, title, description, price_cents, category FROM items WHERE id = $1",
-        )
-        .bind(id.to_i64())
-        .fetch_optional(&self.read)
-        .await?;
+        let row = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = $1"))
+            .bind(id.to_i64())
+            .fetch_optional(&self.read)
+            .await?;
         row.as_ref().map(Item::from_row).transpose()
     }
 
-    /// The items with these ids that exist, in the order asked for (an id asked
+    /// The items (retired or not) with these ids that exist, in the order asked for (an id asked
     /// for twice is answered twice). Any number of ids: they are looked up
     /// `IN_LIST_CHUNK` at a time, each distinct id once.
     pub async fn items(&self, ids: &[ItemId]) -> Result<Vec<Item>, DbError> {
@@ -75,7 +90,7 @@ impl Db {
         Ok(ids.iter().filter_map(|id| found.get(id).cloned()).collect())
     }
 
-    /// The items with these ids that exist, by id (for joining them to other
+    /// The items (retired or not) with these ids that exist, by id (for joining them to other
     /// data by id), read in chunks of `IN_LIST_CHUNK` ids.
     pub async fn items_by_id(&self, ids: &[ItemId]) -> Result<HashMap<ItemId, Item>, DbError> {
         let mut seen = HashSet::with_capacity(ids.len());
@@ -87,7 +102,7 @@ impl Db {
         let mut found = HashMap::with_capacity(distinct.len());
         for chunk in distinct.chunks(IN_LIST_CHUNK) {
             let sql = format!(
-                "SELECT id, title, description, price_cents, category FROM items WHERE id IN ({})",
+                "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({})",
                 placeholders(chunk.len())
             );
             let mut q = sqlx::query(&sql);
@@ -102,7 +117,7 @@ impl Db {
         Ok(found)
     }
 
-    /// How many items the catalogue holds.
+    /// How many items the catalogue holds (retired ones too).
     pub async fn item_count(&self) -> Result<u64, DbError> {
         let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM items")
             .fetch_one(&self.read)
@@ -118,15 +133,16 @@ impl Db {
 /// (`after`), so page 1,000 reads the same few index entries as page 1, where
 /// `OFFSET` would read and throw away every row before it.
 impl Db {
-    /// The departments, in name order. A loose index scan (one index probe per
+    /// The departments with at least one live item, in name order. A loose index scan (one index probe per
     /// department, not a read of every item), written as a recursive query both
     /// databases run.
     pub async fn categories(&self) -> Result<Vec<String>, DbError> {
         let rows = sqlx::query(
             "WITH RECURSIVE c (name) AS ( \
-                 SELECT MIN(category) FROM items \
+                 SELECT MIN(category) FROM items WHERE retired_at IS NULL \
                  UNION ALL \
-                 SELECT (SELECT MIN(category) FROM items WHERE category > c.name) \
+                 SELECT (SELECT MIN(category) FROM items \
+                         WHERE category > c.name AND retired_at IS NULL) \
                  FROM c WHERE c.name IS NOT NULL \
              ) SELECT name FROM c WHERE name IS NOT NULL",
         )
@@ -137,7 +153,7 @@ impl Db {
             .collect()
     }
 
-    /// Up to `limit` items in id order with ids above `after` (from the first
+    /// Up to `limit` live items in id order with ids above `after` (from the first
     /// when `None`), of one department when `category` is given.
     pub async fn items_page(
         &self,
@@ -148,10 +164,10 @@ impl Db {
         let after = after.map_or(0, ItemId::to_i64);
         let rows = match category {
             Some(category) => {
-                sqlx::query(
-                    "SELECT id, title, description, price_cents, category FROM items \
-                     WHERE category = $1 AND id > $2 ORDER BY id LIMIT $3",
-                )
+                sqlx::query(&format!(
+                    "SELECT {ITEM_COLUMNS} FROM items \
+                     WHERE category = $1 AND id > $2 AND retired_at IS NULL ORDER BY id LIMIT $3"
+                ))
                 .bind(category)
                 .bind(after)
                 .bind(i64::from(limit))
@@ -159,10 +175,10 @@ impl Db {
                 .await?
             }
             None => {
-                sqlx::query(
-                    "SELECT id, title, description, price_cents, category FROM items \
-                     WHERE id > $1 ORDER BY id LIMIT $2",
-                )
+                sqlx::query(&format!(
+                    "SELECT {ITEM_COLUMNS} FROM items \
+                     WHERE id > $1 AND retired_at IS NULL ORDER BY id LIMIT $2"
+                ))
                 .bind(after)
                 .bind(i64::from(limit))
                 .fetch_all(&self.read)

@@ -16,6 +16,7 @@
 //! of first use (SQLite numbers `$N` parameters by first appearance), `BIGINT`-sized
 //! integers, unix-second timestamps, `ON CONFLICT` and `RETURNING` (both support them).
 
+pub mod catalogue;
 mod db;
 mod error;
 pub mod flash;

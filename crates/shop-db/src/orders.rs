@@ -4,8 +4,10 @@
 //! makes a repeated checkout return the first order), then per line a conditional
 //! `UPDATE inventory SET stock = stock - q WHERE stock >= q`, so stock never goes
 //! negative and a line that cannot be filled aborts the whole order. The lines'
-//! prices are read before the transaction, in bounded `IN (...)` chunks, so a cart
-//! of any size never exceeds a database's parameter limit.
+//! items are read inside the transaction (in bounded `IN (...)` chunks, so a cart
+//! of any size never exceeds a database's parameter limit): an order is charged
+//! the prices the database holds when it commits, never a page's, and a retired
+//! item aborts it.
 
 use std::collections::HashMap;
 
@@ -13,6 +15,8 @@ use serde::Serialize;
 use shop_domain::{ItemId, UserId};
 use sqlx::Row;
 
+use crate::catalogue::read_items;
+use crate::items::Item;
 use crate::{Db, DbError};
 
 /// The answer to a checkout.
@@ -33,6 +37,11 @@ pub enum CheckoutOutcome {
     },
     /// No such item; nothing was ordered.
     UnknownItem {
+        /// The item.
+        item_id: ItemId,
+    },
+    /// The item is no longer sold (retired); nothing was ordered.
+    Retired {
         /// The item.
         item_id: ItemId,
     },
@@ -67,17 +76,6 @@ impl Db {
         if lines.is_empty() {
             return Ok(CheckoutOutcome::Empty);
         }
-        // Prices first, on the read pool and in bounded `IN (...)` chunks, so the
-        // write connection (SQLite's one writer) is held only for the writes. Prices
-        // never change once an item exists, so reading them outside the transaction
-        // is as good as inside.
-        let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
-        let prices: HashMap<ItemId, i64> = self
-            .items_by_id(&ids)
-            .await?
-            .into_iter()
-            .map(|(id, item)| (id, item.price_cents))
-            .collect();
         let mut tx = self.begin_write().await?;
         let order = sqlx::query(
             "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
@@ -104,11 +102,22 @@ impl Db {
             });
         };
         let order_id: i64 = order.try_get("id")?;
+        // The items as this transaction sees them: a price changed or an item
+        // retired before the commit is what the order gets.
+        let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
+        let items: HashMap<ItemId, Item> = read_items(&mut tx, &ids).await?;
         let mut total = 0i64;
         for &(item, quantity) in lines {
-            let Some(&price) = prices.get(&item) else {
-                tx.rollback().await?;
-                return Ok(CheckoutOutcome::UnknownItem { item_id: item });
+            let price = match items.get(&item) {
+                None => {
+                    tx.rollback().await?;
+                    return Ok(CheckoutOutcome::UnknownItem { item_id: item });
+                }
+                Some(found) if found.retired => {
+                    tx.rollback().await?;
+                    return Ok(CheckoutOutcome::Retired { item_id: item });
+                }
+                Some(found) => found.price_cents,
             };
             let took = sqlx::query(
                 "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3",

@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod account;
+pub mod catalogue;
 mod flash;
 mod token;
 
@@ -45,6 +46,18 @@ pub enum InvalidInput {
         /// The configured maximum.
         max: u32,
     },
+    /// An item's title breaks its rule ([`catalogue::title`]).
+    #[error("a title is 1 to 200 characters, without control characters")]
+    Title,
+    /// An item's description breaks its rule ([`catalogue::description`]).
+    #[error("a description is at most 10,000 characters, without control characters")]
+    Description,
+    /// A price out of range ([`catalogue::price_cents`]).
+    #[error("a price is a whole number of cents from 0 to 1,000,000,000")]
+    Price,
+    /// A department name breaks its rule ([`catalogue::category`]).
+    #[error("a department is 1 to 100 characters, without '/' or control characters")]
+    Category,
 }
 
 /// Parses a strictly positive decimal id: ASCII digits only, no sign, no leading zero,

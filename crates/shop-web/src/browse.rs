@@ -16,11 +16,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 use shop_cache::domain::ItemId;
+use shop_cache::page_cache::PageTag;
 use shop_db::search::SearchWords;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
+use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
 use crate::templates::{self, ItemView, ListingPage, SearchPage, url_encode};
 
 /// Items on a listing page.
@@ -102,6 +103,12 @@ async fn listing(
     if items.is_empty() && after.is_none() && category.is_some() {
         return Err(WebError::not_found("there is no such department"));
     }
+    // What the page shows, for purges: its items and the one after them (which
+    // decides the "next" link), its department (an item entering it) or the whole
+    // catalogue, and the department list beside it.
+    let mut tags: Vec<PageTag> = items.iter().map(|it| PageTag::Item(it.id)).collect();
+    tags.push(category.map_or(PageTag::AllItems, |c| PageTag::Department(c.to_owned())));
+    tags.push(PageTag::Departments);
     let more = items.len() > LISTING_PAGE as usize;
     items.truncate(LISTING_PAGE as usize);
     let base = match category {
@@ -119,7 +126,9 @@ async fn listing(
         first: after.is_some().then_some(base),
         items: items.iter().map(ItemView::from).collect(),
     };
-    Ok(templates::render(&page)?.into_response())
+    let mut resp = templates::render(&page)?.into_response();
+    resp.extensions_mut().insert(PageTags(tags));
+    Ok(resp)
 }
 
 /// "kitchen" -> "Kitchen".

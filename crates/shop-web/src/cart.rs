@@ -41,10 +41,14 @@ async fn show(State(state): State<AppState>, session: Session) -> Result<Respons
         .iter()
         .filter_map(|(id, qty)| {
             let item = by_id.get(id)?;
-            total += item.price_cents * i64::from(qty.get());
+            // At the item's price now; a retired item is shown, not counted.
+            if !item.retired {
+                total += item.price_cents * i64::from(qty.get());
+            }
             Some(CartLineView {
                 item: ItemView::from(item),
                 quantity: qty.get(),
+                available: !item.retired,
             })
         })
         .collect();
@@ -79,8 +83,18 @@ async fn update(
         .trim()
         .parse()
         .map_err(|_| WebError::bad_request("count must be a whole number"))?;
-    if count > 0 && state.db.item(item).await?.is_none() {
-        return Err(WebError::not_found("there is no such item"));
+    if count > 0 {
+        match state.db.item(item).await? {
+            None => return Err(WebError::not_found("there is no such item")),
+            Some(found) if found.retired => {
+                return Err(WebError::new(
+                    StatusCode::GONE,
+                    "retired",
+                    format!("item {item} is no longer sold"),
+                ));
+            }
+            Some(_) => {}
+        }
     }
     state.carts.set(&session.token, item, count).await?;
     if wants_json(&headers) {
@@ -128,6 +142,13 @@ async fn checkout(
             StatusCode::CONFLICT,
             "unknown_item",
             format!("item {item_id} is no longer sold; remove it and try again"),
+        )),
+        CheckoutOutcome::Retired { item_id } => Err(WebError::new(
+            StatusCode::CONFLICT,
+            "item_retired",
+            format!(
+                "item {item_id} is no longer available; remove it from your cart and try again"
+            ),
         )),
     }
 }

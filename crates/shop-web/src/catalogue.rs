@@ -3,6 +3,7 @@
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
@@ -40,7 +41,8 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
                 .collect()
         }
     };
-    let items = state.db.items(&ids).await?;
+    let mut items = state.db.items(&ids).await?;
+    items.retain(|item| !item.retired);
     let page = HomePage {
         items: items.iter().map(ItemView::from).collect(),
         categories: CategoryLink::all(&state.db.categories().await?),
@@ -61,6 +63,13 @@ async fn item(
         .item(id)
         .await?
         .ok_or_else(|| WebError::not_found("there is no such item"))?;
+    if item.retired {
+        return Err(WebError::new(
+            StatusCode::GONE,
+            "retired",
+            "this item is no longer sold",
+        ));
+    }
     let page = ItemPage {
         item: ItemView::from(&item),
         category: item.category.clone(),

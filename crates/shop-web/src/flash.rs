@@ -36,9 +36,11 @@ use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
 use tokio::sync::watch;
 
+use shop_cache::page_cache::PageTag;
+
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
+use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
 use crate::request::{ItemPath, idempotency_key};
 use crate::session::Session;
 use crate::templates::{self, FlashPage, SaleItem};
@@ -155,11 +157,15 @@ async fn buy(
 
 async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
     let ids = state.db.sale_items(unix_now()).await?;
+    // Purged when a sale starts, or an item on it changes.
+    let mut tags: Vec<PageTag> = ids.iter().map(|id| PageTag::Item(*id)).collect();
+    tags.push(PageTag::Sales);
     let items = state
         .db
         .items(&ids)
         .await?
         .into_iter()
+        .filter(|item| !item.retired)
         .map(|item| SaleItem {
             demo: state.config.demo_sale == Some(item.id),
             id: item.id.get(),
@@ -167,5 +173,7 @@ async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
             price_cents: item.price_cents,
         })
         .collect();
-    Ok(templates::render(&FlashPage { items })?.into_response())
+    let mut resp = templates::render(&FlashPage { items })?.into_response();
+    resp.extensions_mut().insert(PageTags(tags));
+    Ok(resp)
 }

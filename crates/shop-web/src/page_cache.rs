@@ -32,6 +32,12 @@
 //! If Redis fails, the layer calls the handler and returns its page: the cache can
 //! make the shop faster, never unavailable.
 //!
+//! Purges: a handler names what its page shows by a [`PageTags`] extension on its
+//! response (an item page of [`Pages::Ranked`] is tagged with its item without
+//! it); the page is stored under those tags, and a change to any of them purges it
+//! ([`PageStore::purge`]). A render takes its purge ticket before it calls the
+//! handler, so a page rendered from data older than a purge is never stored.
+//!
 //! This file is the layer (which requests qualify, lookup, fill, store); the
 //! single flight is in `flight`, HTTP negotiation (gzip, `If-None-Match`, `HEAD`,
 //! what may be stored) in `negotiate`.
@@ -65,7 +71,9 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use http_body::Body as _;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::{Lookup, PageKey, PageRequest, PageStore, StoredPage};
+use shop_cache::page_cache::{
+    Lookup, PageKey, PageRequest, PageStore, PageTag, RenderTicket, Stored, StoredPage,
+};
 use tower::{Layer, Service, ServiceExt};
 
 use crate::error::Cause;
@@ -88,6 +96,12 @@ const REPLAYED: [HeaderName; 5] = [
     header::LAST_MODIFIED,
     header::VARY,
 ];
+
+/// Set by a handler on its response: what the page shows (its items, its
+/// department), so that a change to any of them purges the stored page. Never
+/// sent to the client.
+#[derive(Debug, Clone, Default)]
+pub struct PageTags(pub Vec<PageTag>);
 
 /// Which requests a layer may cache.
 #[derive(Debug, Clone, Copy)]
@@ -251,9 +265,9 @@ impl Shared {
                     bump(&self.stats.hits);
                     labelled(resp, "HIT")
                 }
-                Err(_) => self.fill(key, req, ask, inner).await,
+                Err(_) => self.fill(key, item, req, ask, inner).await,
             },
-            Ok(Lookup::Miss) => self.fill(key, req, ask, inner).await,
+            Ok(Lookup::Miss) => self.fill(key, item, req, ask, inner).await,
             Ok(Lookup::NotPopular) => {
                 bump(&self.stats.bypasses);
                 labelled(call(inner, req).await, "BYPASS")
@@ -292,7 +306,14 @@ impl Shared {
     }
 
     /// A cacheable request whose page is not stored: render it once.
-    async fn fill<S>(self: Arc<Self>, key: PageKey, req: Request, ask: Ask, inner: S) -> Response
+    async fn fill<S>(
+        self: Arc<Self>,
+        key: PageKey,
+        item: Option<ItemId>,
+        req: Request,
+        ask: Ask,
+        inner: S,
+    ) -> Response
     where
         S: Service<Request, Response = Response, Error = Infallible> + Send,
         S::Future: Send,
@@ -306,7 +327,7 @@ impl Shared {
                     return labelled(resp, "HIT");
                 }
                 // The render was not storable, failed or is too slow: do it here.
-                self.render(&key, req, &ask, inner).await.0
+                self.render(&key, item, req, &ask, inner).await.0
             }
             Role::Leader(leader) => {
                 let lock = match self.store.try_lock(&key).await {
@@ -328,7 +349,7 @@ impl Shared {
                         None
                     }
                 };
-                let (resp, page) = self.render(&key, req, &ask, inner).await;
+                let (resp, page) = self.render(&key, item, req, &ask, inner).await;
                 if let Some(page) = page {
                     leader.publish(page);
                 }
@@ -342,6 +363,27 @@ impl Shared {
                     .log();
                 }
                 resp
+            }
+        }
+    }
+
+    /// Stores a rendered page under its tags (a refusal is a purge since the render
+    /// began: the page is served to this request but not kept).
+    async fn store_page(
+        &self,
+        key: &PageKey,
+        page: &StoredPage,
+        tags: &[PageTag],
+        ticket: &RenderTicket,
+    ) {
+        match self.store.store(key, page, tags, ticket).await {
+            Ok(Stored::Yes) => {}
+            Ok(Stored::Refused) => {
+                tracing::debug!("a page rendered before a purge was not stored");
+            }
+            Err(error) => {
+                bump(&self.stats.errors);
+                Cause::redis(&error, "storing a page failed").log();
             }
         }
     }
@@ -368,6 +410,7 @@ impl Shared {
     async fn render<S>(
         &self,
         key: &PageKey,
+        item: Option<ItemId>,
         req: Request,
         ask: &Ask,
         inner: S,
@@ -377,7 +420,22 @@ impl Shared {
         S::Future: Send,
     {
         bump(&self.stats.misses);
-        let resp = call(inner, req).await;
+        // Before the handler reads anything: a purge after this refuses the store.
+        let ticket = match self.store.begin_render().await {
+            Ok(ticket) => Some(ticket),
+            Err(error) => {
+                bump(&self.stats.errors);
+                Cause::redis(&error, "page cache epoch read failed; not storing").log();
+                None
+            }
+        };
+        let mut resp = call(inner, req).await;
+        let mut tags = resp
+            .extensions_mut()
+            .remove::<PageTags>()
+            .map(|PageTags(tags)| tags)
+            .unwrap_or_default();
+        tags.extend(item.map(PageTag::Item));
         if !storable(&resp) {
             return (labelled(resp, "MISS"), None);
         }
@@ -407,9 +465,8 @@ impl Shared {
             })
             .collect();
         let page = Arc::new(StoredPage::new(parts.status.as_u16(), headers, &bytes));
-        if let Err(error) = self.store.store(key, &page).await {
-            bump(&self.stats.errors);
-            Cause::redis(&error, "storing a page failed").log();
+        if let Some(ticket) = ticket {
+            self.store_page(key, &page, &tags, &ticket).await;
         }
         // Served from what was stored, so a hit and a miss look the same; if that
         // fails (it cannot, the page was just built), fall back to the handler's bytes.

@@ -145,6 +145,8 @@ pub struct CartLineView {
     pub item: ItemView,
     /// How many.
     pub quantity: u32,
+    /// False for a retired item: shown as no longer available, not in the total.
+    pub available: bool,
 }
 
 /// `GET /cart`.

@@ -26,6 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => commands::migrate::run(args).await,
         Command::Sale(args) => commands::sale::run(args.command).await,
         Command::Users(args) => commands::users::run(args.command).await,
+        Command::Items(args) => commands::items::run(args).await,
         Command::Load(args) => commands::load::run(args).await,
     }
 }

@@ -366,6 +366,34 @@ impl Keys {
         format!("{}cache:{request_hash}", self.0.prefix)
     }
 
+    /// Set: the hashes of the cached pages that show `tag` (an item, a department),
+    /// so a change purges exactly those. It expires with the pages it indexes. In
+    /// the cluster layout the tag is the key's hash tag, shared with
+    /// [`Keys::page_tag_purged`], so one script reads both.
+    pub fn page_tag(&self, tag: &str) -> String {
+        self.tag_key("ptag:", tag)
+    }
+
+    /// String: the purge epoch of the tag's last purge, kept a minute: a render
+    /// that began before it (an older epoch) may hold old content and is not stored.
+    pub fn page_tag_purged(&self, tag: &str) -> String {
+        self.tag_key("ptag-purged:", tag)
+    }
+
+    /// String: the purge counter, one more per purge; a render reads it before it
+    /// reads the database, and stores its page only if no tag of the page was
+    /// purged since (see `page_cache`).
+    pub fn purge_epoch(&self) -> String {
+        format!("{}purge-epoch", self.0.prefix)
+    }
+
+    fn tag_key(&self, name: &str, tag: &str) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}{name}{tag}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}{name}{{t{tag}}}", self.0.prefix),
+        }
+    }
+
     /// String: held (`SET NX PX`) by the one process rendering a missing page, so a
     /// popular page that expires is rendered once, not once per request.
     pub fn page_lock(&self, request_hash: &str) -> String {

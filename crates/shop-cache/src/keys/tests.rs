@@ -47,6 +47,9 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.views_rescaled().to_owned(),
         k.page("x"),
         k.page_lock("x"),
+        k.page_tag("i1"),
+        k.page_tag_purged("i1"),
+        k.purge_epoch(),
         k.viewers(i, 1),
         k.buyers(i, 1),
         k.also_bought_epoch().to_owned(),
@@ -133,6 +136,9 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         assert_eq!(tag(&key), tag(&k.sale(i)), "{key}");
     }
     assert_ne!(tag(&k.sale(i)), tag(&k.sale(ItemId::new(43).unwrap())));
+    // a purge of one tag: its page set and its purge mark; tags spread.
+    assert_eq!(tag(&k.page_tag("i42")), tag(&k.page_tag_purged("i42")));
+    assert_ne!(tag(&k.page_tag("i42")), tag(&k.page_tag("i43")));
     // Different items and sessions spread.
     assert_ne!(
         tag(&k.also_bought(i)),

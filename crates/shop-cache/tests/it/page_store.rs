@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::{LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, StoredPage};
+use shop_cache::page_cache::{
+    LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, PageTag, Stored, StoredPage,
+};
 
 use crate::{Fixture, both_layouts};
 
@@ -23,6 +25,15 @@ fn page(body: &str) -> StoredPage {
 
 fn key_of(path: &str) -> PageKey {
     PageRequest::new(path, None).key()
+}
+
+/// Stores `page` untagged, as a render that began just now, and checks it stuck.
+async fn put(store: &PageStore, key: &PageKey, page: &StoredPage) {
+    let ticket = store.begin_render().await.unwrap();
+    assert_eq!(
+        store.store(key, page, &[], &ticket).await.unwrap(),
+        Stored::Yes
+    );
 }
 
 /// The store under test: pages kept `ttl`, items ranked below `rank_limit` cached.
@@ -61,8 +72,8 @@ async fn lookup_caches_only_items_ranked_below_the_limit(fx: Fixture) {
     );
 
     // A stored page is a hit only while its item ranks.
-    store.store(&one, &page("one")).await.unwrap();
-    store.store(&three, &page("three")).await.unwrap();
+    put(&store, &one, &page("one")).await;
+    put(&store, &three, &page("three")).await;
     assert_eq!(
         store.lookup(&one, Some(item(1))).await.unwrap(),
         Lookup::Hit(page("one"))
@@ -86,7 +97,7 @@ async fn lookup_caches_only_items_ranked_below_the_limit(fx: Fixture) {
     // A page that is no item's skips the ranking.
     assert_eq!(store.lookup(&unseen, None).await.unwrap(), Lookup::Miss);
     let cart = key_of("/cart");
-    store.store(&cart, &page("cart")).await.unwrap();
+    put(&store, &cart, &page("cart")).await;
     assert_eq!(
         store.lookup(&cart, None).await.unwrap(),
         Lookup::Hit(page("cart"))
@@ -99,7 +110,7 @@ async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
     let t = shop_cache::session::SessionToken::generate();
     let store = store_of(&fx, Duration::from_secs(60), 1);
     let key = key_of("/items/5");
-    store.store(&key, &page("five")).await.unwrap();
+    put(&store, &key, &page("five")).await;
     assert_eq!(
         store.lookup(&key, Some(item(5))).await.unwrap(),
         Lookup::NotPopular
@@ -118,7 +129,7 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
     let key = key_of("/items/1");
     assert_eq!(store.get(&key).await.unwrap(), None);
     let body = "<p>A fine item.</p>".repeat(100);
-    store.store(&key, &page(&body)).await.unwrap();
+    put(&store, &key, &page(&body)).await;
     let got = store.get(&key).await.unwrap().expect("stored");
     assert_eq!(got, page(&body));
     assert_eq!(got.body().unwrap(), body.as_bytes());
@@ -132,7 +143,7 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
         .pexpire(fx.keys.page(key.as_str()), 1_000)
         .await
         .unwrap();
-    store.store(&key, &page("new")).await.unwrap();
+    put(&store, &key, &page("new")).await;
     assert_eq!(store.get(&key).await.unwrap(), Some(page("new")));
     let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
     assert!(pttl > 299_000, "pttl {pttl}");
@@ -140,7 +151,7 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
     // A short TTL: gone once it passes.
     let brief = store_of(&fx, Duration::from_millis(200), 10);
     let other = key_of("/items/2");
-    brief.store(&other, &page("brief")).await.unwrap();
+    put(&brief, &other, &page("brief")).await;
     assert!(brief.get(&other).await.unwrap().is_some());
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(brief.get(&other).await.unwrap(), None);
@@ -152,8 +163,8 @@ async fn different_requests_are_different_pages(fx: Fixture) {
     let en = PageRequest::new("/items/1", Some("b=2&a=1")).vary_on("accept-language", b"en");
     let same = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("Accept-Language", b"en");
     let de = PageRequest::new("/items/1", Some("a=1&b=2")).vary_on("accept-language", b"de");
-    store.store(&en.key(), &page("english")).await.unwrap();
-    store.store(&de.key(), &page("deutsch")).await.unwrap();
+    put(&store, &en.key(), &page("english")).await;
+    put(&store, &de.key(), &page("deutsch")).await;
     assert_eq!(store.get(&same.key()).await.unwrap(), Some(page("english")));
     assert_eq!(store.get(&de.key()).await.unwrap(), Some(page("deutsch")));
     let mut expected = vec![
@@ -176,7 +187,7 @@ async fn an_unreadable_page_is_a_miss(fx: Fixture) {
     assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
     assert_eq!(store.get(&key).await.unwrap(), None);
     // Rendering it again replaces it.
-    store.store(&key, &page("fresh")).await.unwrap();
+    put(&store, &key, &page("fresh")).await;
     assert_eq!(
         store.lookup(&key, None).await.unwrap(),
         Lookup::Hit(page("fresh"))
@@ -187,8 +198,8 @@ async fn remove_drops_the_page(fx: Fixture) {
     let store = store_of(&fx, Duration::from_secs(60), 10);
     rank_items(&fx, 1).await;
     let (key, other) = (key_of("/items/1"), key_of("/items/2"));
-    store.store(&key, &page("one")).await.unwrap();
-    store.store(&other, &page("two")).await.unwrap();
+    put(&store, &key, &page("one")).await;
+    put(&store, &other, &page("two")).await;
     store.remove(&key).await.unwrap();
     assert_eq!(store.get(&key).await.unwrap(), None);
     assert_eq!(
@@ -263,5 +274,79 @@ async fn an_expired_lock_taken_by_another_is_not_released_by_the_first(fx: Fixtu
     store.unlock(second).await.unwrap();
     let held: bool = raw.exists(&lock_key).await.unwrap();
     assert!(!held);
+}
+}
+
+both_layouts! {
+async fn a_purge_removes_every_page_of_its_tags_and_no_other(fx: Fixture) {
+    let store = store_of(&fx, Duration::from_secs(60), 10);
+    let kitchen = PageTag::Department("kitchen & bath, ÜBER {x}".into());
+    let (item_page, listing, other) = (key_of("/items/1"), key_of("/c/kitchen"), key_of("/items/2"));
+    let ticket = store.begin_render().await.unwrap();
+    for (key, tags) in [
+        (&item_page, vec![PageTag::Item(item(1))]),
+        (&listing, vec![PageTag::Item(item(1)), PageTag::Item(item(2)), kitchen.clone()]),
+        (&other, vec![PageTag::Item(item(2))]),
+    ] {
+        assert_eq!(store.store(key, &page("old"), &tags, &ticket).await.unwrap(), Stored::Yes);
+    }
+    assert_eq!(store.purge(&[PageTag::Item(item(1))]).await.unwrap(), 2);
+    assert_eq!(store.lookup(&item_page, None).await.unwrap(), Lookup::Miss);
+    assert_eq!(store.get(&listing).await.unwrap(), None);
+    assert_eq!(store.get(&other).await.unwrap(), Some(page("old")));
+    // A purge of a tag whose pages are gone purges nothing; a department's purges
+    // its listing.
+    assert_eq!(store.purge(&[PageTag::Item(item(1))]).await.unwrap(), 0);
+    let ticket = store.begin_render().await.unwrap();
+    store.store(&listing, &page("new"), std::slice::from_ref(&kitchen), &ticket).await.unwrap();
+    assert_eq!(store.purge(&[kitchen]).await.unwrap(), 1);
+    assert_eq!(store.get(&listing).await.unwrap(), None);
+}
+
+async fn a_render_that_began_before_a_purge_is_not_stored(fx: Fixture) {
+    let store = store_of(&fx, Duration::from_secs(60), 10);
+    let key = key_of("/items/1");
+    let tags = [PageTag::Item(item(1))];
+    // The render read the epoch (and then the database) before the change...
+    let before = store.begin_render().await.unwrap();
+    // ... the change committed and purged (nothing of it stored yet) ...
+    store.purge(&tags).await.unwrap();
+    // ... so its page may be old: refused by the tag's purge mark.
+    assert_eq!(store.store(&key, &page("old"), &tags, &before).await.unwrap(), Stored::Refused);
+    assert_eq!(store.get(&key).await.unwrap(), None);
+
+    // A page stored, then purged: the tombstone refuses a store from before the
+    // purge even without tags (the order where the purge ran between the tag
+    // index and the store).
+    let ticket = store.begin_render().await.unwrap();
+    store.store(&key, &page("v1"), &tags, &ticket).await.unwrap();
+    store.purge(&tags).await.unwrap();
+    assert_eq!(store.store(&key, &page("v1"), &[], &ticket).await.unwrap(), Stored::Refused);
+    assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
+
+    // A render that began after the purge stores, over the tombstone.
+    let after = store.begin_render().await.unwrap();
+    assert_eq!(store.store(&key, &page("v2"), &tags, &after).await.unwrap(), Stored::Yes);
+    assert_eq!(store.get(&key).await.unwrap(), Some(page("v2")));
+}
+
+async fn the_tag_index_expires_with_its_pages(fx: Fixture) {
+    let store = store_of(&fx, Duration::from_secs(60), 10);
+    let ticket = store.begin_render().await.unwrap();
+    let tags = [PageTag::Item(item(7)), PageTag::AllItems];
+    store.store(&key_of("/items"), &page("x"), &tags, &ticket).await.unwrap();
+    let mut raw = fx.raw().await;
+    for tag in &tags {
+        let ttl: i64 = raw.pttl(fx.keys.page_tag(&tag.encode())).await.unwrap();
+        assert!((1..=60_000).contains(&ttl), "{tag:?}: {ttl}");
+    }
+    // The purge's marks are kept a minute, then go.
+    store.purge(&tags).await.unwrap();
+    let mark: i64 = raw.pttl(fx.keys.page_tag_purged("i7")).await.unwrap();
+    assert!((1..=60_000).contains(&mark), "{mark}");
+    let set: bool = raw.exists(fx.keys.page_tag("i7")).await.unwrap();
+    assert!(!set, "the purged tag's index is emptied");
+    let tomb: i64 = raw.pttl(fx.keys.page(key_of("/items").as_str())).await.unwrap();
+    assert!((1..=60_000).contains(&tomb), "{tomb}");
 }
 }

@@ -17,8 +17,9 @@ async fn touch_records_last_seen_and_login(fx: Fixture) {
         sessions.touch(&guest, Touch::issued()).await.unwrap(),
         Touched::Known(None)
     );
-    let id = Some(UserId::new(42).unwrap());
-    let as_user = Touch::issued().as_user(id.unwrap());
+    let user_id = UserId::new(42).unwrap();
+    let id = Some(user_id);
+    let as_user = Touch::issued().as_user(user_id);
     assert_eq!(
         sessions.touch(&user, as_user).await.unwrap(),
         Touched::Known(id)

@@ -1,6 +1,7 @@
 //! Integration tests of the SQL layer, each on its own SQLite file and, where a
 //! server answers, its own PostgreSQL database.
 
+mod catalogue;
 mod connect;
 mod flash;
 mod items;

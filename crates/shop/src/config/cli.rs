@@ -38,6 +38,9 @@ pub enum Command {
     Sale(SaleArgs),
     /// Manage accounts: add one, make one an admin.
     Users(UsersArgs),
+    /// Change the catalogue: add, update, retire or import items. Each change is
+    /// committed, then every cached page showing it is purged before it returns.
+    Items(ItemsArgs),
     /// Drive a running shop with shopper traffic and report throughput and latency.
     Load(LoadArgs),
 }
@@ -244,6 +247,87 @@ pub enum UsersCommand {
         /// Database settings.
         #[command(flatten)]
         database: DatabaseSettings,
+    },
+}
+
+/// `shop items ...`.
+#[derive(Debug, Args)]
+pub struct ItemsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ItemsCommand,
+    /// Redis settings (the cached pages to purge).
+    #[command(flatten)]
+    pub redis: RedisSettings,
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+}
+
+/// The catalogue subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ItemsCommand {
+    /// Add an item; prints its id.
+    Add {
+        /// Short name (1 to 200 characters).
+        #[arg(long)]
+        title: String,
+        /// Longer text for the item page.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Regular price in cents (0 to 1,000,000,000).
+        #[arg(long, allow_negative_numbers = true)]
+        price_cents: i64,
+        /// Department (1 to 100 characters, no '/').
+        #[arg(long)]
+        category: String,
+        /// The id to give it (default: one above the highest).
+        #[arg(long)]
+        id: Option<ItemId>,
+        /// Units in stock.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
+        stock: i64,
+    },
+    /// Change some of an item's fields (a retired item stays retired).
+    Update {
+        /// The item.
+        id: ItemId,
+        /// A new title.
+        #[arg(long)]
+        title: Option<String>,
+        /// A new description.
+        #[arg(long)]
+        description: Option<String>,
+        /// A new price in cents.
+        #[arg(long, allow_negative_numbers = true)]
+        price_cents: Option<i64>,
+        /// A new department.
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// Retire an item: kept for old orders, its page answers 410 Gone, and it
+    /// leaves listings, search, the home page and the ranking.
+    Remove {
+        /// The item.
+        id: ItemId,
+    },
+    /// Add or update items from a JSON Lines file (one object a line: `id`,
+    /// `title`, `description`, `price_cents`, `category`, optional `stock` for a
+    /// new item). Every line is checked first: a bad line is an error naming its
+    /// number, and nothing is written. Only what changed is purged.
+    Import {
+        /// The file (`-` for standard input).
+        file: std::path::PathBuf,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Purge the cached pages of items by hand (after a change whose purge
+    /// failed because Redis was down).
+    Purge {
+        /// The items.
+        #[arg(required = true)]
+        ids: Vec<ItemId>,
     },
 }
 

@@ -1,0 +1,289 @@
+//! Changing the catalogue: add, edit, retire and import items. Each change is
+//! committed to the database first; then every cached page that showed what
+//! changed is purged ([`PageStore::purge`], on every web server at once), the
+//! item's cached row (`inv:<id>`) is rewritten, and a retired item leaves the
+//! view ranking. The change is reported done only once all of that happened.
+//!
+//! What a change purges (the tags the pages carry, see `shop-web`'s listings):
+//! - the item itself, whenever anything of it changed: its page, every listing
+//!   page that shows it (or whose "next" link depends on it), the sale page;
+//! - a department it enters (added, moved in, sold again): that department's
+//!   listing pages, since it may now show on any of them;
+//! - the whole catalogue's listing, when an item is added or sold again;
+//! - every listing page's department list, when a department appears or goes.
+//!
+//! An item that only leaves a department (moved out, retired) is on exactly the
+//! pages tagged with it, so nothing more is purged for it.
+//!
+//! If the purge fails (Redis down) after the commit, it is retried a few times;
+//! then the change is committed but the answer is [`CatalogueError::NotPurged`],
+//! which names the items so `shop items purge` can finish the job.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use shop_cache::CacheError;
+use shop_cache::analytics::Analytics;
+use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_cache::page_cache::{PageStore, PageTag};
+use shop_cache::row_cache::RowCache;
+use shop_db::Db;
+use shop_db::catalogue::{AddOutcome, ItemChange};
+use shop_db::items::Item;
+
+use crate::AppError;
+
+/// Why a catalogue change did not fully happen.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogueError {
+    /// No item has this id; nothing was written.
+    #[error("there is no item {0}")]
+    UnknownItem(ItemId),
+    /// Another item has this id; nothing was written.
+    #[error("item {0} already exists")]
+    IdTaken(ItemId),
+    /// The change is committed, but the cached pages showing these items could not
+    /// be purged (Redis unreachable): they may show the old content until their
+    /// TTL. `shop items purge` with these ids finishes the job.
+    #[error(
+        "saved, but the cached pages of {} item(s) could not be purged: {source}",
+        items.len()
+    )]
+    NotPurged {
+        /// The items whose pages may be stale.
+        items: Vec<ItemId>,
+        /// What Redis said.
+        source: CacheError,
+    },
+    /// The database or Redis failed before the change was committed.
+    #[error(transparent)]
+    Failed(#[from] AppError),
+}
+
+impl From<shop_db::DbError> for CatalogueError {
+    fn from(e: shop_db::DbError) -> Self {
+        CatalogueError::Failed(e.into())
+    }
+}
+
+/// How many times a purge is tried after its change committed, and the pause
+/// after each failure.
+const PURGE_TRIES: [Duration; 4] = [
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::ZERO,
+];
+
+/// What one change (or one chunk of an import) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Items added.
+    pub added: Vec<ItemId>,
+    /// Items whose fields (or retirement) changed.
+    pub changed: Vec<ItemId>,
+    /// Items written as they already were.
+    pub unchanged: u64,
+    /// Cached pages purged.
+    pub pages_purged: u64,
+}
+
+impl Applied {
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: Applied) {
+        self.added.extend(other.added);
+        self.changed.extend(other.changed);
+        self.unchanged += other.unchanged;
+        self.pages_purged += other.pages_purged;
+    }
+}
+
+/// The stores a catalogue change works on.
+#[derive(Clone, Copy)]
+pub struct Catalogue<'a> {
+    /// Where the catalogue is kept.
+    pub db: &'a Db,
+    /// The cached pages, purged after each change.
+    pub pages: &'a PageStore,
+    /// The cached rows (`inv:<id>`), rewritten after each change.
+    pub rows: &'a RowCache,
+    /// The view ranking a retired item leaves.
+    pub ranking: &'a Analytics,
+}
+
+impl Catalogue<'_> {
+    /// Adds an item (under `id`, or the next free id) with `stock` units.
+    pub async fn add(
+        &self,
+        id: Option<ItemId>,
+        fields: &ItemFields,
+        stock: i64,
+    ) -> Result<Item, CatalogueError> {
+        let departments = self.db.categories().await?;
+        match self.db.add_item(id, fields, stock).await? {
+            AddOutcome::IdTaken(id) => Err(CatalogueError::IdTaken(id)),
+            AddOutcome::Added(item) => {
+                let change = ItemChange {
+                    before: None,
+                    after: item.clone(),
+                };
+                self.after_commit(&[change], &departments).await?;
+                Ok(item)
+            }
+        }
+    }
+
+    /// Applies `edit` to item `id`; returns the change (unchanged if the edit
+    /// named the values it already had).
+    pub async fn update(&self, id: ItemId, edit: &ItemEdit) -> Result<Applied, CatalogueError> {
+        let departments = self.db.categories().await?;
+        let change = self
+            .db
+            .update_item(id, edit)
+            .await?
+            .ok_or(CatalogueError::UnknownItem(id))?;
+        self.after_commit(&[change], &departments).await
+    }
+
+    /// Retires item `id`: its page answers 410, it leaves every listing, search,
+    /// the home page and the ranking; old orders keep it.
+    pub async fn retire(&self, id: ItemId) -> Result<Applied, CatalogueError> {
+        let departments = self.db.categories().await?;
+        let change = self
+            .db
+            .retire_item(id, shop_db::unix_now())
+            .await?
+            .ok_or(CatalogueError::UnknownItem(id))?;
+        self.after_commit(&[change], &departments).await
+    }
+
+    /// Writes one chunk of an import (distinct ids, checked fields) and purges
+    /// what it changed.
+    pub async fn import_chunk(
+        &self,
+        lines: &[(ItemId, ItemFields, i64)],
+    ) -> Result<Applied, CatalogueError> {
+        let departments = self.db.categories().await?;
+        let changes = self.db.import_items(lines).await?;
+        let mut applied = self.after_commit(&changes, &departments).await?;
+        applied.unchanged += (lines.len() - changes.len()) as u64;
+        Ok(applied)
+    }
+
+    /// Purges every page a change to `items` could have made stale, whatever the
+    /// change was: their own, their departments', the whole listing's and the
+    /// department lists (after a purge that failed, or by hand).
+    pub async fn purge(&self, items: &[ItemId]) -> Result<u64, CatalogueError> {
+        let mut tags: BTreeSet<PageTag> = items.iter().map(|id| PageTag::Item(*id)).collect();
+        for item in self.db.items(items).await? {
+            tags.insert(PageTag::Department(item.category));
+        }
+        tags.extend([PageTag::AllItems, PageTag::Departments, PageTag::Sales]);
+        let tags: Vec<PageTag> = tags.into_iter().collect();
+        self.purge_tags(&tags, items).await
+    }
+
+    /// Everything after the commit: purge, rows, ranking.
+    async fn after_commit(
+        &self,
+        changes: &[ItemChange],
+        departments_before: &[String],
+    ) -> Result<Applied, CatalogueError> {
+        let mut applied = Applied::default();
+        let mut tags = BTreeSet::new();
+        for change in changes {
+            if !change.changed() {
+                applied.unchanged += 1;
+                continue;
+            }
+            let after = &change.after;
+            match &change.before {
+                None => applied.added.push(after.id),
+                Some(_) => applied.changed.push(after.id),
+            }
+            tags.extend(tags_of(change));
+        }
+        let touched: Vec<ItemId> = applied
+            .added
+            .iter()
+            .chain(&applied.changed)
+            .copied()
+            .collect();
+        if touched.is_empty() {
+            return Ok(applied);
+        }
+        if self.db.categories().await? != departments_before {
+            tags.insert(PageTag::Departments);
+        }
+        let tags: Vec<PageTag> = tags.into_iter().collect();
+        applied.pages_purged = self.purge_tags(&tags, &touched).await?;
+        for change in changes.iter().filter(|c| c.changed()) {
+            let id = change.after.id;
+            let result = self.refresh_row(id).await;
+            let result = match result {
+                Ok(()) if change.after.retired => self.ranking.forget(id).await,
+                other => other,
+            };
+            if let Err(source) = result {
+                return Err(CatalogueError::NotPurged {
+                    items: touched,
+                    source,
+                });
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Purges `tags`, retrying a few times: the change is committed, so giving up
+    /// early would leave old pages to be served.
+    async fn purge_tags(&self, tags: &[PageTag], items: &[ItemId]) -> Result<u64, CatalogueError> {
+        let mut last = None;
+        for pause in PURGE_TRIES {
+            match self.pages.purge(tags).await {
+                Ok(n) => return Ok(n),
+                Err(error) => {
+                    tracing::warn!(%error, "purging changed pages failed; retrying");
+                    last = Some(error);
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+        Err(CatalogueError::NotPurged {
+            items: items.to_vec(),
+            source: last.expect("at least one try"),
+        })
+    }
+
+    /// Rewrites the item's cached row, if it is cached.
+    async fn refresh_row(&self, id: ItemId) -> Result<(), CacheError> {
+        let json = match self.db.inventory_json(id).await {
+            Ok(Some(json)) => json,
+            Ok(None) => return Ok(()),
+            // The row's refresher reads it again soon; the pages are what matter.
+            Err(error) => {
+                tracing::warn!(%error, item = %id, "could not read the changed row");
+                return Ok(());
+            }
+        };
+        self.rows.replace(id, &json).await.map(drop)
+    }
+}
+
+/// The tags of the pages one change makes stale (see the module documentation).
+pub fn tags_of(change: &ItemChange) -> Vec<PageTag> {
+    let after = &change.after;
+    let mut tags = vec![PageTag::Item(after.id)];
+    let entered = match &change.before {
+        None => true,
+        Some(before) => !after.retired && (before.retired || before.category != after.category),
+    };
+    if entered {
+        tags.push(PageTag::Department(after.category.clone()));
+    }
+    let sold_again = change.before.as_ref().is_none_or(|b| b.retired) && !after.retired;
+    if sold_again {
+        tags.push(PageTag::AllItems);
+    }
+    tags
+}

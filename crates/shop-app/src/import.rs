@@ -1,0 +1,136 @@
+//! The catalogue import file: JSON Lines, one item a line, every line checked
+//! before anything is written.
+//!
+//! A line is an object with `id`, `title`, `description`, `price_cents`,
+//! `category` and, optionally, `stock` (the units of an item the import adds;
+//! ignored for an item that exists). Unknown fields are an error (a misspelt
+//! `price` must not pass as "no price change"), blank lines are skipped, and an id
+//! may appear once.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use serde::Deserialize;
+use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::ItemFields;
+
+/// One checked line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportLine {
+    /// The item.
+    pub id: ItemId,
+    /// Its fields.
+    pub fields: ItemFields,
+    /// Units in stock if the import adds it.
+    pub stock: i64,
+}
+
+/// Why a file was refused: the first bad line, by number (from 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A line that is not a valid item.
+    #[error("line {line}: {message}")]
+    BadLine {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The file could not be read.
+    #[error("reading the file: {0}")]
+    Read(#[from] std::io::Error),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLine {
+    id: u64,
+    title: String,
+    description: String,
+    price_cents: i64,
+    category: String,
+    #[serde(default)]
+    stock: i64,
+}
+
+/// Reads and checks every line of `input`.
+pub fn parse(input: impl BufRead) -> Result<Vec<ImportLine>, ImportError> {
+    let mut lines = Vec::new();
+    let mut seen: HashMap<ItemId, usize> = HashMap::new();
+    for (index, text) in input.lines().enumerate() {
+        let number = index + 1;
+        let text = text?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| ImportError::BadLine {
+            line: number,
+            message,
+        };
+        let raw: RawLine = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let id = ItemId::new(raw.id).map_err(|e| bad(e.to_string()))?;
+        let fields = ItemFields::new(&raw.title, &raw.description, raw.price_cents, &raw.category)
+            .map_err(|e| bad(e.to_string()))?;
+        if raw.stock < 0 {
+            return Err(bad("stock must be 0 or more".into()));
+        }
+        if let Some(first) = seen.insert(id, number) {
+            return Err(bad(format!("item {id} is also on line {first}")));
+        }
+        lines.push(ImportLine {
+            id,
+            fields,
+            stock: raw.stock,
+        });
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(id: u64, price: i64) -> String {
+        format!(
+            r#"{{"id":{id},"title":"T{id}","description":"D","price_cents":{price},"category":"kitchen"}}"#
+        )
+    }
+
+    #[test]
+    fn good_lines_are_read_and_blank_ones_skipped() {
+        let text = format!("{}\n\n{}\n", line(1, 100), line(2, 0));
+        let got = parse(text.as_bytes()).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].id.get(), 2);
+        assert_eq!(got[0].fields.price_cents, 100);
+    }
+
+    #[test]
+    fn a_bad_line_is_named_by_its_number() {
+        let cases = [
+            (format!("{}\n{}", line(1, 1), line(2, -5)), 2, "price"),
+            (format!("{}\nnot json", line(1, 1)), 2, "expected"),
+            (format!("{}\n{}", line(1, 1), line(1, 2)), 2, "line 1"),
+            (line(0, 1), 1, "item id"),
+            (
+                r#"{"id":1,"title":"","description":"","price_cents":1,"category":"c"}"#.into(),
+                1,
+                "title",
+            ),
+            (
+                r#"{"id":1,"title":"t","description":"","price":1,"category":"c"}"#.into(),
+                1,
+                "price",
+            ),
+        ];
+        for (text, at, says) in cases {
+            match parse(text.as_bytes()) {
+                Err(ImportError::BadLine { line, message }) => {
+                    assert_eq!(line, at, "{text}: {message}");
+                    assert!(message.contains(says), "{text}: {message}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+}

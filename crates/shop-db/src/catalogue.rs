@@ -1,0 +1,268 @@
+//! Changes to the catalogue: add an item, edit its fields, retire it, import many.
+//!
+//! Every change is one [`crate::WriteTx`] that reads the item as it was and writes
+//! it as it becomes, and answers both ([`ItemChange`]), so the caller (the
+//! application layer) can tell what changed and purge exactly the cached pages
+//! that showed it, after the commit. An item is never deleted: retiring it sets
+//! `retired_at`, and old orders still name it.
+//!
+//! Field rules are [`shop_domain::catalogue`]'s; what reaches here is checked.
+
+use std::collections::HashMap;
+
+use shop_domain::ItemId;
+use shop_domain::catalogue::{ItemEdit, ItemFields};
+use sqlx::Row;
+
+use crate::items::{IN_LIST_CHUNK, ITEM_COLUMNS, Item, placeholders};
+use crate::write::WriteTx;
+use crate::{Db, DbError};
+
+/// One item before and after a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemChange {
+    /// As it was; `None` for an item just added.
+    pub before: Option<Item>,
+    /// As it is now.
+    pub after: Item,
+}
+
+impl ItemChange {
+    /// False when the write left the item as it was.
+    pub fn changed(&self) -> bool {
+        self.before.as_ref() != Some(&self.after)
+    }
+}
+
+/// The answer to [`Db::add_item`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddOutcome {
+    /// The new item.
+    Added(Item),
+    /// The id asked for is another item's; nothing was written.
+    IdTaken(ItemId),
+}
+
+/// How many times an add without an id retries when a concurrent add (on
+/// PostgreSQL) took the id it picked.
+const ADD_RETRIES: u32 = 5;
+
+impl Db {
+    /// Adds an item with `stock` units in stock, under `id` or, without one, the
+    /// next id after the highest.
+    pub async fn add_item(
+        &self,
+        id: Option<ItemId>,
+        fields: &ItemFields,
+        stock: i64,
+    ) -> Result<AddOutcome, DbError> {
+        let mut tries = 0;
+        loop {
+            let mut tx = self.begin_write().await?;
+            let id = match id {
+                Some(id) => {
+                    if read_items(&mut tx, &[id]).await?.contains_key(&id) {
+                        tx.rollback().await?;
+                        return Ok(AddOutcome::IdTaken(id));
+                    }
+                    id.to_i64()
+                }
+                None => sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS id FROM items")
+                    .fetch_one(&mut *tx)
+                    .await?
+                    .try_get("id")?,
+            };
+            match insert(&mut tx, id, fields, stock).await {
+                Ok(item) => {
+                    tx.commit().await?;
+                    return Ok(AddOutcome::Added(item));
+                }
+                // Two adds without an id picked the same one (PostgreSQL runs them
+                // side by side; SQLite's one writer never does): pick again.
+                Err(DbError::Sqlx(sqlx::Error::Database(e)))
+                    if e.is_unique_violation() && tries < ADD_RETRIES =>
+                {
+                    tries += 1;
+                    drop(tx);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Applies `edit` to item `id` (retired or not): `None` if there is no such item.
+    pub async fn update_item(
+        &self,
+        id: ItemId,
+        edit: &ItemEdit,
+    ) -> Result<Option<ItemChange>, DbError> {
+        let mut tx = self.begin_write().await?;
+        let Some(before) = read_items(&mut tx, &[id]).await?.remove(&id) else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let fields = edit.apply(&before.fields());
+        let after = Item {
+            id,
+            title: fields.title,
+            description: fields.description,
+            price_cents: fields.price_cents,
+            category: fields.category,
+            retired: before.retired,
+        };
+        if after != before {
+            write_fields(&mut tx, &after, None).await?;
+        }
+        tx.commit().await?;
+        Ok(Some(ItemChange {
+            before: Some(before),
+            after,
+        }))
+    }
+
+    /// Retires item `id` at `now` (unix seconds): `None` if there is no such item;
+    /// an item already retired is left as it is (the change says so).
+    pub async fn retire_item(&self, id: ItemId, now: i64) -> Result<Option<ItemChange>, DbError> {
+        let mut tx = self.begin_write().await?;
+        let Some(before) = read_items(&mut tx, &[id]).await?.remove(&id) else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        if !before.retired {
+            sqlx::query("UPDATE items SET retired_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(id.to_i64())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let after = Item {
+            retired: true,
+            ..before.clone()
+        };
+        Ok(Some(ItemChange {
+            before: Some(before),
+            after,
+        }))
+    }
+
+    /// Writes one chunk of an import (upsert by id, at most a few hundred lines,
+    /// ids distinct) in one transaction: a new id is added with its `stock`, an
+    /// existing item takes the line's fields (a retired one is sold again), an
+    /// item the line leaves as it is is not written. Returns the items added or
+    /// changed; the rest were unchanged.
+    pub async fn import_items(
+        &self,
+        lines: &[(ItemId, ItemFields, i64)],
+    ) -> Result<Vec<ItemChange>, DbError> {
+        let ids: Vec<ItemId> = lines.iter().map(|(id, _, _)| *id).collect();
+        let mut tx = self.begin_write().await?;
+        let mut existing = read_items(&mut tx, &ids).await?;
+        let mut changes = Vec::new();
+        for (id, fields, stock) in lines {
+            match existing.remove(id) {
+                None => {
+                    let after = insert(&mut tx, id.to_i64(), fields, *stock).await?;
+                    changes.push(ItemChange {
+                        before: None,
+                        after,
+                    });
+                }
+                Some(before) => {
+                    let after = Item {
+                        id: *id,
+                        title: fields.title.clone(),
+                        description: fields.description.clone(),
+                        price_cents: fields.price_cents,
+                        category: fields.category.clone(),
+                        retired: false,
+                    };
+                    if after != before {
+                        write_fields(&mut tx, &after, Some(before.retired)).await?;
+                        changes.push(ItemChange {
+                            before: Some(before),
+                            after,
+                        });
+                    }
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(changes)
+    }
+}
+
+/// The items among `ids` that exist, read inside the transaction.
+pub(crate) async fn read_items(
+    tx: &mut WriteTx,
+    ids: &[ItemId],
+) -> Result<HashMap<ItemId, Item>, DbError> {
+    let mut found = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(IN_LIST_CHUNK) {
+        let sql = format!(
+            "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({})",
+            placeholders(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(id.to_i64());
+        }
+        for row in q.fetch_all(&mut **tx).await? {
+            let item = Item::from_row(&row)?;
+            found.insert(item.id, item);
+        }
+    }
+    Ok(found)
+}
+
+async fn insert(
+    tx: &mut WriteTx,
+    id: i64,
+    fields: &ItemFields,
+    stock: i64,
+) -> Result<Item, DbError> {
+    sqlx::query(
+        "INSERT INTO items (id, title, description, price_cents, category) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(id)
+    .bind(fields.title.as_str())
+    .bind(fields.description.as_str())
+    .bind(fields.price_cents)
+    .bind(fields.category.as_str())
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("INSERT INTO inventory (item_id, stock) VALUES ($1, $2)")
+        .bind(id)
+        .bind(stock.max(0))
+        .execute(&mut **tx)
+        .await?;
+    Ok(Item {
+        id: ItemId::from_i64(id).map_err(|_| DbError::Corrupt { what: "items.id" })?,
+        title: fields.title.clone(),
+        description: fields.description.clone(),
+        price_cents: fields.price_cents,
+        category: fields.category.clone(),
+        retired: false,
+    })
+}
+
+/// Writes `item`'s fields; with `revive` (the item was retired), sells it again.
+async fn write_fields(tx: &mut WriteTx, item: &Item, revive: Option<bool>) -> Result<(), DbError> {
+    let sql = if revive == Some(true) {
+        "UPDATE items SET title = $1, description = $2, price_cents = $3, category = $4, \
+         retired_at = NULL WHERE id = $5"
+    } else {
+        "UPDATE items SET title = $1, description = $2, price_cents = $3, category = $4 \
+         WHERE id = $5"
+    };
+    sqlx::query(sql)
+        .bind(item.title.as_str())
+        .bind(item.description.as_str())
+        .bind(item.price_cents)
+        .bind(item.category.as_str())
+        .bind(item.id.to_i64())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}

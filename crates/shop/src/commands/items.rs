@@ -1,0 +1,180 @@
+//! `shop items`: changing the catalogue. Each subcommand is one workflow of
+//! [`shop_app::catalogue`]; this module reads the flags and the file, and prints.
+
+use std::io::BufRead;
+use std::time::Instant;
+
+use anyhow::Context;
+use shop_app::catalogue::{Applied, Catalogue, CatalogueError};
+use shop_cache::analytics::Analytics;
+use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_cache::row_cache::RowCache;
+
+use crate::config::{ItemsArgs, ItemsCommand};
+use crate::connect::{connect_db, connect_redis};
+
+/// Lines of an import written (and purged) per transaction: small enough that
+/// checkouts wait at most a moment for SQLite's one writer between chunks.
+const IMPORT_CHUNK: usize = 500;
+
+/// Runs `shop items`.
+pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
+    // Checked before connecting: bad input is an error that changes nothing.
+    let lines = match &args.command {
+        ItemsCommand::Import { file, .. } => Some(read_import(file)?),
+        _ => None,
+    };
+    let (conn, keys) = connect_redis(&args.redis).await?;
+    let db = connect_db(&args.database).await?;
+    let pages = PageStore::new(conn.clone(), keys.clone(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+    let rows = RowCache::new(conn.clone(), keys.clone());
+    let ranking = Analytics::new(conn, keys);
+    let catalogue = Catalogue {
+        db: &db,
+        pages: &pages,
+        rows: &rows,
+        ranking: &ranking,
+    };
+    match args.command {
+        ItemsCommand::Add {
+            title,
+            description,
+            price_cents,
+            category,
+            id,
+            stock,
+        } => {
+            let fields = ItemFields::new(&title, &description, price_cents, &category)?;
+            let item = catalogue.add(id, &fields, stock).await.map_err(explain)?;
+            println!("{}", item.id);
+        }
+        ItemsCommand::Update {
+            id,
+            title,
+            description,
+            price_cents,
+            category,
+        } => {
+            let edit = ItemEdit::new(
+                title.as_deref(),
+                description.as_deref(),
+                price_cents,
+                category.as_deref(),
+            )?;
+            if edit.is_empty() {
+                anyhow::bail!(
+                    "nothing to change: give --title, --description, --price-cents or --category"
+                );
+            }
+            let applied = catalogue.update(id, &edit).await.map_err(explain)?;
+            say(&format!("item {id}"), &applied);
+        }
+        ItemsCommand::Remove { id } => {
+            let applied = catalogue.retire(id).await.map_err(explain)?;
+            if applied.changed.is_empty() {
+                println!("item {id} was already retired");
+            } else {
+                println!(
+                    "item {id} retired ({} cached pages purged)",
+                    applied.pages_purged
+                );
+            }
+        }
+        ItemsCommand::Import { quiet, .. } => {
+            let lines = lines.expect("read above");
+            let bar = if quiet {
+                indicatif::ProgressBar::hidden()
+            } else {
+                indicatif::ProgressBar::new(lines.len() as u64).with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "importing {bar:40} {pos}/{len} items ({eta} left)",
+                    )
+                    .expect("a valid progress template"),
+                )
+            };
+            let started = Instant::now();
+            let mut total = Applied::default();
+            for chunk in lines.chunks(IMPORT_CHUNK) {
+                let chunk: Vec<_> = chunk
+                    .iter()
+                    .map(|l| (l.id, l.fields.clone(), l.stock))
+                    .collect();
+                match catalogue.import_chunk(&chunk).await {
+                    Ok(applied) => total.merge(applied),
+                    Err(error) => {
+                        bar.abandon();
+                        let done = total.added.len() + total.changed.len();
+                        return Err(explain(error)).with_context(|| {
+                            format!(
+                                "the import stopped: the first {} lines are written ({done} \
+                                 added or changed); running it again finishes it",
+                                total.unchanged as usize + done
+                            )
+                        });
+                    }
+                }
+                bar.inc(chunk.len() as u64);
+            }
+            bar.finish_and_clear();
+            println!(
+                "imported {} lines in {:.1?}: {} added, {} changed, {} unchanged; {} cached pages purged",
+                lines.len(),
+                started.elapsed(),
+                total.added.len(),
+                total.changed.len(),
+                total.unchanged,
+                total.pages_purged
+            );
+        }
+        ItemsCommand::Purge { ids } => {
+            let n = catalogue.purge(&ids).await.map_err(explain)?;
+            println!("{n} cached pages purged");
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks the whole import file before anything is written.
+fn read_import(file: &std::path::Path) -> anyhow::Result<Vec<shop_app::import::ImportLine>> {
+    let input: Box<dyn BufRead> = if file.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f =
+            std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    shop_app::import::parse(input).with_context(|| {
+        format!(
+            "{} is not a valid import (nothing was written)",
+            file.display()
+        )
+    })
+}
+
+/// What an update did, in a line.
+fn say(what: &str, applied: &Applied) {
+    if applied.changed.is_empty() {
+        println!("{what} unchanged (it already had these values)");
+    } else {
+        println!(
+            "{what} updated ({} cached pages purged)",
+            applied.pages_purged
+        );
+    }
+}
+
+/// A workflow's error as the command's, with what to do about a failed purge.
+fn explain(error: CatalogueError) -> anyhow::Error {
+    match &error {
+        CatalogueError::NotPurged { items, .. } => {
+            let ids: Vec<String> = items.iter().map(ToString::to_string).collect();
+            anyhow::Error::new(error).context(format!(
+                "the change is saved, but old pages may be served until Redis is back: \
+                 then run `shop items purge {}`",
+                ids.join(" ")
+            ))
+        }
+        _ => anyhow::Error::new(error),
+    }
+}
