@@ -294,6 +294,11 @@ pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     cmd
 }
 
+/// A plain GET of `uri`, to send to a router with [`send`].
+pub fn get_request(uri: &str) -> Request<Body> {
+    Request::get(uri).body(Body::empty()).expect("a valid URI")
+}
+
 /// One request through `router`, as a connection would send it.
 pub async fn send(router: &Router, req: Request<Body>) -> Response {
     router.clone().oneshot(req).await.unwrap()

@@ -222,6 +222,17 @@ impl AppState {
         }
     }
 
+    /// The catalogue's change workflows (add, edit, retire, import, purge) over
+    /// this state's stores.
+    pub fn catalogue(&self) -> shop_app::catalogue::Catalogue<'_> {
+        shop_app::catalogue::Catalogue {
+            db: &self.db,
+            pages: &self.pages,
+            rows: &self.rows,
+            ranking: &self.analytics,
+        }
+    }
+
     /// The flash-sale buy workflow over this state's stores and settings.
     pub fn buy(&self) -> shop_app::flash::Buy<'_> {
         shop_app::flash::Buy {

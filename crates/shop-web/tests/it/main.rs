@@ -4,6 +4,7 @@
 mod auth;
 mod browse;
 mod cart;
+mod catalogue;
 mod db_faults;
 mod example;
 mod flash;

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManagerConfig;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag};
 use shop_testkit::TestRedis;
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use tower::ServiceExt;
@@ -506,4 +506,48 @@ async fn shared_pages_are_cached_without_a_rank_gate() {
     assert_eq!(x_cache(&shop.get("/cart").await), "HIT");
     assert_eq!(x_cache(&shop.get("/cart?_=1").await), "BYPASS");
     assert_eq!(shop.renders(), 2);
+}
+
+#[tokio::test]
+async fn a_page_rendered_across_a_purge_is_served_but_not_stored() {
+    let shop = Shop::with(reads_params(), Duration::from_millis(300)).await;
+    shop.rank_items(5).await;
+    let conn = shop_cache::connect(&shop.server.url()).await.unwrap();
+    let purger = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+    // The render begins (it read the purge epoch, then its data) ...
+    let app = shop.app.clone();
+    let request = tokio::spawn(async move {
+        app.oneshot(Request::get("/items/3").body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while shop.renders() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the render never began"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ... the item changes and is purged while it renders ...
+    purger
+        .purge(&[PageTag::Item(shop_cache::domain::ItemId::new(3).unwrap())])
+        .await
+        .unwrap();
+    // ... so what it rendered is served to its own request, but never stored.
+    let resp = request.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(x_cache(&resp), "MISS");
+    assert_eq!(shop.stored_pages().await, 0);
+    assert_eq!(
+        x_cache(&shop.get("/items/3").await),
+        "MISS",
+        "rendered afresh"
+    );
+    assert_eq!(shop.renders(), 2);
+    assert_eq!(
+        x_cache(&shop.get("/items/3").await),
+        "HIT",
+        "and this one kept"
+    );
 }

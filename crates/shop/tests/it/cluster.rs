@@ -146,6 +146,45 @@ async fn the_whole_shop_runs_on_a_cluster() {
         |r| r.status == 200 && json(r)["stock"] == 2,
     );
 
+    // A catalogue change: the cached item page, the listing and the cached row
+    // show it the moment `shop items update` returns (tags and purge on the
+    // cluster layout).
+    request(&addr, "GET", "/items", None, None);
+    assert_eq!(
+        request(&addr, "GET", "/items", None, None)
+            .header("x-cache")
+            .as_deref(),
+        Some("HIT")
+    );
+    crate::e2e::succeed(shop.command().args([
+        "items",
+        "update",
+        "5",
+        "--price-cents",
+        "777",
+        "--title",
+        "Cluster kettle",
+    ]));
+    crate::e2e::succeed(
+        shop.command()
+            .args(["items", "update", "7", "--title", "Sale lamp"]),
+    );
+    let page = request(&addr, "GET", "/items/5", Some(&guest), None);
+    assert!(
+        page.body.contains("Cluster kettle") && page.body.contains("$7.77"),
+        "{}",
+        page.body
+    );
+    assert!(
+        request(&addr, "GET", "/items", None, None)
+            .body
+            .contains("Cluster kettle")
+    );
+    let row = json(&request(&addr, "GET", "/api/inventory/7", None, None));
+    assert_eq!(row["title"], "Sale lamp", "{row}");
+    crate::e2e::succeed(shop.command().args(["items", "remove", "5"]));
+    assert_eq!(request(&addr, "GET", "/items/5", None, None).status, 410);
+
     assert!(stop(child).success());
     let db = Db::connect(shop.db.url()).await.unwrap();
     let alice = db
@@ -170,6 +209,8 @@ async fn the_whole_shop_runs_on_a_cluster() {
             "inv:",
             "schedule:",
             "delay:",
+            "ptag:",
+            "ptag-purged:",
         ]
         .iter()
         .any(|p| key.starts_with(p))

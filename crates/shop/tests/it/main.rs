@@ -7,6 +7,7 @@ mod cluster;
 mod drills;
 mod e2e;
 mod flash_e2e;
+mod items;
 mod load;
 mod row_cache;
 mod serve_limits;

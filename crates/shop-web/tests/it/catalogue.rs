@@ -1,0 +1,230 @@
+//! A catalogue that changes: an edit, a retirement or an import is seen at once
+//! through another web server on every kind of cached page, a retired item is gone
+//! from every page and refused at checkout, and a checkout charges today's price.
+//! On SQLite and PostgreSQL.
+
+use axum::http::StatusCode;
+use redis::AsyncCommands;
+use shop_app::catalogue::CatalogueError;
+use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_testapp::{TestApp, send, text};
+use shop_web::templates::money;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+fn x_cache(resp: &axum::response::Response) -> String {
+    resp.headers()
+        .get("x-cache")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Makes `items` rank in `viewed:`, so their pages are cached.
+async fn rank(app: &TestApp, items: &[u64]) {
+    let mut raw = app.redis.conn().await;
+    for id in items {
+        let _: () = raw.zadd("viewed:", *id, -100).await.unwrap();
+    }
+}
+
+/// GETs `uri` until it is served from the cache (the first request renders it).
+async fn cached(app: &TestApp, uri: &str) -> String {
+    let first = app.get(uri, None).await;
+    assert_eq!(first.status(), StatusCode::OK, "{uri}");
+    let again = app.get(uri, None).await;
+    assert_eq!(x_cache(&again), "HIT", "{uri} is cached");
+    text(again).await
+}
+
+#[tokio::test]
+async fn an_edit_is_seen_at_once_through_another_web_server_on_every_page_kind() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let it = app.db.item(item(3)).await.unwrap().unwrap();
+        rank(&app, &[3]).await;
+        app.start_sale(3, 5, 10).await;
+        let dept = format!("/c/{}", it.category);
+        let pages = ["/items/3", "/items", dept.as_str(), "/flash"];
+        for uri in pages {
+            let html = cached(&app, uri).await;
+            assert!(html.contains(&it.title), "{kind} {uri}");
+        }
+
+        let edit = ItemEdit::new(Some("Brand new title"), None, Some(98_765), None).unwrap();
+        let applied = app.state.catalogue().update(item(3), &edit).await.unwrap();
+        assert_eq!(applied.changed, [item(3)], "{kind}");
+        assert!(applied.pages_purged >= 4, "{kind}: {applied:?}");
+
+        // Through another web server, the moment the change returned.
+        let other = app.second_server();
+        for uri in pages {
+            let resp = send(&other, shop_testapp::get_request(uri)).await;
+            assert_eq!(resp.status(), StatusCode::OK, "{kind} {uri}");
+            assert_eq!(x_cache(&resp), "MISS", "{kind} {uri}: rendered afresh");
+            let html = text(resp).await;
+            assert!(html.contains("Brand new title"), "{kind} {uri}");
+            assert!(!html.contains(&it.title), "{kind} {uri}: no old title");
+        }
+        let page = text(app.get("/items/3", None).await).await;
+        assert!(page.contains(&money(98_765)), "{kind}");
+        // And cached again, new.
+        let again = app.get("/items/3", None).await;
+        assert_eq!(x_cache(&again), "HIT", "{kind}");
+        assert!(text(again).await.contains("Brand new title"), "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn an_item_moved_or_added_shows_in_its_department_at_once() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let it = app.db.item(item(4)).await.unwrap().unwrap();
+        let target = app
+            .db
+            .categories()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| *c != it.category)
+            .unwrap();
+        let from = format!("/c/{}", it.category);
+        let to = format!("/c/{target}");
+        cached(&app, &from).await;
+        let before = cached(&app, &to).await;
+        assert!(!before.contains("href=\"/items/4\""), "{kind}");
+
+        let edit = ItemEdit::new(None, None, None, Some(&target)).unwrap();
+        app.state.catalogue().update(item(4), &edit).await.unwrap();
+        let other = app.second_server();
+        let moved_to = text(send(&other, shop_testapp::get_request(&to)).await).await;
+        assert!(
+            moved_to.contains("href=\"/items/4\""),
+            "{kind}: in its new department"
+        );
+        let moved_from = text(send(&other, shop_testapp::get_request(&from)).await).await;
+        assert!(
+            !moved_from.contains("href=\"/items/4\""),
+            "{kind}: out of the old one"
+        );
+
+        // A new item in a new department: in the whole listing's last page and in
+        // every listing's department list.
+        cached(&app, "/items?after=25").await;
+        let fields = ItemFields::new("Sea kayak", "Floats.", 45_000, "boats").unwrap();
+        let added = app.state.catalogue().add(None, &fields, 2).await.unwrap();
+        let tail = text(send(&other, shop_testapp::get_request("/items?after=25")).await).await;
+        assert!(
+            tail.contains(&format!("href=\"/items/{}\"", added.id)),
+            "{kind}"
+        );
+        let listing = text(send(&other, shop_testapp::get_request(&to)).await).await;
+        assert!(listing.contains("/c/boats"), "{kind}: the department list");
+        assert!(matches!(
+            app.state.catalogue().add(Some(added.id), &fields, 0).await,
+            Err(CatalogueError::IdTaken(id)) if id == added.id
+        ));
+    }
+}
+
+#[tokio::test]
+async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let it = app.db.item(item(2)).await.unwrap().unwrap();
+        rank(&app, &[2]).await;
+        cached(&app, "/items/2").await;
+        cached(&app, "/items").await;
+        let buyer = app.logged_in("rita").await;
+        for line in ["item=2&count=1", "item=5&count=1"] {
+            let resp = app.post("/cart", Some(&buyer), line, false).await;
+            assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{kind}");
+        }
+
+        let search = format!("/search?q={}", it.title.split(' ').next().unwrap());
+        let found = text(app.get(&search, None).await).await;
+        assert!(found.contains("href=\"/items/2\""), "{kind}: found before");
+        let applied = app.state.catalogue().retire(item(2)).await.unwrap();
+        assert_eq!(applied.changed, [item(2)], "{kind}");
+        let other = app.second_server();
+        let page = send(&other, shop_testapp::get_request("/items/2")).await;
+        assert_eq!(page.status(), StatusCode::GONE, "{kind}");
+        for uri in ["/items", "/", search.as_str()] {
+            let html = text(send(&other, shop_testapp::get_request(uri)).await).await;
+            assert!(!html.contains("href=\"/items/2\""), "{kind} {uri}");
+        }
+        let ranked: Option<f64> = app.redis.conn().await.zscore("viewed:", 2).await.unwrap();
+        assert_eq!(ranked, None, "{kind}: out of the ranking");
+
+        // The cart shows it as gone and leaves it out of the total; checkout names
+        // it, changes nothing, and adding it again is refused.
+        let cart = text(app.get("/cart", Some(&buyer)).await).await;
+        assert!(cart.contains("No longer available"), "{kind}");
+        let five = app.db.item(item(5)).await.unwrap().unwrap();
+        assert!(
+            cart.contains(&format!("Total: <strong>{}", money(five.price_cents))),
+            "{kind}"
+        );
+        let resp = app
+            .post("/checkout", Some(&buyer), "key=retired-1", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = text(resp).await;
+        assert!(
+            body.contains("item 2") && body.contains("item_retired"),
+            "{kind}: {body}"
+        );
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2,
+            "{kind}"
+        );
+        let again = app
+            .post("/cart", Some(&buyer), "item=2&count=3", true)
+            .await;
+        assert_eq!(again.status(), StatusCode::GONE, "{kind}");
+        assert!(
+            app.db.item(item(2)).await.unwrap().unwrap().title == it.title,
+            "{kind}: kept"
+        );
+
+        // Removed from the cart, the rest checks out.
+        app.post("/cart", Some(&buyer), "item=2&count=0", false)
+            .await;
+        let placed = app
+            .post("/checkout", Some(&buyer), "key=retired-2", true)
+            .await;
+        assert_eq!(placed.status(), StatusCode::OK, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn checkout_charges_the_price_at_commit_not_the_page_seen() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paul").await;
+        let page = text(app.get("/items/6", None).await).await;
+        let old = app.db.item(item(6)).await.unwrap().unwrap().price_cents;
+        assert!(page.contains(&money(old)), "{kind}");
+        app.post("/cart", Some(&buyer), "item=6&count=2", false)
+            .await;
+        let edit = ItemEdit::new(None, None, Some(old + 1_000), None).unwrap();
+        app.state.catalogue().update(item(6), &edit).await.unwrap();
+        let cart = text(app.get("/cart", Some(&buyer)).await).await;
+        assert!(
+            cart.contains(&money(old + 1_000)),
+            "{kind}: the cart shows today's price"
+        );
+        let placed = shop_testapp::json(
+            app.post("/checkout", Some(&buyer), "key=price-1", true)
+                .await,
+        )
+        .await;
+        assert_eq!(placed["total_cents"], 2 * (old + 1_000), "{kind}: {placed}");
+    }
+}

@@ -1,0 +1,249 @@
+//! `shop items` as an operator runs it: add, update, remove and import, each seen
+//! at once by a running `shop serve` whose pages were cached; bad input is a clear
+//! error that changes nothing. On SQLite and PostgreSQL (and the cluster layout in
+//! `cluster.rs`).
+
+use std::io::Write;
+use std::process::Output;
+
+use shop_cache::domain::ItemId;
+use shop_testkit::TestDb;
+
+use crate::e2e::{Binary, request, seeded_on, stop, succeed};
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_change_is_served_at_once_by_a_running_shop() {
+    for db in TestDb::all().await {
+        let app = seeded_on(db, 40).await;
+        let kind = app.kind();
+        let (server, addr) = app.serve(&[]);
+        // Item 7 ranks, so its page is cached; so are the listings.
+        let _: () = redis::AsyncCommands::zadd(&mut app.redis.conn().await, "viewed:", 7, -50)
+            .await
+            .unwrap();
+        for uri in ["/items/7", "/items/7", "/items", "/items"] {
+            assert_eq!(
+                request(&addr, "GET", uri, None, None).status,
+                200,
+                "{kind} {uri}"
+            );
+        }
+        assert_eq!(
+            request(&addr, "GET", "/items/7", None, None).header("x-cache"),
+            Some("HIT".into()),
+            "{kind}"
+        );
+
+        let out = succeed(app.shop().args([
+            "items",
+            "update",
+            "7",
+            "--price-cents",
+            "4321",
+            "--title",
+            "Copper kettle",
+        ]));
+        assert!(
+            stdout(&out).contains("item 7 updated"),
+            "{kind}: {}",
+            stdout(&out)
+        );
+        let page = request(&addr, "GET", "/items/7", None, None);
+        assert!(
+            page.body.contains("Copper kettle") && page.body.contains("$43.21"),
+            "{kind}"
+        );
+        let listing = request(&addr, "GET", "/items", None, None);
+        assert!(
+            listing.body.contains("Copper kettle"),
+            "{kind}: the listing too"
+        );
+
+        let out = succeed(app.shop().args([
+            "items",
+            "add",
+            "--title",
+            "Garden gnome",
+            "--description",
+            "Small.",
+            "--price-cents",
+            "999",
+            "--category",
+            "garden",
+            "--stock",
+            "4",
+        ]));
+        let id = stdout(&out).trim().to_owned();
+        assert_eq!(id, "41", "{kind}: prints the new id");
+        assert_eq!(
+            request(&addr, "GET", "/items/41", None, None).status,
+            200,
+            "{kind}"
+        );
+
+        succeed(app.shop().args(["items", "remove", "7"]));
+        assert_eq!(
+            request(&addr, "GET", "/items/7", None, None).status,
+            410,
+            "{kind}"
+        );
+        assert!(
+            !request(&addr, "GET", "/items", None, None)
+                .body
+                .contains("href=\"/items/7\""),
+            "{kind}"
+        );
+        let again = succeed(app.shop().args(["items", "remove", "7"]));
+        assert!(stdout(&again).contains("already retired"), "{kind}");
+        assert!(stop(server).success());
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_and_changes_nothing() {
+    let app = seeded_on(TestDb::sqlite(), 10).await;
+    let before = app.db.item(item(3)).await.unwrap().unwrap();
+    for (args, says) in [
+        (vec!["items", "update", "3", "--price-cents", "-5"], "price"),
+        (vec!["items", "update", "3", "--title", "  "], "title"),
+        (vec!["items", "update", "3"], "nothing to change"),
+        (
+            vec!["items", "update", "99", "--price-cents", "5"],
+            "no item 99",
+        ),
+        (vec!["items", "update", "3", "--colour", "red"], "--colour"),
+        (vec!["items", "remove", "99"], "no item 99"),
+        (
+            vec![
+                "items",
+                "add",
+                "--title",
+                "X",
+                "--price-cents",
+                "1",
+                "--category",
+                "a/b",
+            ],
+            "department",
+        ),
+        (
+            vec![
+                "items",
+                "add",
+                "--title",
+                "X",
+                "--price-cents",
+                "1",
+                "--category",
+                "c",
+                "--id",
+                "3",
+            ],
+            "already exists",
+        ),
+        (vec!["items", "remove", "zero"], "item id"),
+    ] {
+        let out = app.shop().args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(app.db.item(item(3)).await.unwrap().unwrap(), before);
+    assert_eq!(app.db.item_count().await.unwrap(), 10);
+}
+
+#[tokio::test]
+async fn an_import_checks_every_line_first_then_writes_only_what_changed() {
+    for db in TestDb::all().await {
+        let app = seeded_on(db, 10).await;
+        let kind = app.kind();
+        let one = app.db.item(item(1)).await.unwrap().unwrap();
+        let line = |id: u64, title: &str, price: i64| {
+            format!(
+                r#"{{"id":{id},"title":"{title}","description":"d","price_cents":{price},"category":"kitchen"}}"#
+            )
+        };
+        let file = app.cwd.path().join("feed.jsonl");
+        let bad = [
+            line(2, "Two", 200),
+            line(11, "Eleven", 1100),
+            line(12, "", 5),
+        ]
+        .join("\n");
+        std::fs::write(&file, bad).unwrap();
+        let out = app
+            .shop()
+            .args(["items", "import"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{kind}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("line 3") && err.contains("title") && err.contains("nothing was written"),
+            "{kind}: {err}"
+        );
+        assert_eq!(
+            app.db.item_count().await.unwrap(),
+            10,
+            "{kind}: nothing added"
+        );
+        assert_ne!(
+            app.db.item(item(2)).await.unwrap().unwrap().price_cents,
+            200,
+            "{kind}"
+        );
+
+        // The same as item 1 is, a change to item 2, two new items, by stdin.
+        let same = format!(
+            r#"{{"id":1,"title":{},"description":{},"price_cents":{},"category":{}}}"#,
+            serde_json::to_string(&one.title).unwrap(),
+            serde_json::to_string(&one.description).unwrap(),
+            one.price_cents,
+            serde_json::to_string(&one.category).unwrap()
+        );
+        let good = [
+            same,
+            line(2, "Two", 200),
+            line(11, "Eleven", 1100),
+            line(12, "Twelve", 1200),
+        ]
+        .join("\n");
+        let mut child = app
+            .shop()
+            .args(["items", "import", "-", "--quiet"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(good.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+        let said = stdout(&out);
+        assert!(
+            said.contains("2 added, 1 changed, 1 unchanged"),
+            "{kind}: {said}"
+        );
+        assert_eq!(
+            app.db.item(item(2)).await.unwrap().unwrap().price_cents,
+            200,
+            "{kind}"
+        );
+        assert_eq!(app.db.item_count().await.unwrap(), 12, "{kind}");
+    }
+}
