@@ -21,6 +21,12 @@
 //!   purged at a later epoch (`tag_page.lua`), or a tombstone of a later epoch sits on
 //!   the page's key (`store_page.lua`). Whichever order the purge and the store run
 //!   in, no old page is served after the purge returns (see the scripts).
+//! - Serve-stale: an entry records until when it is fresh and is kept past that
+//!   for its [`StaleGrace`] (RFC 5861's `stale-while-revalidate` and
+//!   `stale-if-error`); [`PageStore::lookup`] answers [`Lookup::Stale`] for it, and
+//!   the web layer decides what to do (serve it and render in the background, or
+//!   serve it instead of an error). Stale copies stay indexed under their tags, so
+//!   a purge removes them too: a purged page is never served stale.
 //!
 //! The HTTP side (which requests and responses qualify, serving, single-flight inside
 //! a process) is the tower layer in `shop-web`.
@@ -43,6 +49,12 @@ use crate::{CacheError, scripts};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// Only items ranked below this in `viewed:` are cached (ranks 0..=9,999).
 pub const DEFAULT_RANK_LIMIT: u64 = 10_000;
+/// The shop's serve-stale windows: a minute while revalidating, an hour while the
+/// database cannot render the page.
+pub const DEFAULT_STALE: StaleGrace = StaleGrace {
+    while_revalidate: Duration::from_secs(60),
+    if_error: Duration::from_secs(3_600),
+};
 /// How long the render lock lives if its holder dies before releasing it.
 pub const LOCK_TTL: Duration = Duration::from_secs(5);
 /// How long a purge's marks (its tombstones, each tag's purge epoch) are kept: a
@@ -196,13 +208,60 @@ pub struct StoredPage {
 const FORMAT_VERSION: u8 = 1;
 /// The first byte of a purged page's tombstone (then its epoch, in ASCII).
 const TOMBSTONE: u8 = 0;
+/// The first byte of a stored entry: then until when it is fresh (unix ms, u64
+/// big-endian), then the page ([`StoredPage::encode`]).
+const ENTRY: u8 = 2;
 
-/// A stored value: a page, or a purged page's tombstone (read as nothing).
-fn decode_entry(bytes: &[u8]) -> Option<Result<StoredPage, CacheError>> {
-    if bytes.first() == Some(&TOMBSTONE) {
-        return None;
+/// A stored value read back: a page with until when it is fresh, or nothing (no
+/// value, or a purged page's tombstone).
+fn decode_entry(bytes: &[u8]) -> Option<Result<(StoredPage, u64), CacheError>> {
+    match *bytes.first()? {
+        TOMBSTONE => None,
+        ENTRY => {
+            let Some((until, page)) = bytes[1..].split_first_chunk::<8>() else {
+                return Some(Err(CacheError::Corrupt { what: "cache:" }));
+            };
+            Some(StoredPage::decode(page).map(|page| (page, u64::from_be_bytes(*until))))
+        }
+        // A bare page, as releases before serve-stale stored them: fresh for the
+        // rest of its TTL.
+        _ => Some(StoredPage::decode(bytes).map(|page| (page, u64::MAX))),
     }
-    Some(StoredPage::decode(bytes))
+}
+
+fn encode_entry(page: &StoredPage, fresh_until_ms: u64) -> Vec<u8> {
+    let mut out = vec![ENTRY];
+    out.extend_from_slice(&fresh_until_ms.to_be_bytes());
+    out.extend_from_slice(&page.encode());
+    out
+}
+
+/// Unix time in milliseconds, on this process's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// How long an expired page may still be served (RFC 5861's two windows). A purge
+/// removes stale copies too: they stay indexed under their tags as long as they
+/// are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StaleGrace {
+    /// After its TTL, the page is served as it is while one request (across every
+    /// web server: the render lock) renders it again.
+    pub while_revalidate: Duration,
+    /// After its TTL, the page is served instead of an error while it cannot be
+    /// rendered (the database unreachable or locked).
+    pub if_error: Duration,
+}
+
+impl StaleGrace {
+    /// How long past its TTL a stored page is kept.
+    pub fn keep(&self) -> Duration {
+        self.while_revalidate.max(self.if_error)
+    }
 }
 
 impl StoredPage {
@@ -330,8 +389,15 @@ impl<'a> Reader<'a> {
 pub enum Lookup {
     /// The item is not among the most viewed: do not cache its page.
     NotPopular,
-    /// A stored page.
+    /// A stored page, fresh.
     Hit(StoredPage),
+    /// A stored page past its TTL, within the [`StaleGrace`] it was stored with.
+    Stale {
+        /// The page.
+        page: StoredPage,
+        /// How long ago it expired.
+        expired: Duration,
+    },
     /// Cacheable, but nothing stored (or what was stored is unreadable).
     Miss,
 }
@@ -353,6 +419,7 @@ pub struct PageStore {
     keys: Keys,
     ttl: Duration,
     rank_limit: u64,
+    grace: StaleGrace,
 }
 
 impl PageStore {
@@ -363,12 +430,30 @@ impl PageStore {
             keys,
             ttl,
             rank_limit,
+            grace: StaleGrace::default(),
         }
     }
 
-    /// How long pages are kept.
+    /// These pages, kept past their TTL for `grace` to be served stale (none by
+    /// default).
+    pub fn with_stale(mut self, grace: StaleGrace) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How long pages are fresh.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// How long expired pages may still be served.
+    pub fn grace(&self) -> StaleGrace {
+        self.grace
+    }
+
+    /// How long an entry (and its tags' index) is kept in Redis: its TTL and grace.
+    fn kept_ms(&self) -> u64 {
+        (self.ttl + self.grace.keep()).as_millis() as u64
     }
 
     /// Reads the page stored under `key`; with `item`, only if the item ranks below
@@ -390,7 +475,17 @@ impl PageStore {
             return Ok(Lookup::NotPopular);
         }
         Ok(match page.and_then(|bytes| decode_entry(&bytes)) {
-            Some(Ok(page)) => Lookup::Hit(page),
+            Some(Ok((page, fresh_until))) => {
+                let now = now_ms();
+                if now < fresh_until {
+                    Lookup::Hit(page)
+                } else {
+                    Lookup::Stale {
+                        page,
+                        expired: Duration::from_millis(now - fresh_until),
+                    }
+                }
+            }
             Some(Err(_)) => {
                 tracing::warn!("unreadable cached page; rendering it again");
                 Lookup::Miss
@@ -399,14 +494,17 @@ impl PageStore {
         })
     }
 
-    /// The page stored under `key`, if any, with no popularity check (for waiters
-    /// polling for a page another process is rendering).
+    /// The fresh page stored under `key`, if any, with no popularity check (for
+    /// waiters polling for a page another process is rendering).
     pub async fn get(&self, key: &PageKey) -> Result<Option<StoredPage>, CacheError> {
         let bytes: Option<Vec<u8>> = redis::cmd("GET")
             .arg(self.keys.page(key.as_str()))
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(bytes.and_then(|b| decode_entry(&b)?.ok()))
+        Ok(bytes
+            .and_then(|b| decode_entry(&b)?.ok())
+            .filter(|(_, fresh_until)| now_ms() < *fresh_until)
+            .map(|(page, _)| page))
     }
 
     /// Starts a render: reads the purge epoch. Call it before the render reads the
@@ -436,7 +534,7 @@ impl PageStore {
         if ticket.began.elapsed() > MAX_RENDER {
             return Ok(Stored::Refused);
         }
-        let ttl = self.ttl.as_millis() as u64;
+        let kept = self.kept_ms();
         let mut conn = self.conn.clone();
         if !tags.is_empty() {
             let mut pipe = redis::pipe();
@@ -446,7 +544,7 @@ impl PageStore {
                 pipe.add_command(
                     scripts::eval(scripts::TAG_PAGE, &[&set, &purged])
                         .arg(key.as_str())
-                        .arg(ttl)
+                        .arg(kept)
                         .arg(ticket.epoch)
                         .clone(),
                 );
@@ -458,8 +556,8 @@ impl PageStore {
         }
         let stored: i64 = scripts::STORE_PAGE
             .key(self.keys.page(key.as_str()))
-            .arg(page.encode())
-            .arg(ttl)
+            .arg(encode_entry(page, now_ms() + self.ttl.as_millis() as u64))
+            .arg(kept)
             .arg(ticket.epoch)
             .invoke_async(&mut conn)
             .await?;

@@ -66,8 +66,11 @@ pub struct WebConfig {
     pub secure_cookies: bool,
     /// Most of one item a cart line may hold.
     pub max_quantity: u32,
-    /// How long a cached page is kept.
+    /// How long a cached page is fresh.
     pub page_ttl: Duration,
+    /// How long past its TTL a cached page is still served (while it is rendered
+    /// again; instead of an error).
+    pub page_stale: shop_cache::page_cache::StaleGrace,
     /// Only items ranked below this in views have their pages cached.
     pub rank_limit: u64,
     /// Most lines (different items) a cart may hold.
@@ -92,6 +95,7 @@ impl Default for WebConfig {
             secure_cookies: false,
             max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
             page_ttl: shop_cache::page_cache::DEFAULT_TTL,
+            page_stale: shop_cache::page_cache::DEFAULT_STALE,
             rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
@@ -174,7 +178,8 @@ impl AppState {
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone()),
-            pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit),
+            pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit)
+                .with_stale(config.page_stale),
             metrics: Arc::default(),
             traffic: Arc::default(),
             config,

@@ -170,6 +170,7 @@ impl Metrics {
         for (page, stats) in lock(&self.page_caches).iter() {
             for (result, counter) in [
                 ("hit", &stats.hits),
+                ("stale", &stats.stale),
                 ("miss", &stats.misses),
                 ("bypass", &stats.bypasses),
                 ("error", &stats.errors),

@@ -18,8 +18,9 @@
 //! `private`, `no-store` or `no-cache`, not already content-encoded, of known size.
 //!
 //! Every response says what happened in `X-Cache`: `HIT` (from Redis, or from the
-//! render another request of this process was doing), `MISS` (rendered here) or
-//! `BYPASS` (not a cacheable request, or Redis unavailable). A matching
+//! render another request of this process was doing), `STALE` (past its TTL, see
+//! below), `MISS` (rendered here) or `BYPASS` (not a cacheable request, or Redis
+//! unavailable). A matching
 //! `If-None-Match` gets `304 Not Modified`. Bodies are stored gzip-compressed and
 //! sent as stored to clients that accept gzip, decompressed for the others.
 //!
@@ -31,6 +32,15 @@
 //!
 //! If Redis fails, the layer calls the handler and returns its page: the cache can
 //! make the shop faster, never unavailable.
+//!
+//! Serve-stale (with a store that keeps pages past their TTL,
+//! [`PageStore::with_stale`]): a page expired less than `while_revalidate` ago is
+//! served as it is (`X-Cache: STALE`) while one request renders it in the
+//! background (this process's single flight, then the Redis render lock, so one
+//! render across every web server); a page expired longer ago is rendered, and if
+//! the render fails (5xx: the database unreachable or locked) the stale copy is
+//! served instead, up to `if_error` after its TTL. A purged page is never served
+//! stale.
 //!
 //! Purges: a handler names what its page shows by a [`PageTags`] extension on its
 //! response (an item page of [`Pages::Ranked`] is tagged with its item without
@@ -164,6 +174,8 @@ impl Default for PageCacheConfig {
 pub struct PageCacheStats {
     /// Served without calling the handler.
     pub hits: AtomicU64,
+    /// Served past its TTL (while revalidating, or instead of an error).
+    pub stale: AtomicU64,
     /// Cacheable requests that called the handler.
     pub misses: AtomicU64,
     /// Requests that did not qualify (or met a Redis failure) and went straight through.
@@ -251,8 +263,8 @@ struct Shared {
 impl Shared {
     async fn handle<S>(self: Arc<Self>, req: Request, inner: S) -> Response
     where
-        S: Service<Request, Response = Response, Error = Infallible> + Send,
-        S::Future: Send,
+        S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+        S::Future: Send + 'static,
     {
         let Some((key, item)) = self.qualifies(&req) else {
             bump(&self.stats.bypasses);
@@ -267,6 +279,28 @@ impl Shared {
                 }
                 Err(_) => self.fill(key, item, req, ask, inner).await,
             },
+            Ok(Lookup::Stale { page, expired }) => {
+                let grace = self.store.grace();
+                if expired <= grace.while_revalidate
+                    && let Ok(resp) = serve(&page, &ask)
+                {
+                    // Served as it is; one request across the servers renders it.
+                    self.clone().revalidate(key, item, &req, inner);
+                    bump(&self.stats.stale);
+                    return labelled(resp, "STALE");
+                }
+                let resp = self.clone().fill(key, item, req, ask.clone(), inner).await;
+                if resp.status().is_server_error()
+                    && expired <= grace.if_error
+                    && let Ok(stale) = serve(&page, &ask)
+                {
+                    // The page cannot be rendered now (the database is down or
+                    // locked): the copy kept for this beats an error.
+                    bump(&self.stats.stale);
+                    return labelled(stale, "STALE");
+                }
+                resp
+            }
             Ok(Lookup::Miss) => self.fill(key, item, req, ask, inner).await,
             Ok(Lookup::NotPopular) => {
                 bump(&self.stats.bypasses);
@@ -279,6 +313,47 @@ impl Shared {
                 labelled(call(inner, req).await, "BYPASS")
             }
         }
+    }
+
+    /// Renders an expired page in the background, once across every web server:
+    /// this process's first request for it takes the flight, and the flight's
+    /// render takes the Redis lock; anyone else goes on serving the stale copy.
+    fn revalidate<S>(self: Arc<Self>, key: PageKey, item: Option<ItemId>, req: &Request, inner: S)
+    where
+        S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        let Role::Leader(leader) = self.flights.join(&key) else {
+            return; // already being rendered here
+        };
+        let mut copy = Request::new(Body::empty());
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = req.uri().clone();
+        *copy.headers_mut() = req.headers().clone();
+        *copy.extensions_mut() = req.extensions().clone();
+        let ask = Ask::of(&copy);
+        tokio::spawn(async move {
+            let lock = match self.store.try_lock(&key).await {
+                Ok(Some(lock)) => lock,
+                Ok(None) => return, // another server renders it
+                Err(error) => {
+                    bump(&self.stats.errors);
+                    Cause::redis(&error, "page cache lock failed; not revalidating").log();
+                    return;
+                }
+            };
+            let (_, page) = self.render(&key, item, copy, &ask, inner).await;
+            if let Some(page) = page {
+                leader.publish(page);
+            }
+            if let Err(error) = self.store.unlock(lock).await {
+                Cause::redis(
+                    &error,
+                    "page cache unlock failed; the lock expires by itself",
+                )
+                .log();
+            }
+        });
     }
 
     /// The key and (for item pages) the item of a cacheable request, else `None`.

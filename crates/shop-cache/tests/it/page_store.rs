@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache::{
-    LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, PageTag, Stored, StoredPage,
+    LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, PageTag, StaleGrace, Stored, StoredPage,
 };
 
 use crate::{Fixture, both_layouts};
@@ -348,5 +348,43 @@ async fn the_tag_index_expires_with_its_pages(fx: Fixture) {
     assert!(!set, "the purged tag's index is emptied");
     let tomb: i64 = raw.pttl(fx.keys.page(key_of("/items").as_str())).await.unwrap();
     assert!((1..=60_000).contains(&tomb), "{tomb}");
+}
+
+async fn an_expired_page_is_stale_within_its_grace_and_a_purge_reaches_it(fx: Fixture) {
+    let grace = StaleGrace {
+        while_revalidate: Duration::from_secs(30),
+        if_error: Duration::from_secs(60),
+    };
+    let store = store_of(&fx, Duration::from_secs(1), 10).with_stale(grace);
+    let key = key_of("/items/1");
+    let tags = [PageTag::Item(item(1))];
+    let ticket = store.begin_render().await.unwrap();
+    store.store(&key, &page("one"), &tags, &ticket).await.unwrap();
+    // Kept (and indexed) for its TTL and the longer grace.
+    let mut raw = fx.raw().await;
+    let kept: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    assert!((60_000..=61_000).contains(&kept), "{kept}");
+    let indexed: i64 = raw.pttl(fx.keys.page_tag("i1")).await.unwrap();
+    assert!((60_000..=61_000).contains(&indexed), "{indexed}");
+    assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Hit(page("one")));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.lookup(&key, None).await.unwrap() {
+            Lookup::Hit(_) => {}
+            Lookup::Stale { page: stale, expired } => {
+                assert_eq!(stale, page("one"));
+                assert!(expired < Duration::from_secs(10), "{expired:?}");
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Waiters want a fresh page, not the stale copy.
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    // A purge removes stale copies too.
+    assert_eq!(store.purge(&tags).await.unwrap(), 1);
+    assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
 }
 }

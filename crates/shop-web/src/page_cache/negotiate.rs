@@ -12,6 +12,7 @@ use shop_cache::CacheError;
 use shop_cache::page_cache::StoredPage;
 
 /// What the client asked for that decides how a stored page is sent.
+#[derive(Clone)]
 pub(super) struct Ask {
     head: bool,
     gzip: bool,

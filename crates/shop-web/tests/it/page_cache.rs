@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManagerConfig;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag};
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag, StaleGrace};
 use shop_testkit::TestRedis;
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use tower::ServiceExt;
@@ -23,6 +23,8 @@ use tower::ServiceExt;
 struct Handler {
     renders: Arc<AtomicUsize>,
     delay: Duration,
+    /// Answer 503, as a page whose database is down does.
+    failing: Arc<AtomicBool>,
 }
 
 fn page_body(id: &str) -> String {
@@ -39,6 +41,9 @@ async fn item(
 ) -> Response {
     h.renders.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(h.delay).await;
+    if h.failing.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response();
+    }
     let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
     match q.get("mode").map(String::as_str) {
         Some("cookie") => (html, [(header::SET_COOKIE, "a=b")], page_body(&id)).into_response(),
@@ -62,6 +67,7 @@ async fn other(State(h): State<Handler>) -> Response {
 struct Shop {
     server: TestRedis,
     renders: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
     layer: PageCacheLayer,
     app: Router,
 }
@@ -78,6 +84,17 @@ impl Shop {
     }
 
     async fn on(server: TestRedis, config: PageCacheConfig, delay: Duration) -> Self {
+        let store = |conn| PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+        Self::on_store(server, config, delay, store).await
+    }
+
+    /// A shop whose store is `store` over a connection to `server`.
+    async fn on_store(
+        server: TestRedis,
+        config: PageCacheConfig,
+        delay: Duration,
+        store: impl FnOnce(shop_cache::RedisConn) -> PageStore,
+    ) -> Self {
         let quick = ConnectionManagerConfig::new()
             .set_response_timeout(Some(Duration::from_millis(300)))
             .set_connection_timeout(Some(Duration::from_millis(200)))
@@ -85,13 +102,14 @@ impl Shop {
         let conn = shop_cache::connect_with(&server.url(), quick)
             .await
             .unwrap();
-        let store = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
-        let layer = PageCacheLayer::new(store, config);
+        let layer = PageCacheLayer::new(store(conn), config);
         let renders = Arc::new(AtomicUsize::new(0));
-        let app = app(&layer, renders.clone(), delay);
+        let failing = Arc::new(AtomicBool::new(false));
+        let app = app(&layer, renders.clone(), failing.clone(), delay);
         Self {
             server,
             renders,
+            failing,
             layer,
             app,
         }
@@ -137,12 +155,21 @@ fn reads_params() -> PageCacheConfig {
     }
 }
 
-fn app(layer: &PageCacheLayer, renders: Arc<AtomicUsize>, delay: Duration) -> Router {
+fn app(
+    layer: &PageCacheLayer,
+    renders: Arc<AtomicUsize>,
+    failing: Arc<AtomicBool>,
+    delay: Duration,
+) -> Router {
     Router::new()
         .route("/items/{id}", get(item))
         .route("/cart", get(other))
         .route("/items/{id}/reviews", get(other))
-        .with_state(Handler { renders, delay })
+        .with_state(Handler {
+            renders,
+            delay,
+            failing,
+        })
         .layer(layer.clone())
 }
 
@@ -447,6 +474,7 @@ async fn a_stampede_across_processes_renders_once() {
     let other = app(
         &other_layer,
         one.renders.clone(),
+        Arc::default(),
         Duration::from_millis(300),
     );
 
@@ -550,4 +578,116 @@ async fn a_page_rendered_across_a_purge_is_served_but_not_stored() {
         "HIT",
         "and this one kept"
     );
+}
+
+/// A store whose pages are fresh for three seconds (long enough that a test's
+/// steps after a render see it fresh, even on a busy machine), then served stale
+/// as `grace` says.
+fn brief(grace: StaleGrace) -> impl FnOnce(shop_cache::RedisConn) -> PageStore {
+    move |conn| {
+        PageStore::new(
+            conn,
+            Keys::default(),
+            Duration::from_secs(3),
+            DEFAULT_RANK_LIMIT,
+        )
+        .with_stale(grace)
+    }
+}
+
+/// GETs `uri` until `done` holds of the answer (or fails after ten seconds).
+async fn until(shop: &Shop, uri: &str, done: impl Fn(&Response) -> bool) -> Response {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = shop.get(uri).await;
+        if done(&resp) {
+            return resp;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "last: {} {:?}",
+            resp.status(),
+            resp.headers().get("x-cache")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_expired_page_is_served_while_one_request_across_two_servers_renders_it() {
+    let grace = StaleGrace {
+        while_revalidate: Duration::from_secs(60),
+        if_error: Duration::ZERO,
+    };
+    let delay = Duration::from_millis(200);
+    let one = Shop::on_store(TestRedis::start(), reads_params(), delay, brief(grace)).await;
+    // Another web server over the same Redis, with its own handler.
+    let conn = shop_cache::connect(&one.server.url()).await.unwrap();
+    let layer = PageCacheLayer::new(brief(grace)(conn), reads_params());
+    let two_renders = Arc::new(AtomicUsize::new(0));
+    let two = app(&layer, two_renders.clone(), Arc::default(), delay);
+    let get_two = |uri: &'static str| {
+        let two = two.clone();
+        async move {
+            two.oneshot(Request::get(uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    one.rank_items(3).await;
+    assert_eq!(x_cache(&one.get("/items/2").await), "MISS");
+    // Expired: both servers serve the old copy at once, many times over ...
+    let stale = until(&one, "/items/2", |r| x_cache(r) == "STALE").await;
+    assert_eq!(stale.status(), StatusCode::OK);
+    assert!(!body(stale).await.is_empty());
+    for _ in 0..3 {
+        for resp in [one.get("/items/2").await, get_two("/items/2").await] {
+            assert!(
+                matches!(x_cache(&resp), "STALE" | "HIT"),
+                "{:?}",
+                resp.headers()
+            );
+        }
+    }
+    // ... while exactly one render, on one of them, brings it back fresh.
+    until(&one, "/items/2", |r| x_cache(r) == "HIT").await;
+    assert_eq!(x_cache(&get_two("/items/2").await), "HIT");
+    assert_eq!(
+        one.renders() + two_renders.load(Ordering::SeqCst),
+        2,
+        "the first render and one revalidation"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_page_is_served_instead_of_an_error_while_it_cannot_be_rendered() {
+    let grace = StaleGrace {
+        while_revalidate: Duration::ZERO,
+        if_error: Duration::from_secs(60),
+    };
+    let shop = Shop::on_store(
+        TestRedis::start(),
+        reads_params(),
+        Duration::ZERO,
+        brief(grace),
+    )
+    .await;
+    shop.rank_items(3).await;
+    let fresh = shop.get("/items/1").await;
+    assert_eq!(x_cache(&fresh), "MISS");
+    let fresh = body(fresh).await;
+    shop.failing.store(true, Ordering::SeqCst);
+    // Expired, and the handler answers 503: the stale copy is served instead.
+    let stale = until(&shop, "/items/1", |r| x_cache(r) == "STALE").await;
+    assert_eq!(stale.status(), StatusCode::OK);
+    assert_eq!(body(stale).await, fresh);
+    // A page that was never cached has no copy: the error, at once.
+    assert_eq!(
+        shop.get("/items/2").await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // Back up: rendered and fresh again.
+    shop.failing.store(false, Ordering::SeqCst);
+    assert_eq!(x_cache(&shop.get("/items/1").await), "MISS");
+    assert_eq!(x_cache(&shop.get("/items/1").await), "HIT");
 }

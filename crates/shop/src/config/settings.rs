@@ -120,6 +120,19 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub page_ttl: u64,
+    /// Seconds past its TTL a cached page is still served while one request (across
+    /// every web server) renders it again: no shopper waits for the render of a
+    /// page that was cached.
+    #[arg(long, env = "SHOP_PAGE_STALE_WHILE_REVALIDATE",
+          default_value_t = page_cache::DEFAULT_STALE.while_revalidate.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub page_stale_while_revalidate: u64,
+    /// Seconds past its TTL a cached page is still served instead of an error while
+    /// the database cannot render it (unreachable or locked).
+    #[arg(long, env = "SHOP_PAGE_STALE_IF_ERROR",
+          default_value_t = page_cache::DEFAULT_STALE.if_error.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub page_stale_if_error: u64,
     /// Only items ranked below this in views have their pages cached.
     #[arg(long, env = "SHOP_RANK_LIMIT", default_value_t = page_cache::DEFAULT_RANK_LIMIT)]
     pub rank_limit: u64,
@@ -338,6 +351,10 @@ impl From<&WebSettings> for shop_web::WebConfig {
             secure_cookies: web.secure_cookies,
             max_quantity: web.max_quantity,
             page_ttl: Duration::from_secs(web.page_ttl),
+            page_stale: page_cache::StaleGrace {
+                while_revalidate: Duration::from_secs(web.page_stale_while_revalidate),
+                if_error: Duration::from_secs(web.page_stale_if_error),
+            },
             rank_limit: web.rank_limit,
             max_cart_lines: web.max_cart_lines,
             login_limits: shop_cache::login_limit::LoginLimits {
