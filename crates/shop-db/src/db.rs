@@ -68,6 +68,8 @@ const SQLITE_READ_BUSY_TIMEOUT_MS: u32 = 5_000;
 /// How long a PostgreSQL write waits for a row or table lock before giving up
 /// (SQLSTATE 55P03, unavailable): the counterpart of SQLite's write busy timeout.
 const POSTGRES_LOCK_TIMEOUT: &str = "2s";
+/// How long a PostgreSQL read waits for a lock before giving up (55P03).
+const POSTGRES_READ_LOCK_TIMEOUT: &str = "2s";
 /// How long a writer waits for the write connection. Together with the busy timeout
 /// this bounds a write's wait when the database is locked: about 3 s, then 503.
 const WRITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -294,6 +296,20 @@ fn read_pool(backend: Backend) -> AnyPoolOptions {
                     ],
                 ))
             }),
-        Backend::Postgres => options.max_connections(POSTGRES_READ_CONNECTIONS),
+        // A read waits for a lock (a table locked by maintenance) as long as
+        // SQLite's reader would, then fails as unavailable: a page with a stale
+        // copy is then served from it, not held until the request times out.
+        Backend::Postgres => options
+            .max_connections(POSTGRES_READ_CONNECTIONS)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::query(&format!(
+                        "SET lock_timeout = '{POSTGRES_READ_LOCK_TIMEOUT}'"
+                    ))
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+                })
+            }),
     }
 }

@@ -11,6 +11,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Serialize;
 use shop_app::AppError;
+use shop_app::catalogue::CatalogueError;
 use shop_cache::CacheError;
 use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
@@ -265,6 +266,30 @@ impl From<AppError> for WebError {
             AppError::Cache(error) => error.into(),
             AppError::Db(error) => error.into(),
             AppError::Pending => WebError::in_progress(),
+        }
+    }
+}
+
+impl From<CatalogueError> for WebError {
+    fn from(error: CatalogueError) -> Self {
+        match error {
+            CatalogueError::UnknownItem(_) => WebError::not_found("there is no such item"),
+            CatalogueError::IdTaken(id) => WebError::new(
+                StatusCode::CONFLICT,
+                "id_taken",
+                format!("item {id} already exists"),
+            ),
+            // Saved, not yet purged: say so, and that trying again finishes it.
+            CatalogueError::NotPurged { ref source, .. } => WebError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_purged",
+                "saved, but the cached pages could not be purged yet; send it again",
+            )
+            .caused_by(Cause::redis(
+                source,
+                "purge after a catalogue change failed",
+            )),
+            CatalogueError::Failed(error) => error.into(),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
 pub mod account;
+pub mod admin;
 pub mod assets;
 pub mod auth;
 pub mod browse;
@@ -276,6 +277,7 @@ pub fn router(state: AppState) -> Router {
         .merge(account::router(state.clone()))
         .merge(browse::router(state.clone()))
         .merge(ops::router(state.clone()))
+        .merge(admin::router(state.clone()))
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
         .merge(me::router(state.clone()))

@@ -58,7 +58,7 @@ pub fn idempotency_key(raw: Option<&str>) -> Result<&str, BadRequest> {
 
 /// The answer to a page that needs a logged-in user when there is none: the login
 /// page, which comes back to `page` afterwards (a path of this site's own).
-pub fn log_in_first(page: &'static str) -> axum::response::Response {
+pub fn log_in_first(page: &str) -> axum::response::Response {
     use axum::response::IntoResponse;
     axum::response::Redirect::to(&format!("/login?next={page}")).into_response()
 }

@@ -163,6 +163,28 @@ pub struct CartPage {
     pub max_quantity: u32,
 }
 
+/// `GET /admin/items/{id}`: an item's edit form, for admins.
+#[derive(Template)]
+#[template(path = "admin_item.html")]
+pub struct AdminItemPage {
+    /// The item.
+    pub id: u64,
+    /// Its fields as they are (or as typed, when refused).
+    pub title: String,
+    /// Its description.
+    pub description: String,
+    /// Its price in cents.
+    pub price_cents: String,
+    /// Its department.
+    pub category: String,
+    /// It is retired.
+    pub retired: bool,
+    /// The last change was saved.
+    pub saved: bool,
+    /// Why the last change was refused.
+    pub message: Option<String>,
+}
+
 /// `GET /login`, and `POST /login` when it fails.
 #[derive(Template)]
 #[template(path = "login.html")]

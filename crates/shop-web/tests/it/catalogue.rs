@@ -228,3 +228,82 @@ async fn checkout_charges_the_price_at_commit_not_the_page_seen() {
         assert_eq!(placed["total_cents"], 2 * (old + 1_000), "{kind}: {placed}");
     }
 }
+
+#[tokio::test]
+async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
+    let app = TestApp::start().await;
+    rank(&app, &[3]).await;
+    cached(&app, "/items/3").await;
+    let before = app.db.item(item(3)).await.unwrap().unwrap();
+
+    // Only admins: a guest is sent to log in (and back), a shopper refused.
+    let guest = app.visitor().await;
+    let resp = app.get("/admin/items/3", Some(&guest)).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()["location"], "/login?next=/admin/items/3");
+    let shopper = app.logged_in("sam").await;
+    assert_eq!(
+        app.get("/admin/items/3", Some(&shopper)).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    let form = "title=Hacked&description=x&price_cents=1&category=kitchen";
+    assert_eq!(
+        app.post("/admin/items/3", Some(&shopper), form, false)
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    let admin = app.logged_in("ada").await;
+    app.db.grant_admin("ada").await.unwrap();
+    let page = app.get("/admin/items/3", Some(&admin)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    assert!(text(page).await.contains(&before.title));
+    assert_eq!(
+        app.get("/admin/items/999", Some(&admin)).await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // Bad input: the form again with the reason, nothing changed.
+    for bad in [
+        "title=&description=x&price_cents=5&category=kitchen",
+        "title=T&description=x&price_cents=-5&category=kitchen",
+        "title=T&description=x&price_cents=lots&category=kitchen",
+        "title=T&description=x&price_cents=5&category=a%2Fb",
+    ] {
+        let resp = app.post("/admin/items/3", Some(&admin), bad, false).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert!(text(resp).await.contains("id=\"message\""), "{bad}");
+    }
+    // From another site: refused before anything runs.
+    let cross = shop_testapp::form_post("/admin/items/3", Some(&admin), false)
+        .header("sec-fetch-site", "cross-site")
+        .body(axum::body::Body::from(
+            "title=Evil&description=x&price_cents=1&category=kitchen",
+        ))
+        .unwrap();
+    assert_eq!(app.send(cross).await.status(), StatusCode::FORBIDDEN);
+    assert_eq!(app.db.item(item(3)).await.unwrap().unwrap(), before);
+
+    // A good edit: saved, and another server shows it at once.
+    let good = format!(
+        "title=Admin+kettle&description=Boils.&price_cents=2500&category={}",
+        before.category
+    );
+    let resp = app.post("/admin/items/3", Some(&admin), &good, false).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()["location"], "/admin/items/3?saved=1");
+    let other = app.second_server();
+    let html = text(send(&other, shop_testapp::get_request("/items/3")).await).await;
+    assert!(html.contains("Admin kettle") && html.contains(&money(2500)));
+
+    // Retired from the form.
+    let resp = app
+        .post("/admin/items/3/retire", Some(&admin), "", false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let gone = send(&other, shop_testapp::get_request("/items/3")).await;
+    assert_eq!(gone.status(), StatusCode::GONE);
+    let form = text(app.get("/admin/items/3?saved=1", Some(&admin)).await).await;
+    assert!(form.contains("id=\"retired\"") && form.contains("id=\"saved\""));
+}

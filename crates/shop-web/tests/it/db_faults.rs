@@ -317,3 +317,75 @@ async fn a_long_write_lock_is_degraded_never_read_only() {
         (StatusCode::OK, Some("ok"))
     );
 }
+
+/// Stale-if-error: with the database locked against reads (PostgreSQL: a table
+/// lock held by another session) or gone (SQLite: the pool closed), item pages
+/// whose cached copy expired are served from that copy (200, `X-Cache: STALE`);
+/// a page that was never cached answers 503 at once.
+#[tokio::test]
+async fn expired_pages_are_served_stale_while_the_database_cannot_render_them() {
+    use redis::AsyncCommands;
+    use sqlx::Connection;
+    let config = shop_web::WebConfig {
+        page_ttl: Duration::from_secs(2),
+        page_stale: shop_cache::page_cache::StaleGrace {
+            while_revalidate: Duration::ZERO,
+            if_error: Duration::from_secs(600),
+        },
+        ..shop_web::WebConfig::default()
+    };
+    for app in TestApp::builder()
+        .config(config)
+        .start_on_every_database()
+        .await
+    {
+        let kind = app.kind();
+        let mut raw = app.redis.conn().await;
+        for id in 1..=5_u64 {
+            let _: () = raw.zadd("viewed:", id, -100).await.unwrap();
+        }
+        let mut pages = Vec::new();
+        for id in 1..=5 {
+            let resp = app.get(&format!("/items/{id}"), None).await;
+            assert_eq!(resp.headers()["x-cache"], "MISS", "{kind}");
+            pages.push(shop_testapp::text(resp).await);
+        }
+        // The database stops answering reads.
+        let mut lock = None;
+        if kind == "postgres" {
+            let mut conn = sqlx::PgConnection::connect(app.test_db.url())
+                .await
+                .unwrap();
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            sqlx::query("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            lock = Some(conn);
+        } else {
+            app.db.close().await;
+        }
+        // Once expired, every one of them is still served, from its stale copy.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (n, want) in pages.iter().enumerate() {
+            let uri = format!("/items/{}", n + 1);
+            loop {
+                let resp = app.get(&uri, None).await;
+                assert_eq!(resp.status(), StatusCode::OK, "{kind} {uri}");
+                let label = resp.headers()["x-cache"].to_str().unwrap().to_owned();
+                assert_eq!(&shop_testapp::text(resp).await, want, "{kind} {uri}");
+                if label == "STALE" {
+                    break;
+                }
+                assert_eq!(label, "HIT", "{kind} {uri}");
+                assert!(Instant::now() < deadline, "{kind} {uri} never expired");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let never = app.get("/items/9", None).await;
+        assert_eq!(never.status(), StatusCode::SERVICE_UNAVAILABLE, "{kind}");
+        if let Some(conn) = lock {
+            conn.close().await.unwrap();
+        }
+    }
+}
