@@ -211,6 +211,16 @@ impl Catalogue<'_> {
             .copied()
             .collect();
         if touched.is_empty() {
+            // The same values again (a resent form, a rerun command, maybe after a
+            // purge that failed): purge the item's own pages anyway, which is cheap,
+            // so sending a change again always finishes it.
+            if let [change] = changes {
+                let tags = [
+                    PageTag::Item(change.after.id),
+                    PageTag::Department(change.after.category.clone()),
+                ];
+                applied.pages_purged = self.purge_tags(&tags, &[change.after.id]).await?;
+            }
             return Ok(applied);
         }
         if self.db.categories().await? != departments_before {

@@ -35,6 +35,10 @@ pub static STORE_PAGE: LazyLock<Script> =
 /// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
 pub const PURGE_TAG: &str = include_str!("lua/purge_tag.lua");
 
+/// Replaces a purged page by a tombstone unless a newer purge's is there.
+/// Sent in pipelines, one per page, so by `EVAL` ([`eval`]).
+pub const TOMBSTONE: &str = include_str!("lua/tombstone.lua");
+
 /// An `EVAL` of `script` over `keys`, for a pipeline: a pipeline cannot load a
 /// script a node lacks and run it again, as [`Script`] does for one call, so
 /// scripts that go in pipelines are sent with their text (Redis keeps it cached).

@@ -16,7 +16,7 @@ use sqlx::Row;
 
 use crate::items::{IN_LIST_CHUNK, ITEM_COLUMNS, Item, placeholders};
 use crate::write::WriteTx;
-use crate::{Db, DbError};
+use crate::{Backend, Db, DbError};
 
 /// One item before and after a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,10 @@ impl Db {
             let mut tx = self.begin_write().await?;
             let id = match id {
                 Some(id) => {
-                    if read_items(&mut tx, &[id]).await?.contains_key(&id) {
+                    if read_items(&mut tx, &[id], RowLock::Update)
+                        .await?
+                        .contains_key(&id)
+                    {
                         tx.rollback().await?;
                         return Ok(AddOutcome::IdTaken(id));
                     }
@@ -97,7 +100,10 @@ impl Db {
         edit: &ItemEdit,
     ) -> Result<Option<ItemChange>, DbError> {
         let mut tx = self.begin_write().await?;
-        let Some(before) = read_items(&mut tx, &[id]).await?.remove(&id) else {
+        let Some(before) = read_items(&mut tx, &[id], RowLock::Update)
+            .await?
+            .remove(&id)
+        else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -124,7 +130,10 @@ impl Db {
     /// an item already retired is left as it is (the change says so).
     pub async fn retire_item(&self, id: ItemId, now: i64) -> Result<Option<ItemChange>, DbError> {
         let mut tx = self.begin_write().await?;
-        let Some(before) = read_items(&mut tx, &[id]).await?.remove(&id) else {
+        let Some(before) = read_items(&mut tx, &[id], RowLock::Update)
+            .await?
+            .remove(&id)
+        else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -157,7 +166,7 @@ impl Db {
     ) -> Result<Vec<ItemChange>, DbError> {
         let ids: Vec<ItemId> = lines.iter().map(|(id, _, _)| *id).collect();
         let mut tx = self.begin_write().await?;
-        let mut existing = read_items(&mut tx, &ids).await?;
+        let mut existing = read_items(&mut tx, &ids, RowLock::Update).await?;
         let mut changes = Vec::new();
         for (id, fields, stock) in lines {
             match existing.remove(id) {
@@ -192,15 +201,32 @@ impl Db {
     }
 }
 
-/// The items among `ids` that exist, read inside the transaction.
+/// How the rows [`read_items`] reads are held until the transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowLock {
+    /// Others may read them (a checkout: the price it charges cannot change under it).
+    Share,
+    /// Nobody else may lock them (a change: two edits of one item one after the other).
+    Update,
+}
+
+/// The items among `ids` that exist, read inside the transaction and held as
+/// `lock` says until it ends. (On SQLite the transaction already holds the one
+/// write lock; PostgreSQL locks the rows.)
 pub(crate) async fn read_items(
     tx: &mut WriteTx,
     ids: &[ItemId],
+    lock: RowLock,
 ) -> Result<HashMap<ItemId, Item>, DbError> {
+    let suffix = match (tx.backend(), lock) {
+        (Backend::Sqlite, _) => "",
+        (Backend::Postgres, RowLock::Share) => " FOR SHARE",
+        (Backend::Postgres, RowLock::Update) => " FOR UPDATE",
+    };
     let mut found = HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(IN_LIST_CHUNK) {
         let sql = format!(
-            "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({})",
+            "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({}){suffix}",
             placeholders(chunk.len())
         );
         let mut q = sqlx::query(&sql);

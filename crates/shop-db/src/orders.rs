@@ -15,7 +15,7 @@ use serde::Serialize;
 use shop_domain::{ItemId, UserId};
 use sqlx::Row;
 
-use crate::catalogue::read_items;
+use crate::catalogue::{RowLock, read_items};
 use crate::items::Item;
 use crate::{Db, DbError};
 
@@ -105,7 +105,7 @@ impl Db {
         // The items as this transaction sees them: a price changed or an item
         // retired before the commit is what the order gets.
         let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
-        let items: HashMap<ItemId, Item> = read_items(&mut tx, &ids).await?;
+        let items: HashMap<ItemId, Item> = read_items(&mut tx, &ids, RowLock::Share).await?;
         let mut total = 0i64;
         for &(item, quantity) in lines {
             let price = match items.get(&item) {

@@ -103,7 +103,7 @@ impl Db {
                      SELECT rowid AS id, bm25(items_search, 10.0, 1.0) AS score \
                      FROM items_search WHERE items_search MATCH $1 \
                      ORDER BY score, rowid LIMIT $2 OFFSET $3 \
-                 ) AS hit JOIN items AS i ON i.id = hit.id \
+                 ) AS hit JOIN items AS i ON i.id = hit.id AND i.retired_at IS NULL \
                  ORDER BY hit.score, hit.id",
                 words.fts5(),
             ),

@@ -45,6 +45,8 @@ pub struct WriteTx {
     conn: Option<PoolConnection<Any>>,
     /// The handle's count of commits, bumped by a successful `COMMIT`.
     commits: Arc<AtomicU64>,
+    /// Which database, for the statements that differ.
+    backend: Backend,
 }
 
 impl Db {
@@ -74,7 +76,13 @@ impl WriteTx {
         Ok(Self {
             conn: Some(conn),
             commits,
+            backend,
         })
+    }
+
+    /// Which database the transaction is on.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// Commits. Success means the transaction is durable as far as the database's

@@ -93,14 +93,18 @@ async fn save(
     if let Err(answer) = admin_only(&state, &session, id).await {
         return Ok(answer);
     }
-    let field = |name: &str| form.get(name).map(String::as_str).unwrap_or("");
-    let price = field("price_cents").trim().parse::<i64>();
+    // A field the form did not send is left as it is.
+    let given = |name: &str| form.get(name).map(String::as_str);
+    let field = |name: &str| given(name).unwrap_or("");
+    let price = given("price_cents")
+        .map(|p| p.trim().parse::<i64>())
+        .transpose();
     let edit = match price {
         Ok(cents) => ItemEdit::new(
-            Some(field("title")),
-            Some(field("description")),
-            Some(cents),
-            Some(field("category")),
+            given("title"),
+            given("description"),
+            cents,
+            given("category"),
         )
         .map_err(|e| e.to_string()),
         Err(_) => Err("the price is a whole number of cents".to_owned()),

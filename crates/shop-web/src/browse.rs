@@ -100,7 +100,10 @@ async fn listing(
         .db
         .items_page(category, after, LISTING_PAGE + 1)
         .await?;
-    if items.is_empty() && after.is_none() && category.is_some() {
+    let departments = state.db.categories().await?;
+    if let Some(category) = category
+        && !departments.iter().any(|d| d == category)
+    {
         return Err(WebError::not_found("there is no such department"));
     }
     // What the page shows, for purges: its items and the one after them (which
@@ -117,7 +120,7 @@ async fn listing(
     };
     let page = ListingPage {
         heading: category.map_or_else(|| "All items".to_owned(), capitalised),
-        categories: state.db.categories().await?,
+        categories: departments,
         current: category.map(str::to_owned),
         next: more.then(|| {
             let last = items.last().map_or(0, |it| it.id.get());
@@ -126,7 +129,15 @@ async fn listing(
         first: after.is_some().then_some(base),
         items: items.iter().map(ItemView::from).collect(),
     };
+    let empty = page.items.is_empty();
     let mut resp = templates::render(&page)?.into_response();
+    if empty {
+        // Past the end: not kept, so made-up `after` values cannot fill the cache.
+        resp.headers_mut().insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-store"),
+        );
+    }
     resp.extensions_mut().insert(PageTags(tags));
     Ok(resp)
 }

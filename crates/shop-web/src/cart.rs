@@ -88,9 +88,9 @@ async fn update(
             None => return Err(WebError::not_found("there is no such item")),
             Some(found) if found.retired => {
                 return Err(WebError::new(
-                    StatusCode::GONE,
-                    "retired",
-                    format!("item {item} is no longer sold"),
+                    StatusCode::CONFLICT,
+                    "item_retired",
+                    format!("item {item} is no longer available"),
                 ));
             }
             Some(_) => {}

@@ -281,7 +281,7 @@ impl Shared {
             },
             Ok(Lookup::Stale { page, expired }) => {
                 let grace = self.store.grace();
-                if expired <= grace.while_revalidate
+                if expired < grace.while_revalidate
                     && let Ok(resp) = serve(&page, &ask)
                 {
                     // Served as it is; one request across the servers renders it.
@@ -291,7 +291,7 @@ impl Shared {
                 }
                 let resp = self.clone().fill(key, item, req, ask.clone(), inner).await;
                 if resp.status().is_server_error()
-                    && expired <= grace.if_error
+                    && expired < grace.if_error
                     && let Ok(stale) = serve(&page, &ask)
                 {
                     // The page cannot be rendered now (the database is down or
@@ -442,23 +442,25 @@ impl Shared {
         }
     }
 
-    /// Stores a rendered page under its tags (a refusal is a purge since the render
-    /// began: the page is served to this request but not kept).
+    /// Stores a rendered page under its tags; `true` if it was stored (a refusal is
+    /// a purge since the render began: the page is served to its own request only).
     async fn store_page(
         &self,
         key: &PageKey,
         page: &StoredPage,
         tags: &[PageTag],
         ticket: &RenderTicket,
-    ) {
+    ) -> bool {
         match self.store.store(key, page, tags, ticket).await {
-            Ok(Stored::Yes) => {}
+            Ok(Stored::Yes) => true,
             Ok(Stored::Refused) => {
                 tracing::debug!("a page rendered before a purge was not stored");
+                false
             }
             Err(error) => {
                 bump(&self.stats.errors);
                 Cause::redis(&error, "storing a page failed").log();
+                false
             }
         }
     }
@@ -481,7 +483,8 @@ impl Shared {
         None
     }
 
-    /// Calls the handler; stores its response if it may be stored.
+    /// Calls the handler; stores its response if it may be stored, and returns the
+    /// page too if it was stored (for the requests waiting on this render).
     async fn render<S>(
         &self,
         key: &PageKey,
@@ -540,14 +543,18 @@ impl Shared {
             })
             .collect();
         let page = Arc::new(StoredPage::new(parts.status.as_u16(), headers, &bytes));
-        if let Some(ticket) = ticket {
-            self.store_page(key, &page, &tags, &ticket).await;
-        }
+        let stored = match ticket {
+            Some(ticket) => self.store_page(key, &page, &tags, &ticket).await,
+            None => false,
+        };
         // Served from what was stored, so a hit and a miss look the same; if that
         // fails (it cannot, the page was just built), fall back to the handler's bytes.
         let resp =
             serve(&page, ask).unwrap_or_else(|_| Response::from_parts(parts, Body::from(bytes)));
-        (labelled(resp, "MISS"), Some(page))
+        // Handed to the requests waiting on this render only if it was stored: a
+        // page refused because a purge came after its render began may be old, and
+        // a request that arrived after the purge must not get it.
+        (labelled(resp, "MISS"), stored.then_some(page))
     }
 }
 

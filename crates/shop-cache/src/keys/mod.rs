@@ -366,8 +366,10 @@ impl Keys {
         format!("{}cache:{request_hash}", self.0.prefix)
     }
 
-    /// Set: the hashes of the cached pages that show `tag` (an item, a department),
-    /// so a change purges exactly those. It expires with the pages it indexes. In
+    /// Sorted set: the hashes of the cached pages that show `tag` (an item, a
+    /// department), each scored by the unix ms until which its page is kept, so a
+    /// change purges exactly those. Entries past their time are trimmed as pages
+    /// are added, and the key expires with the last page it indexes. In
     /// the cluster layout the tag is the key's hash tag, shared with
     /// [`Keys::page_tag_purged`], so one script reads both.
     pub fn page_tag(&self, tag: &str) -> String {

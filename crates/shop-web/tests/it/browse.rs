@@ -72,6 +72,7 @@ async fn listings_walk_every_item_once_and_departments_hold_their_own() {
 
     for (uri, status) in [
         ("/c/no-such-department", 404),
+        ("/c/no-such-department?after=1", 404),
         (&format!("/c/{}", "x".repeat(101)), 404),
         ("/items?after=abc", 400),
         ("/items?after=0", 400),
@@ -84,6 +85,11 @@ async fn listings_walk_every_item_once_and_departments_hold_their_own() {
     let end = text(app.get(&format!("/items?after={ITEMS}"), None).await).await;
     assert!(item_links(&end).is_empty() && end.contains("No more items"));
     assert!(next_link(&end).is_none());
+    // ... and not kept: made-up `after` values cannot fill the cache.
+    let again = app.get(&format!("/items?after={}", ITEMS + 7), None).await;
+    assert_eq!(again.headers()["x-cache"], "MISS");
+    let again = app.get(&format!("/items?after={}", ITEMS + 7), None).await;
+    assert_eq!(again.headers()["x-cache"], "MISS");
 }
 
 #[tokio::test]

@@ -105,11 +105,20 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                     Err(error) => {
                         bar.abandon();
                         let done = total.added.len() + total.changed.len();
+                        let written = total.unchanged as usize + done;
+                        if matches!(error, CatalogueError::NotPurged { .. }) {
+                            // This chunk is written too: only its purge is left.
+                            return Err(explain(error)).with_context(|| {
+                                format!(
+                                    "the import stopped after {} lines were written",
+                                    written + chunk.len()
+                                )
+                            });
+                        }
                         return Err(explain(error)).with_context(|| {
                             format!(
-                                "the import stopped: the first {} lines are written ({done} \
-                                 added or changed); running it again finishes it",
-                                total.unchanged as usize + done
+                                "the import stopped: the first {written} lines are written \
+                                 ({done} added or changed); running it again finishes it"
                             )
                         });
                     }
