@@ -61,10 +61,7 @@ impl Db {
             let mut tx = self.begin_write().await?;
             let id = match id {
                 Some(id) => {
-                    if read_items(&mut tx, &[id], RowLock::Update)
-                        .await?
-                        .contains_key(&id)
-                    {
+                    if lock_one(&mut tx, id).await?.is_some() {
                         tx.rollback().await?;
                         return Ok(AddOutcome::IdTaken(id));
                     }
@@ -100,10 +97,7 @@ impl Db {
         edit: &ItemEdit,
     ) -> Result<Option<ItemChange>, DbError> {
         let mut tx = self.begin_write().await?;
-        let Some(before) = read_items(&mut tx, &[id], RowLock::Update)
-            .await?
-            .remove(&id)
-        else {
+        let Some(before) = lock_one(&mut tx, id).await? else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -130,10 +124,7 @@ impl Db {
     /// an item already retired is left as it is (the change says so).
     pub async fn retire_item(&self, id: ItemId, now: i64) -> Result<Option<ItemChange>, DbError> {
         let mut tx = self.begin_write().await?;
-        let Some(before) = read_items(&mut tx, &[id], RowLock::Update)
-            .await?
-            .remove(&id)
-        else {
+        let Some(before) = lock_one(&mut tx, id).await? else {
             tx.rollback().await?;
             return Ok(None);
         };
@@ -199,6 +190,11 @@ impl Db {
         tx.commit().await?;
         Ok(changes)
     }
+}
+
+/// Item `id` as the transaction sees it, locked for a change.
+async fn lock_one(tx: &mut WriteTx, id: ItemId) -> Result<Option<Item>, DbError> {
+    Ok(read_items(tx, &[id], RowLock::Update).await?.remove(&id))
 }
 
 /// How the rows [`read_items`] reads are held until the transaction ends.
