@@ -30,7 +30,7 @@ const items = document.querySelectorAll('.sale-item');
 for (const li of items) {
   li.querySelector('.buy').addEventListener('click', () => buy(li));
 }
-if (items.length > 0) {
+function follow() {
   const events = new EventSource('/api/flash/events');
   events.onmessage = e => {
     const sales = new Map(JSON.parse(e.data).map(s => [String(s.item_id), s]));
@@ -38,5 +38,11 @@ if (items.length > 0) {
   };
   events.onerror = () => {
     for (const li of items) li.querySelector('.stock').textContent = 'reconnecting…';
+    // A stream that ended reconnects by itself; one the server refused (503: it
+    // holds all the streams it may) is closed for good, so try again later.
+    if (events.readyState === EventSource.CLOSED) {
+      setTimeout(follow, 5000 + Math.random() * 5000);
+    }
   };
 }
+if (items.length > 0) follow();

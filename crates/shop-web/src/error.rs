@@ -107,6 +107,18 @@ impl WebError {
         e
     }
 
+    /// 503 with `Retry-After`: a bounded resource of this server (its event
+    /// streams) is full; `code` says which bound.
+    pub fn busy(
+        code: &'static str,
+        message: impl Into<String>,
+        retry_after: std::time::Duration,
+    ) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+        e.retry_after = Some(retry_after.as_secs().max(1));
+        e
+    }
+
     /// 401: this needs a logged-in user.
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "login_required", "log in first")

@@ -11,7 +11,8 @@
 //!   many items are on sale (a browser opens at most six connections to a site).
 //!   Pages follow the process's [`Board`] (one Redis
 //!   read per process every 200 ms, not one per page), so "sold out" reaches every
-//!   open page within a second.
+//!   open page within a second. Streams are bounded in number, per address and
+//!   in lifetime ([`crate::event_streams`]).
 //! - `GET /api/inventory/{id}`: the row cache's `inv:<id>` JSON, straight from
 //!   Redis; 404 for an unknown or unscheduled row.
 //! - `POST /api/flash/{id}/buy` with an `Idempotency-Key` header: one unit for the
@@ -30,8 +31,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use shop_cache::flash_sale::Board;
+use std::sync::Arc;
+
+use crate::auth::{PeerAddr, client_address};
+use crate::event_streams::{Refused, StreamSlot, Streams};
 use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
 use tokio::sync::watch;
@@ -54,6 +59,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const EVENTS_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// When a refused event stream may try again.
+const EVENTS_RETRY: Duration = Duration::from_secs(5);
 
 pub use shop_app::flash::FlashDecider;
 
@@ -98,32 +105,51 @@ async fn sale_state(
     }
 }
 
-/// The board as one event's data: every loaded sale's state, by item.
-fn event_data(board: &Board) -> String {
-    let sales: Vec<_> = board.values().collect();
-    serde_json::to_string(&sales).expect("sale states always serialize")
-}
-
 async fn sale_events(
     State(state): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    Sse::new(board_events(state.sale_board.clone()))
-        .keep_alive(KeepAlive::new().interval(EVENTS_KEEP_ALIVE))
+    PeerAddr(peer): PeerAddr,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, WebError> {
+    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
+    let limits = state.config.event_streams;
+    let slot = state.streams.admit(address, limits).map_err(|why| {
+        let (code, message) = match why {
+            Refused::Full => (
+                "streams_full",
+                "this server holds all the live pages it can",
+            ),
+            Refused::TooManyFromAddress => (
+                "too_many_streams",
+                "too many live pages open from your address; close some",
+            ),
+        };
+        WebError::busy(code, message, EVENTS_RETRY)
+    })?;
+    let events = board_events(state.sale_board.clone(), state.streams.clone(), slot)
+        .take_until(tokio::time::sleep(limits.lifetime));
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(EVENTS_KEEP_ALIVE)))
 }
 
 /// The board now, then each time it changes; ends when the board closes (the
-/// process is shutting down).
-fn board_events(board: watch::Receiver<Board>) -> impl Stream<Item = Result<Event, Infallible>> {
+/// process is shutting down). Holds the stream's `slot` until it ends.
+fn board_events(
+    board: watch::Receiver<Board>,
+    streams: Arc<Streams>,
+    slot: StreamSlot,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold(
-        (board, None::<String>),
-        move |(mut board, last)| async move {
-            loop {
-                let data = event_data(&board.borrow_and_update());
-                if last.as_ref() != Some(&data) {
-                    let event = Event::default().data(data.clone());
-                    return Some((Ok(event), (board, Some(data))));
+        (board, None::<Arc<str>>, slot),
+        move |(mut board, last, slot)| {
+            let streams = streams.clone();
+            async move {
+                loop {
+                    let data = streams.json(&board.borrow_and_update());
+                    if last.as_deref() != Some(&*data) {
+                        let event = Event::default().data(&*data);
+                        return Some((Ok(event), (board, Some(data), slot)));
+                    }
+                    board.changed().await.ok()?;
                 }
-                board.changed().await.ok()?;
             }
         },
     )

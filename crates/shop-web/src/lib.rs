@@ -18,6 +18,7 @@ pub mod cart;
 pub mod catalogue;
 pub mod csrf;
 pub mod error;
+pub mod event_streams;
 pub mod flash;
 pub mod health;
 pub mod http_limits;
@@ -84,6 +85,8 @@ pub struct WebConfig {
     /// The item of the demo sale `shop serve` starts on a new shop, if it does:
     /// the sale page marks that item's sale as a demo.
     pub demo_sale: Option<shop_cache::domain::ItemId>,
+    /// How many sale-page event streams may be open, and for how long.
+    pub event_streams: event_streams::StreamLimits,
 }
 
 impl Default for WebConfig {
@@ -102,6 +105,7 @@ impl Default for WebConfig {
             login_limits: LoginLimits::default(),
             trust_forwarded_for: false,
             demo_sale: None,
+            event_streams: event_streams::StreamLimits::default(),
         }
     }
 }
@@ -156,6 +160,8 @@ pub struct AppParts {
     /// The last minutes of traffic for `/ops`, kept by an [`ops::TrafficSampler`]
     /// (see [`AppState::traffic_sampler`]).
     pub traffic: Arc<ops::Traffic>,
+    /// The sale pages' open event streams.
+    pub streams: Arc<event_streams::Streams>,
     /// Settings.
     pub config: WebConfig,
 }
@@ -183,6 +189,7 @@ impl AppState {
                 .with_stale(config.page_stale),
             metrics: Arc::default(),
             traffic: Arc::default(),
+            streams: Arc::default(),
             config,
         })
     }

@@ -822,3 +822,81 @@ async fn buy_request(shop: &Shop, cookie: &str, key: &str) -> Response {
         .unwrap();
     shop.send(req).await
 }
+
+/// Event streams are bounded: per client address and in all (503 with
+/// `Retry-After` past either, nothing opened), a place comes back the moment a
+/// stream's client goes away, and every stream ends after its lifetime.
+#[tokio::test]
+async fn event_streams_are_capped_per_address_and_in_all_and_end_after_their_lifetime() {
+    let config = WebConfig {
+        trust_forwarded_for: true,
+        event_streams: shop_web::event_streams::StreamLimits {
+            total: 3,
+            per_address: 2,
+            lifetime: Duration::from_secs(600),
+        },
+        ..WebConfig::default()
+    };
+    let shop = Shop::start(TestDb::sqlite(), config).await;
+    let from = |address: &str| {
+        Request::get("/api/flash/events")
+            .header("x-forwarded-for", address)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let one = shop.send(from("10.0.0.1")).await;
+    let two = shop.send(from("10.0.0.1")).await;
+    assert_eq!(
+        (one.status(), two.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    let refused = shop.send(from("10.0.0.1")).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    let body = String::from_utf8(
+        refused
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(body.contains("too many live pages"), "{body}");
+    let third = shop.send(from("10.0.0.2")).await;
+    assert_eq!(third.status(), StatusCode::OK, "another address has room");
+    let full = shop.send(from("10.0.0.3")).await;
+    assert_eq!(
+        full.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the process is full"
+    );
+    assert_eq!(shop.state.streams.open(), 3);
+    // A client goes away: its place is free at once.
+    drop(one);
+    assert_eq!(shop.state.streams.open(), 2);
+    assert_eq!(shop.send(from("10.0.0.1")).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_event_stream_ends_after_its_lifetime_and_gives_its_place_back() {
+    let config = WebConfig {
+        event_streams: shop_web::event_streams::StreamLimits {
+            lifetime: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..WebConfig::default()
+    };
+    let shop = Shop::start(TestDb::sqlite(), config).await;
+    let resp = shop.send(get("/api/flash/events")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    // The whole body arrives and ends (the first event, then the end of stream).
+    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .expect("the stream ends by itself")
+        .unwrap()
+        .to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("data: []"));
+    assert_eq!(shop.state.streams.open(), 0);
+}

@@ -136,6 +136,22 @@ pub struct WebSettings {
     /// Only items ranked below this in views have their pages cached.
     #[arg(long, env = "SHOP_RANK_LIMIT", default_value_t = page_cache::DEFAULT_RANK_LIMIT)]
     pub rank_limit: u64,
+    /// Sale-page event streams open at once in this process (`/api/flash/events`;
+    /// past it, 503 with Retry-After).
+    #[arg(long, env = "SHOP_MAX_EVENT_STREAMS",
+          default_value_t = shop_web::event_streams::StreamLimits::default().total as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_event_streams: u64,
+    /// Sale-page event streams open at once from one client address.
+    #[arg(long, env = "SHOP_MAX_EVENT_STREAMS_PER_ADDRESS",
+          default_value_t = shop_web::event_streams::StreamLimits::default().per_address as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_event_streams_per_address: u64,
+    /// Seconds an event stream lasts before the page reconnects.
+    #[arg(long, env = "SHOP_EVENT_STREAM_LIFETIME",
+          default_value_t = shop_web::event_streams::StreamLimits::default().lifetime.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub event_stream_lifetime: u64,
     /// Mark the session cookie Secure (when the shop is served over HTTPS).
     #[arg(long, env = "SHOP_SECURE_COOKIES")]
     pub secure_cookies: bool,
@@ -363,6 +379,11 @@ impl From<&WebSettings> for shop_web::WebConfig {
                 ..Default::default()
             },
             trust_forwarded_for: web.trust_forwarded_for,
+            event_streams: shop_web::event_streams::StreamLimits {
+                total: web.max_event_streams as usize,
+                per_address: web.max_event_streams_per_address as usize,
+                lifetime: Duration::from_secs(web.event_stream_lifetime),
+            },
             demo_sale: web.demo_sale.then(|| {
                 ItemId::new(shop_app::sale::DEMO_ITEM).expect("the demo item's id is positive")
             }),
