@@ -10,7 +10,10 @@ use serde::Deserialize;
 use shop_cache::domain::ItemId;
 
 /// The item id in a route's path (`/items/{id}`, `/api/flash/{id}/buy`, ...),
-/// parsed once: a positive whole number, else a 400 that says so.
+/// parsed once: a positive whole number written the one canonical way, else a 400
+/// that says so. `/items/%31` (percent-encoded), `/items/01` or `/items/+1` name
+/// no item: every item has one path, so the page cache's key space is the
+/// catalogue's, and no spelling of a path renders a cached page uncached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ItemPath(pub ItemId);
 
@@ -22,7 +25,18 @@ impl<S: Send + Sync> FromRequestParts<S> for ItemPath {
         let Path(raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| refused())?;
-        raw.parse().map(ItemPath).map_err(|_| refused())
+        let id: ItemId = raw.parse().map_err(|_| refused())?;
+        // As sent, not as decoded: the segment must be the id itself.
+        let canonical = id.to_string();
+        if !parts
+            .uri
+            .path()
+            .split('/')
+            .any(|segment| segment == canonical)
+        {
+            return Err(refused());
+        }
+        Ok(ItemPath(id))
     }
 }
 

@@ -330,3 +330,26 @@ async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
     let form = text(app.get("/admin/items/3?saved=1", Some(&admin)).await).await;
     assert!(form.contains("id=\"retired\"") && form.contains("id=\"saved\""));
 }
+
+/// Every item has one path: other spellings of it name no item (and so never
+/// render a popular page outside the cache, nor make new cache entries).
+#[tokio::test]
+async fn an_item_has_one_path() {
+    let app = TestApp::start().await;
+    rank(&app, &[1]).await;
+    cached(&app, "/items/1").await;
+    for other in [
+        "/items/%31",
+        "/items/01",
+        "/items/+1",
+        "/items/%2B1",
+        "/items/1%20",
+    ] {
+        let resp = app.get(other, None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{other}");
+    }
+    for other in ["/api/inventory/%31", "/api/flash/%31"] {
+        let resp = app.get(other, None).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{other}");
+    }
+}
