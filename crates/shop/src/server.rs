@@ -42,6 +42,27 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// again, so the loop does not spin while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
+/// Connections open at once unless configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// File descriptors kept for everything but client connections (Redis and
+/// database connections, files, the listener).
+pub const RESERVED_FILES: u64 = 512;
+
+/// Raises this process's open-files limit to the most the system allows (the soft
+/// limit to the hard one) and returns it: each connection is a descriptor, and a
+/// low default (1,024 on many systems) would end service long before the
+/// connection cap does.
+pub fn raise_open_files_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "could not raise the open-files limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1_024, |(soft, _)| soft)
+        }
+    }
+}
+
 /// The serve loop's bounds.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -50,6 +71,10 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// How long connections may stay open after the stop signal.
     pub shutdown_grace: Duration,
+    /// Connections open at once: at the cap, new ones wait in the listen queue
+    /// until one closes, so a flood of idle connections cannot take every file
+    /// descriptor (the health check and pages keep answering on the others).
+    pub max_connections: usize,
 }
 
 impl Default for ServeOptions {
@@ -57,6 +82,7 @@ impl Default for ServeOptions {
         Self {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -98,7 +124,7 @@ pub async fn serve(
                     tracing::error!(%error, "a connection task failed");
                 }
             }
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if connections.len() < options.max_connections => match accepted {
                 Ok((stream, peer)) => {
                     let app = app.clone();
                     let service = service_fn(move |mut req: hyper::Request<Incoming>| {

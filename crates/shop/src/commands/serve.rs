@@ -108,9 +108,20 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
     ));
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
+    let files = server::raise_open_files_limit();
+    let room = files.saturating_sub(server::RESERVED_FILES).max(1);
+    let max_connections = server.max_connections.min(room);
+    if max_connections < server.max_connections {
+        tracing::warn!(
+            files,
+            max_connections,
+            "the open-files limit allows fewer connections than --max-connections"
+        );
+    }
     let options = server::ServeOptions {
         header_timeout: Duration::from_secs(server.header_timeout),
         shutdown_grace: Duration::from_secs(server.shutdown_grace),
+        max_connections: max_connections as usize,
     };
     server::serve(listener, shop_web::router(state), &options, async move {
         shutdown::signal().await;

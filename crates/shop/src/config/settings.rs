@@ -63,6 +63,12 @@ pub struct ServerSettings {
           default_value_t = crate::server::DEFAULT_SHUTDOWN_GRACE.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub shutdown_grace: u64,
+    /// Connections open at once; at the cap, new ones wait until one closes. Kept
+    /// below the open-files limit (raised to the system's maximum at start).
+    #[arg(long, env = "SHOP_MAX_CONNECTIONS",
+          default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
 }
 
 /// The web tier's settings (`[web]`).

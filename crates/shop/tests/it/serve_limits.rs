@@ -282,6 +282,7 @@ async fn connections_still_open_at_the_deadline_are_dropped() {
     let options = ServeOptions {
         header_timeout: Duration::from_secs(60),
         shutdown_grace: Duration::from_millis(300),
+        ..ServeOptions::default()
     };
     let (addr, stop, server) = serve_echo(options).await;
     let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -305,4 +306,44 @@ async fn connections_still_open_at_the_deadline_are_dropped() {
         matches!(read, Ok(Ok(0)) | Ok(Err(_))),
         "the connection is closed"
     );
+}
+
+/// At the connection cap, a new connection waits (unanswered) until one of the
+/// open ones closes; then it is served.
+#[tokio::test]
+async fn at_the_connection_cap_a_new_connection_waits_for_one_to_close() {
+    let options = ServeOptions {
+        header_timeout: Duration::from_secs(60),
+        max_connections: 3,
+        ..ServeOptions::default()
+    };
+    let (addr, stop, server) = serve_echo(options).await;
+    // Three idle connections hold every place (each sent half a head).
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        idle.push(s);
+    }
+    let mut fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
+    fourth
+        .write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 12];
+    let waited = tokio::time::timeout(Duration::from_millis(500), fourth.read(&mut first)).await;
+    assert!(waited.is_err(), "answered past the cap: {waited:?}");
+    // One closes: the waiting one is accepted and answered.
+    drop(idle.pop());
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(10), fourth.read_to_string(&mut reply))
+        .await
+        .expect("served once a place was free")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    drop(idle);
+    stop.send(()).unwrap();
+    server.await.unwrap();
 }
