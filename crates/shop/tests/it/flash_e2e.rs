@@ -122,10 +122,16 @@ async fn a_server_killed_mid_sale_loses_no_unit_and_oversells_nothing() {
         while sold.load(Ordering::SeqCst) < 10 {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // The clients stop starting new buys first: once the server is gone, a
+        // client's next buys fail at once, and one that kept going would spend
+        // every remaining buyer in the moment before it noticed, leaving nobody to
+        // buy the units that come back on sale (the run then sold fewer than the
+        // stock on a slow start of the next server). The buys in flight are cut
+        // by the kill.
+        killed.store(true, Ordering::SeqCst);
         let mut first = first;
         first.kill().unwrap();
         first.wait().unwrap();
-        killed.store(true, Ordering::SeqCst);
         for client in clients {
             client.join().unwrap();
         }
