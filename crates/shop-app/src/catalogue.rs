@@ -2,7 +2,9 @@
 //! committed to the database first; then every cached page that showed what
 //! changed is purged ([`PageStore::purge`], on every web server at once), the
 //! item's cached row (`inv:<id>`) is rewritten, and a retired item leaves the
-//! view ranking. The change is reported done only once all of that happened.
+//! view ranking and its flash sale ends (in the database within the retiring
+//! transaction, in Redis after it). The change is reported done only once all of
+//! that happened.
 //!
 //! What a change purges (the tags the pages carry, see `shop-web`'s listings):
 //! - the item itself, whenever anything of it changed: its page, every listing
@@ -26,6 +28,7 @@ use shop_cache::CacheError;
 use shop_cache::analytics::Analytics;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_cache::flash_sale::FlashSales;
 use shop_cache::page_cache::{PageStore, PageTag};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
@@ -110,6 +113,8 @@ pub struct Catalogue<'a> {
     pub rows: &'a RowCache,
     /// The view ranking a retired item leaves.
     pub ranking: &'a Analytics,
+    /// Where a retired item's flash sale is ended.
+    pub sales: &'a FlashSales,
 }
 
 impl Catalogue<'_> {
@@ -232,7 +237,7 @@ impl Catalogue<'_> {
             let id = change.after.id;
             let result = self.refresh_row(id).await;
             let result = match result {
-                Ok(()) if change.after.retired => self.ranking.forget(id).await,
+                Ok(()) if change.after.retired => self.retired(id).await,
                 other => other,
             };
             if let Err(source) = result {
@@ -263,6 +268,13 @@ impl Catalogue<'_> {
             items: items.to_vec(),
             source: last.expect("at least one try"),
         })
+    }
+
+    /// What a retired item leaves in Redis: the ranking, and a sale of it (the
+    /// database ended the sale in the retiring transaction).
+    async fn retired(&self, id: ItemId) -> Result<(), CacheError> {
+        self.ranking.forget(id).await?;
+        self.sales.end(id, shop_db::unix_now()).await.map(drop)
     }
 
     /// Rewrites the item's cached row, if it is cached.

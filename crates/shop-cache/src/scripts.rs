@@ -55,6 +55,10 @@ pub fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
 pub static REPLACE_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/replace_row.lua")));
 
+/// Ends a flash sale now (its item was retired).
+pub static SALE_END: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/sale_end.lua")));
+
 /// Releases a `SET NX PX` lock only if the caller still holds it.
 pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/unlock.lua")));
 

@@ -120,8 +120,9 @@ impl Db {
         }))
     }
 
-    /// Retires item `id` at `now` (unix seconds): `None` if there is no such item;
-    /// an item already retired is left as it is (the change says so).
+    /// Retires item `id` at `now` (unix seconds), ending any sale of it: `None` if
+    /// there is no such item; an item already retired is left as it is (the change
+    /// says so).
     pub async fn retire_item(&self, id: ItemId, now: i64) -> Result<Option<ItemChange>, DbError> {
         let mut tx = self.begin_write().await?;
         let Some(before) = lock_one(&mut tx, id).await? else {
@@ -132,6 +133,14 @@ impl Db {
             sqlx::query("UPDATE items SET retired_at = $1 WHERE id = $2")
                 .bind(now)
                 .bind(id.to_i64())
+                .execute(&mut *tx)
+                .await?;
+            // No longer sold: a sale of it running or coming ends now too (the
+            // database-decided buy reads this window).
+            sqlx::query("UPDATE inventory SET sale_end = $1 WHERE item_id = $2 AND sale_end > $3")
+                .bind(now)
+                .bind(id.to_i64())
+                .bind(now)
                 .execute(&mut *tx)
                 .await?;
         }

@@ -243,6 +243,7 @@ impl AppState {
             pages: &self.pages,
             rows: &self.rows,
             ranking: &self.analytics,
+            sales: &self.flash,
         }
     }
 

@@ -209,6 +209,18 @@ impl FlashSales {
         Ok(())
     }
 
+    /// Ends the sale of `item` at `now` (unix seconds), if one is running or
+    /// coming (its item was retired): later buys are refused as not on sale, and
+    /// reservations already made settle as usual. `false` if there was none.
+    pub async fn end(&self, item: ItemId, now: i64) -> Result<bool, CacheError> {
+        let ended: i64 = scripts::SALE_END
+            .key(self.keys.sale(item))
+            .arg(now)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ended == 1)
+    }
+
     /// Decides one buy of one unit of `item` by `user` at `now` (unix seconds),
     /// idempotent on `key` (per user and sale), allowing `limit` units per user.
     pub async fn reserve(

@@ -353,3 +353,35 @@ async fn an_item_has_one_path() {
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{other}");
     }
 }
+
+/// A retired item is no longer sold, on sale or not: retiring ends its flash
+/// sale, in Redis and in the database, whichever decides the buys.
+#[tokio::test]
+async fn retiring_an_item_ends_its_flash_sale() {
+    use shop_web::flash::FlashDecider;
+    for decider in [FlashDecider::Redis, FlashDecider::Database] {
+        let config = shop_web::WebConfig {
+            flash_decider: decider,
+            ..shop_web::WebConfig::default()
+        };
+        let app = TestApp::with_config(config).await;
+        app.start_sale(2, 5, 100).await;
+        let buyer = app.logged_in("bea").await;
+        let buy = |key: &'static str| {
+            shop_testapp::form_post("/api/flash/2/buy", Some(&buyer), true)
+                .header("idempotency-key", key)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        assert_eq!(
+            app.send(buy("k1")).await.status(),
+            StatusCode::OK,
+            "{decider:?}"
+        );
+        app.state.catalogue().retire(item(2)).await.unwrap();
+        let refused = app.send(buy("k2")).await;
+        assert_eq!(refused.status(), StatusCode::CONFLICT, "{decider:?}");
+        let body = shop_testapp::json(refused).await;
+        assert_eq!(body["outcome"], "not_on_sale", "{decider:?}: {body}");
+    }
+}

@@ -8,6 +8,7 @@ use anyhow::Context;
 use shop_app::catalogue::{Applied, Catalogue, CatalogueError};
 use shop_cache::analytics::Analytics;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_cache::flash_sale::FlashSales;
 use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::row_cache::RowCache;
 
@@ -29,12 +30,14 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
     let db = connect_db(&args.database).await?;
     let pages = PageStore::new(conn.clone(), keys.clone(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
     let rows = RowCache::new(conn.clone(), keys.clone());
-    let ranking = Analytics::new(conn, keys);
+    let ranking = Analytics::new(conn.clone(), keys.clone());
+    let sales = FlashSales::new(conn, keys);
     let catalogue = Catalogue {
         db: &db,
         pages: &pages,
         rows: &rows,
         ranking: &ranking,
+        sales: &sales,
     };
     match args.command {
         ItemsCommand::Add {
