@@ -541,10 +541,8 @@ impl PageStore {
         if !tags.is_empty() {
             let mut pipe = redis::pipe();
             for tag in tags {
-                let tag = tag.encode();
-                let (set, purged) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
                 pipe.add_command(
-                    scripts::eval(scripts::TAG_PAGE, &[&set, &purged])
+                    self.tag_call(scripts::TAG_PAGE, tag)
                         .arg(key.as_str())
                         .arg(kept)
                         .arg(ticket.epoch)
@@ -570,6 +568,14 @@ impl PageStore {
         })
     }
 
+    /// A call of `script` over one tag's two keys (its index and its purge mark,
+    /// in one slot).
+    fn tag_call(&self, script: &str, tag: &PageTag) -> redis::Cmd {
+        let tag = tag.encode();
+        let (index, mark) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
+        scripts::eval(script, &[&index, &mark])
+    }
+
     /// Purges every page showing any of `tags`, on every web server (they share
     /// this Redis): once it returns, none of those pages is served from here again
     /// until rendered afresh. Returns how many pages it purged. Call it after the
@@ -586,10 +592,8 @@ impl PageStore {
         let mark_ttl = PURGE_MARK_TTL.as_millis() as u64;
         let mut pipe = redis::pipe();
         for tag in tags {
-            let tag = tag.encode();
-            let (set, purged) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
             pipe.add_command(
-                scripts::eval(scripts::PURGE_TAG, &[&set, &purged])
+                self.tag_call(scripts::PURGE_TAG, tag)
                     .arg(epoch)
                     .arg(mark_ttl)
                     .clone(),

@@ -14,7 +14,7 @@ use shop_domain::ItemId;
 use shop_domain::catalogue::{ItemEdit, ItemFields};
 use sqlx::Row;
 
-use crate::items::{IN_LIST_CHUNK, ITEM_COLUMNS, Item, placeholders};
+use crate::items::{IN_LIST_CHUNK, Item, items_in};
 use crate::write::WriteTx;
 use crate::{Backend, Db, DbError};
 
@@ -230,10 +230,7 @@ pub(crate) async fn read_items(
     };
     let mut found = HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(IN_LIST_CHUNK) {
-        let sql = format!(
-            "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({}){suffix}",
-            placeholders(chunk.len())
-        );
+        let sql = items_in(chunk.len(), suffix);
         let mut q = sqlx::query(&sql);
         for id in chunk {
             q = q.bind(id.to_i64());

@@ -45,6 +45,15 @@ pub struct Item {
     pub retired: bool,
 }
 
+/// `SELECT` of the items whose ids are the `n` placeholders, then `suffix` (a
+/// row lock, or nothing).
+pub(crate) fn items_in(n: usize, suffix: &str) -> String {
+    format!(
+        "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({}){suffix}",
+        placeholders(n)
+    )
+}
+
 /// The columns [`Item::from_row`] reads, for `SELECT` lists.
 pub(crate) const ITEM_COLUMNS: &str = "id, title, description, price_cents, category, retired_at";
 
@@ -101,10 +110,7 @@ impl Db {
             .collect();
         let mut found = HashMap::with_capacity(distinct.len());
         for chunk in distinct.chunks(IN_LIST_CHUNK) {
-            let sql = format!(
-                "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({})",
-                placeholders(chunk.len())
-            );
+            let sql = items_in(chunk.len(), "");
             let mut q = sqlx::query(&sql);
             for id in chunk {
                 q = q.bind(*id);

@@ -16,7 +16,7 @@ use shop_cache::domain::catalogue::ItemEdit;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::request::{ItemPath, log_in_first};
+use crate::request::{ItemPath, admins_only};
 use crate::session::Session;
 use crate::templates::{self, AdminItemPage};
 
@@ -28,22 +28,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Who may edit: a logged-in admin. Anyone else gets the answer to give instead:
-/// the login page (which comes back here), or 403.
+/// Only admins edit, each page coming back to itself after a login.
 async fn admin_only(state: &AppState, session: &Session, id: ItemId) -> Result<(), Response> {
-    let Some(user) = session.user else {
-        return Err(log_in_first(&format!("/admin/items/{id}")));
-    };
-    match state.db.is_admin(user).await {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(WebError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "editing items is for admins (shop users grant-admin NAME)",
-        )
-        .into_response()),
-        Err(error) => Err(WebError::from(error).into_response()),
-    }
+    admins_only(state, session, &format!("/admin/items/{id}")).await
 }
 
 fn page(status: StatusCode, page: &AdminItemPage) -> Result<Response, WebError> {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::daemon::Daemon;
@@ -30,7 +30,7 @@ use shop_cache::daemon::Daemon;
 use crate::AppState;
 use crate::error::WebError;
 use crate::metrics::{Metrics, Totals};
-use crate::request::log_in_first;
+use crate::request::admins_only;
 use crate::session::Session;
 use crate::templates::{self, OpsPage, OpsSale, OpsTop};
 
@@ -141,15 +141,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn ops(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
-        return Ok(log_in_first("/ops"));
-    };
-    if !state.db.is_admin(user).await? {
-        return Err(WebError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the operations page is for admins (shop users grant-admin NAME)",
-        ));
+    if let Err(answer) = admins_only(&state, &session, "/ops").await {
+        return Ok(answer);
     }
     // Each figure on its own: one that cannot be read shows as unknown.
     let sessions = state.sessions.count().await.ok();

@@ -77,6 +77,30 @@ pub fn log_in_first(page: &str) -> axum::response::Response {
     axum::response::Redirect::to(&format!("/login?next={page}")).into_response()
 }
 
+/// Lets only a logged-in admin through to the page at `page`; anyone else gets
+/// the answer to send instead: the login page (which comes back to `page`), or
+/// 403.
+pub async fn admins_only(
+    state: &crate::AppState,
+    session: &crate::session::Session,
+    page: &str,
+) -> Result<(), axum::response::Response> {
+    use axum::response::IntoResponse;
+    let Some(user) = session.user else {
+        return Err(log_in_first(page));
+    };
+    match state.db.is_admin(user).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(crate::error::WebError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "forbidden",
+            "this page is for admins (shop users grant-admin NAME)",
+        )
+        .into_response()),
+        Err(error) => Err(crate::error::WebError::from(error).into_response()),
+    }
+}
+
 /// The `next` parameter of the login flow.
 #[derive(Debug, Deserialize)]
 pub struct Next {
