@@ -110,7 +110,7 @@ impl Accounts<'_> {
     pub async fn log_out(&self, session: &SessionToken) -> Result<SessionToken, AppError> {
         self.sessions.logout(session).await?;
         let guest = SessionToken::generate();
-        self.sessions.touch(&guest, Touch::issued()).await?;
+        self.sessions.touch(&guest, Touch::request()).await?;
         Ok(guest)
     }
 

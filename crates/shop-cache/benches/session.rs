@@ -63,7 +63,7 @@ impl Fixture {
         let result = match way {
             Way::Lua => self
                 .sessions
-                .touch(token, Touch::issued().as_user(user).view(item))
+                .touch(token, Touch::request().as_user(user).view(item))
                 .await
                 .map(|_| ()),
             Way::Pipeline => {

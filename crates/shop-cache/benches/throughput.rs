@@ -191,7 +191,7 @@ async fn ceiling() {
                     let (s, t) = (s.clone(), t.clone());
                     async move {
                         let (token, user, item) = pick(n, &t);
-                        s.touch(&token, Touch::issued().as_user(user).view(item))
+                        s.touch(&token, Touch::request().as_user(user).view(item))
                             .await
                             .unwrap();
                     }
@@ -377,7 +377,7 @@ async fn memory() {
     for v in 0..25u64 {
         let item = ItemId::new((v * 104_729) % 100_000 + 1).unwrap();
         sessions
-            .touch(&token, Touch::issued().as_user(user).view(item))
+            .touch(&token, Touch::request().as_user(user).view(item))
             .await
             .unwrap();
     }

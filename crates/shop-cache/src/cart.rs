@@ -92,7 +92,9 @@ impl Carts {
 
     /// Sets the quantity of `item` in the session's cart (`count <= 0` removes it).
     /// Returns what was done. A count above the maximum, or a new line for a full
-    /// cart, writes nothing.
+    /// cart, writes nothing. A stored line makes the session a shopper's (out of the
+    /// guests the cleaner removes first) and starts it if it had not started yet
+    /// (sessions start lazily: see [`crate::session`]).
     pub async fn set(
         &self,
         token: &SessionToken,
@@ -106,9 +108,12 @@ impl Carts {
             LineChange::Set(q) => {
                 let stored: i64 = scripts::CART_SET
                     .key(&key)
+                    .key(self.keys.recent_of(token))
+                    .key(self.keys.guests_of(token))
                     .arg(item)
                     .arg(q.get())
                     .arg(self.max_lines)
+                    .arg(token.expose())
                     .invoke_async(&mut conn)
                     .await?;
                 if stored == 0 {

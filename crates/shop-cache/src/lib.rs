@@ -12,7 +12,7 @@
 //! let conn = shop_cache::connect("redis://127.0.0.1:6379").await?;
 //! let sessions = Sessions::new(conn, Keys::default());
 //! let token = SessionToken::generate();
-//! sessions.touch(&token, Touch::issued()).await?;
+//! sessions.touch(&token, Touch::request()).await?;
 //! assert_eq!(sessions.check_token(&token).await?, None);
 //! # Ok(()) }
 //! ```

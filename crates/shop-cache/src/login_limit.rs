@@ -110,3 +110,52 @@ impl LoginLimiter {
         })
     }
 }
+
+/// A fixed-window limit on one kind of request per client (the flash sale's buys
+/// per account), counted in Redis like the login attempts (one script call, so
+/// every web server shares the count) with the same script. A refused request is
+/// counted too.
+#[derive(Clone)]
+pub struct RateLimit {
+    conn: RedisConn,
+    keys: Keys,
+    scope: &'static str,
+    limit: u32,
+    window: Duration,
+}
+
+impl RateLimit {
+    /// At most `limit` requests of `scope` per client per `window`.
+    pub fn new(
+        conn: RedisConn,
+        keys: Keys,
+        scope: &'static str,
+        limit: u32,
+        window: Duration,
+    ) -> Self {
+        Self {
+            conn,
+            keys,
+            scope,
+            limit,
+            window,
+        }
+    }
+
+    /// Counts one request of `who` and says whether it may go ahead.
+    pub async fn hit(&self, who: &str) -> Result<Attempt, CacheError> {
+        let (ok, wait_ms): (i64, i64) = scripts::LOGIN_ATTEMPT
+            .key(self.keys.rate_limit(self.scope, who))
+            .arg(self.window.as_millis() as u64)
+            .arg(self.limit)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(if ok == 1 {
+            Attempt::Allowed
+        } else {
+            Attempt::Refused {
+                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
+            }
+        })
+    }
+}

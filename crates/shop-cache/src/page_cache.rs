@@ -39,6 +39,7 @@ use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
+use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{ItemId, SessionToken};
@@ -418,6 +419,9 @@ const PURGE_CHUNK: usize = 1_000;
 #[derive(Clone)]
 pub struct PageStore {
     conn: RedisConn,
+    /// Where the view ranking is, when it is not where the pages are (a cache
+    /// Redis of its own, [`PageStore::with_ranking_in`]).
+    ranking: Option<RedisConn>,
     keys: Keys,
     ttl: Duration,
     rank_limit: u64,
@@ -429,11 +433,36 @@ impl PageStore {
     pub fn new(conn: RedisConn, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
         Self {
             conn,
+            ranking: None,
             keys,
             ttl,
             rank_limit,
             grace: StaleGrace::default(),
         }
+    }
+
+    /// Pages in `cache` when the shop has a cache Redis (with the ranking read from
+    /// `state`, [`PageStore::with_ranking_in`]), else in `state` with everything else.
+    pub fn in_cache_or_state(
+        cache: Option<RedisConn>,
+        state: RedisConn,
+        keys: Keys,
+        ttl: Duration,
+        rank_limit: u64,
+    ) -> Self {
+        match cache {
+            Some(cache) => Self::new(cache, keys, ttl, rank_limit).with_ranking_in(state),
+            None => Self::new(state, keys, ttl, rank_limit),
+        }
+    }
+
+    /// These pages in a Redis of their own (a cache Redis that may evict them:
+    /// pages, tags, locks and tombstones are all this store keeps there), with the
+    /// view ranking read from `state`, the Redis of sessions and the ranking.
+    /// A lookup then asks both at once: the same single wait.
+    pub fn with_ranking_in(mut self, state: RedisConn) -> Self {
+        self.ranking = Some(state);
+        self
     }
 
     /// These pages, kept past their TTL for `grace` to be served stale (none by
@@ -461,17 +490,27 @@ impl PageStore {
     /// Reads the page stored under `key`; with `item`, only if the item ranks below
     /// the limit. The rank and the page come back in one round trip.
     pub async fn lookup(&self, key: &PageKey, item: Option<ItemId>) -> Result<Lookup, CacheError> {
-        let mut pipe = redis::pipe();
-        if let Some(item) = item {
-            pipe.cmd("ZRANK").arg(self.keys.item_views()).arg(item);
-        }
-        pipe.cmd("GET").arg(self.keys.page(key.as_str()));
+        let page_key = self.keys.page(key.as_str());
         let mut conn = self.conn.clone();
-        let (rank, page): (Option<u64>, Option<Vec<u8>>) = if item.is_some() {
-            pipe.query_async(&mut conn).await?
-        } else {
-            let (page,): (Option<Vec<u8>>,) = pipe.query_async(&mut conn).await?;
-            (Some(0), page)
+        let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.ranking) {
+            (None, _) => (Some(0), conn.get(page_key).await?),
+            (Some(item), None) => {
+                redis::pipe()
+                    .cmd("ZRANK")
+                    .arg(self.keys.item_views())
+                    .arg(item)
+                    .get(page_key)
+                    .query_async(&mut conn)
+                    .await?
+            }
+            (Some(item), Some(ranking)) => {
+                let mut ranking = ranking.clone();
+                let mut zrank = redis::cmd("ZRANK");
+                zrank.arg(self.keys.item_views()).arg(item);
+                let (rank, page) =
+                    tokio::join!(zrank.query_async(&mut ranking), conn.get(page_key));
+                (rank?, page?)
+            }
         };
         if rank.is_none_or(|r| r >= self.rank_limit) {
             return Ok(Lookup::NotPopular);

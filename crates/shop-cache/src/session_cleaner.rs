@@ -1,5 +1,13 @@
 //! The session cleaner: keeps the number of sessions at or under a cap by removing
-//! the oldest (least recently seen) ones with everything they own.
+//! the oldest (least recently seen) ones with everything they own, guests before
+//! shoppers, and removes guests idle longer than a day (configurable).
+//!
+//! Guests first: a session neither logged in nor holding a cart is also listed in
+//! `guests:` (kept by the touch, the cart and login; see [`crate::session`]). While
+//! a shard has guests, its excess is taken from them, oldest first; a logged-in
+//! session or a cart goes only once no guest is left, so a flood of new sessions
+//! (a crawler that returns cookies, a bot making up tokens) removes only its own
+//! kind. Guests idle longer than [`DEFAULT_GUEST_IDLE`] go whatever the cap.
 //!
 //! The cap is split evenly over the shards of the session index (one in the book
 //! layout, S in the cluster layout: `cap / S` each, which holds the total to the cap
@@ -33,6 +41,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use redis::AsyncCommands;
+
 use crate::RedisConn;
 
 use crate::daemon::Daemon;
@@ -48,6 +58,10 @@ pub const DEFAULT_BATCH: u32 = 100;
 /// The largest batch accepted: a batch's sessions are two keys and two arguments
 /// each of one script call, which Redis holds in memory while it runs.
 pub const MAX_BATCH: u32 = 2_000;
+/// The default idle time after which a guest session (not logged in, no cart) is
+/// removed whatever the cap: a visitor who comes back within a day finds their
+/// history; a crawler's sessions do not wait for the cap to push them out.
+pub const DEFAULT_GUEST_IDLE: Duration = Duration::from_secs(24 * 3600);
 /// The pause when nothing is over the cap, as in the book.
 pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
 /// The default share of time the daemon spends in steps while it has work (see the
@@ -121,6 +135,7 @@ pub struct SessionCleaner {
     cap: u64,
     batch: u32,
     pace: Pace,
+    guest_idle: Duration,
     removed: Arc<AtomicU64>,
 }
 
@@ -141,6 +156,7 @@ impl SessionCleaner {
                 batch,
                 most: batch,
             },
+            guest_idle: DEFAULT_GUEST_IDLE,
             removed: Arc::default(),
         })
     }
@@ -155,13 +171,23 @@ impl SessionCleaner {
         Ok(self)
     }
 
+    /// The same cleaner removing guest sessions (neither logged in nor holding a
+    /// cart) once they have been idle for `idle` (at least a second), whatever the
+    /// cap; [`DEFAULT_GUEST_IDLE`] unless set.
+    pub fn with_guest_idle(mut self, idle: Duration) -> Self {
+        self.guest_idle = idle.max(Duration::from_secs(1));
+        self
+    }
+
     /// How many sessions this cleaner (and its clones) removed, for metrics.
     pub fn removed_counter(&self) -> Arc<AtomicU64> {
         self.removed.clone()
     }
 
-    /// Removes up to `batch` of the oldest sessions of each shard that holds more
-    /// than its share of `cap`.
+    /// Removes, in each shard, the guests idle longer than the guest idle time and,
+    /// where the shard holds more than its share of `cap`, up to `batch` of its
+    /// oldest sessions: guests first, a shopper (logged in, or with a cart) only
+    /// once the shard has no guest left.
     pub async fn step(&self) -> Result<CleanerStep, CacheError> {
         Ok(self.step_of(self.batch).await?.0)
     }
@@ -189,8 +215,8 @@ impl SessionCleaner {
 }
 
 impl SessionCleaner {
-    /// Removes a shard's excess (up to `batch`); returns how many went and how long
-    /// the script ran.
+    /// Removes a shard's idle guests and its excess (up to `batch`), guests first;
+    /// returns how many went and how long the script ran.
     async fn clean_shard(
         &self,
         shard: Shard,
@@ -199,22 +225,43 @@ impl SessionCleaner {
     ) -> Result<(u64, Duration), CacheError> {
         let mut conn = self.conn.clone();
         let recent = self.keys.recent_in(shard);
-        let (size, oldest): (u64, Vec<(String, String)>) = redis::pipe()
+        let guests = self.keys.guests_in(shard);
+        let last = i64::from(batch) - 1;
+        let (size, oldest_guests): (u64, Vec<(String, f64)>) = redis::pipe()
             .zcard(recent)
-            .cmd("ZRANGE")
-            .arg(recent)
-            .arg(0)
-            .arg(i64::from(batch) - 1)
-            .arg("WITHSCORES")
+            .zrange_withscores(guests, 0, last as isize)
             .query_async(&mut conn)
             .await?;
         let excess = size.saturating_sub(cap) as usize;
-        if excess == 0 {
-            return Ok((0, Duration::ZERO));
-        }
+        let (from_guests, picked) = if oldest_guests.is_empty() {
+            if excess == 0 {
+                return Ok((0, Duration::ZERO));
+            }
+            let oldest: Vec<(String, f64)> =
+                conn.zrange_withscores(recent, 0, last as isize).await?;
+            (false, oldest.into_iter().take(excess).collect::<Vec<_>>())
+        } else {
+            // Guests idle too long go whatever the cap; then the oldest guests for
+            // the excess. The script decides by Redis's clock; this one only picks.
+            let idle_before = crate::clock::unix_now() - self.guest_idle.as_secs_f64();
+            let idle = oldest_guests
+                .iter()
+                .take_while(|(_, seen)| *seen < idle_before)
+                .count();
+            let take = idle.max(excess.min(oldest_guests.len()));
+            if take == 0 {
+                return Ok((0, Duration::ZERO));
+            }
+            (true, oldest_guests.into_iter().take(take).collect())
+        };
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
-        call.key(recent).key(self.keys.login_in(shard)).arg(cap);
-        for (member, seen) in oldest.iter().take(excess) {
+        call.key(recent)
+            .key(self.keys.login_in(shard))
+            .key(guests)
+            .arg(cap)
+            .arg(self.guest_idle.as_secs())
+            .arg(if from_guests { "1" } else { "0" });
+        for (member, seen) in &picked {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))
                 .arg(member)

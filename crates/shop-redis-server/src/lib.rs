@@ -33,6 +33,10 @@ pub struct Launch {
     /// Redis's `save` setting: `""` saves nothing (tests), `"300 1 60 10000"` keeps
     /// the data of a long-lived server.
     pub save: String,
+    /// More settings, as `redis-server` takes them on its command line (`name`,
+    /// `value`), after the launcher's own (so they win): `appendonly yes`,
+    /// `maxmemory 256mb`, ...
+    pub settings: Vec<(String, String)>,
 }
 
 impl Launch {
@@ -42,7 +46,14 @@ impl Launch {
             dir: dir.to_owned(),
             socket_name: socket_name.to_owned(),
             save: save.to_owned(),
+            settings: Vec::new(),
         }
+    }
+
+    /// The same launch with one more setting (see [`Launch::settings`]).
+    pub fn with(mut self, name: &str, value: &str) -> Self {
+        self.settings.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// The server's Unix socket.
@@ -81,6 +92,11 @@ impl Launch {
             .arg(self.dir.join("redis.pid"))
             .arg("--logfile")
             .arg(self.log_path())
+            .args(
+                self.settings
+                    .iter()
+                    .flat_map(|(name, value)| [format!("--{name}"), value.clone()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

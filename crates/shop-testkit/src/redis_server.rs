@@ -64,6 +64,17 @@ impl TestRedis {
             .expect("connect to the test redis-server")
     }
 
+    /// Every key in the server, sorted.
+    pub async fn all_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("KEYS on the test redis-server");
+        keys.sort();
+        keys
+    }
+
     /// Kills the server (as a crash would): clients see errors from now on.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

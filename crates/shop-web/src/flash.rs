@@ -164,6 +164,16 @@ async fn buy(
     let key =
         idempotency_key(headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()))?.to_owned();
     let user = session.require_user()?;
+    // Per account, before anything is decided: a script looping buys with fresh
+    // keys is slowed down (its refusals cost Redis a script call each).
+    if let shop_cache::login_limit::Attempt::Refused { retry_after } =
+        state.buy_limit.hit(&user.to_string()).await?
+    {
+        return Err(WebError::too_many_requests(
+            "too many buys from this account; try again shortly",
+            retry_after,
+        ));
+    }
     let outcome = state
         .buy()
         .run(&session.token, user, item, key, unix_now())

@@ -42,7 +42,7 @@ use shop_cache::cart::Carts;
 use shop_cache::flash_sale::{Board, FlashSales, SaleWatcher};
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::login_limit::{LoginLimiter, LoginLimits};
+use shop_cache::login_limit::{LoginLimiter, LoginLimits, RateLimit};
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
@@ -50,6 +50,10 @@ use shop_db::Db;
 use tokio::sync::watch;
 
 use crate::error::WebError;
+
+/// The default flash-sale buys one account may send per minute: a person clicks
+/// a few times; a script looping buys is slowed to one a second on average.
+pub const DEFAULT_FLASH_BUYS_PER_MINUTE: u32 = 60;
 
 /// Settings of the web tier.
 #[derive(Debug, Clone)]
@@ -79,6 +83,8 @@ pub struct WebConfig {
     pub max_cart_lines: u32,
     /// Login attempts allowed per client address and per account name.
     pub login_limits: LoginLimits,
+    /// Flash-sale buys one account may send per minute (beyond: 429).
+    pub flash_buys_per_minute: u32,
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
@@ -103,6 +109,7 @@ impl Default for WebConfig {
             rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
+            flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
             trust_forwarded_for: false,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
@@ -151,6 +158,8 @@ pub struct AppParts {
     pub pages: PageStore,
     /// Login attempt counters.
     pub login_limiter: LoginLimiter,
+    /// Flash-sale buys per account.
+    pub buy_limit: RateLimit,
     /// The shared Redis handle (its circuit breaker's state, for health and metrics).
     pub redis: RedisConn,
     /// The last `/healthz` answer, reused for a second.
@@ -169,6 +178,27 @@ pub struct AppParts {
 impl AppState {
     /// Every Redis-backed part over one shared connection, under `keys`.
     pub fn new(db: Db, conn: RedisConn, keys: Keys, config: WebConfig) -> Self {
+        Self::with_cache(db, conn, None, keys, config)
+    }
+
+    /// Every Redis-backed part over `conn`, except the cached pages when `cache`
+    /// is given: a Redis for rebuildable data only, which may evict (`maxmemory`
+    /// with `allkeys-lru`), so pages can never push out sessions, carts or sales.
+    pub fn with_cache(
+        db: Db,
+        conn: RedisConn,
+        cache: Option<RedisConn>,
+        keys: Keys,
+        config: WebConfig,
+    ) -> Self {
+        let pages = PageStore::in_cache_or_state(
+            cache,
+            conn.clone(),
+            keys.clone(),
+            config.page_ttl,
+            config.rank_limit,
+        )
+        .with_stale(config.page_stale);
         let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);
         let (watcher, sale_board) = SaleWatcher::new(flash.clone());
         Self::from_parts(AppParts {
@@ -180,13 +210,19 @@ impl AppState {
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
                 .with_max_lines(config.max_cart_lines),
             login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),
+            buy_limit: RateLimit::new(
+                conn.clone(),
+                keys.clone(),
+                "buy",
+                config.flash_buys_per_minute,
+                Duration::from_secs(60),
+            ),
             redis: conn.clone(),
             health: health::HealthCache::default(),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone()),
-            pages: PageStore::new(conn, keys, config.page_ttl, config.rank_limit)
-                .with_stale(config.page_stale),
+            pages,
             metrics: Arc::default(),
             traffic: Arc::default(),
             streams: Arc::default(),
@@ -292,6 +328,7 @@ pub fn router(state: AppState) -> Router {
         .merge(insights::router(state.clone()))
         .merge(flash::router(state.clone()))
         .route_layer(timed())
+        .layer(from_fn_with_state(state.clone(), page_cache::admin_bypass))
         .layer(from_fn_with_state(state.session_layer(), session::track));
     // Probes, scrapers and static files: no session (a monitoring system polling
     // `/metrics` must not create a session per scrape).

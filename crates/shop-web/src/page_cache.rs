@@ -3,8 +3,11 @@
 //! rendered once however many requests want it at the same moment.
 //!
 //! Which requests qualify (the book's `can_cache`, stricter):
-//! - `GET` or `HEAD`, without an `Authorization` header, without a `_` query
-//!   parameter (the book's mark of a dynamic request);
+//! - `GET` or `HEAD`, without an `Authorization` header, without a
+//!   [`CacheBypass`] extension (the book's `_` query parameter marks a dynamic
+//!   request: the app decides whose `_` counts and sets the extension for them,
+//!   the shop for admins only, [`admin_bypass`]; for anyone else `_` is an ignored
+//!   parameter, or it would be a free render per request);
 //! - the key covers the path, the query parameters the page reads
 //!   ([`PageCacheConfig::params`], none by default) and the headers it varies on:
 //!   other parameters cannot change the page, so they do not make a new entry;
@@ -154,6 +157,38 @@ pub struct PageCacheConfig {
     pub poll: Duration,
     /// Pages larger than this (or of unknown size) are served but not stored.
     pub max_body: usize,
+}
+
+/// On a request: skip the page cache (render, do not store). The app decides who
+/// may; the shop sets it for an admin's request with the book's `_` query
+/// parameter ([`admin_bypass`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheBypass;
+
+/// The shop's middleware giving the book's `_` query parameter its meaning (a
+/// dynamic request: skip the cache) for admins only. Mounted inside the session
+/// layer; a request with `_` from anyone else is served as if `_` were absent.
+pub async fn admin_bypass(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    mut req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let wants = PageRequest::new(req.uri().path(), req.uri().query()).has_param("_");
+    // Read here, not from the session: an item page's session layer touches the
+    // session alongside the page and does not know the user yet. One more round
+    // trip, for `_` requests only.
+    let token = req
+        .extensions()
+        .get::<crate::session::Session>()
+        .map(|s| s.token.clone());
+    if wants
+        && let Some(token) = token
+        && let Ok(Some(user)) = state.sessions.check_token(&token).await
+        && matches!(state.db.is_admin(user).await, Ok(true))
+    {
+        req.extensions_mut().insert(CacheBypass);
+    }
+    next.run(req).await
 }
 
 impl Default for PageCacheConfig {
@@ -368,11 +403,10 @@ impl Shared {
             Pages::Ranked(item_of) => Some(item_of(path)?),
             Pages::Shared => None,
         };
-        let mut page = PageRequest::new(path, req.uri().query());
-        if page.has_param("_") {
+        if req.extensions().get::<CacheBypass>().is_some() {
             return None;
         }
-        page = page.only_params(&self.config.params);
+        let mut page = PageRequest::new(path, req.uri().query()).only_params(&self.config.params);
         for name in &self.config.vary {
             let value = req.headers().get(name).map(|v| v.as_bytes()).unwrap_or(b"");
             page = page.vary_on(name.as_str(), value);

@@ -1,9 +1,12 @@
 //! The session layer: every visitor has a session token cookie, and every request
-//! touches its session in one Redis round trip.
+//! that sends it back touches its session in one Redis round trip.
 //!
-//! - A request without a well-formed cookie, or with a token that is not a live
-//!   session (never issued, or cleaned), gets a fresh token; a client can never
-//!   choose its own token.
+//! - A request without a well-formed cookie gets a fresh token in a cookie and
+//!   writes nothing to Redis: its session starts when the cookie comes back (or when
+//!   the request itself puts something in the cart or logs in). A crawler that
+//!   never returns cookies creates no session; its item views still count in the
+//!   ranking. A returned token the shop does not know (cleaned, or made up) starts
+//!   a guest session under it (why that is safe: [`shop_cache::session`]).
 //! - The cookie is `HttpOnly; SameSite=Lax; Path=/`, plus `Secure` when configured.
 //! - Item page views (`GET /items/{id}`; not `HEAD`) count only when the page
 //!   answered 200, so made-up ids enter neither the `viewed:` ranking nor the
@@ -34,7 +37,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{SessionToken, Sessions, Touch, Touched};
+use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use crate::error::{Cause, WebError};
 
@@ -127,31 +130,48 @@ impl SessionLayer {
 /// The session layer's middleware; see the module documentation.
 pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Next) -> Response {
     let presented = token(req.headers());
-    let (mut resp, mut issued) = if let Some(item) = state.item_page(&req) {
+    let item = state.item_page(&req);
+    let (mut resp, mut issued) = match (presented, item) {
+        // No session yet: a token for the cookie, and nothing written. A view of an
+        // item page still counts in the ranking, once the page answered 200.
+        (None, _) => {
+            let token = SessionToken::generate();
+            req.extensions_mut().insert(Session {
+                token: token.clone(),
+                user: None,
+            });
+            let resp = next.run(req).await;
+            if let Some(item) = item
+                && resp.status() == StatusCode::OK
+            {
+                state.sessions.count_view(item);
+            }
+            (resp, Some(token))
+        }
         // The item page needs nobody's identity: its touch goes out at the same
         // time as the page (whose lookup is its own round trip), the view held
         // until the answer says whether the page was found.
-        let placeholder = presented.clone().unwrap_or_else(SessionToken::generate);
-        req.extensions_mut().insert(Session {
-            token: placeholder,
-            user: None,
-        });
-        let (resp, (session, new)) =
-            tokio::join!(next.run(req), identify(&state, presented, Some(item)));
-        let found = resp.status() == StatusCode::OK;
-        if let Err(error) = state
-            .sessions
-            .settle_view(&session.token, item, found)
-            .await
-        {
-            session_error(&state, &error);
+        (Some(token), Some(item)) => {
+            req.extensions_mut().insert(Session {
+                token: token.clone(),
+                user: None,
+            });
+            let (resp, session) = tokio::join!(next.run(req), identify(&state, token, Some(item)));
+            let found = resp.status() == StatusCode::OK;
+            if let Err(error) = state
+                .sessions
+                .settle_view(&session.token, item, found)
+                .await
+            {
+                session_error(&state, &error);
+            }
+            (resp, None)
         }
-        (resp, new.then_some(session.token))
-    } else {
-        let (session, new) = identify(&state, presented, None).await;
-        let issued = new.then(|| session.token.clone());
-        req.extensions_mut().insert(session);
-        (next.run(req).await, issued)
+        (Some(token), None) => {
+            let session = identify(&state, token, None).await;
+            req.extensions_mut().insert(session);
+            (next.run(req).await, None)
+        }
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);
@@ -164,41 +184,24 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
     resp
 }
 
-/// Touches the presented session, or starts a new one; `true` when it is new. With
-/// `ahead`, the touch carries that item page's view before the page has answered
-/// ([`Touch::view_ahead`]), settled by the caller.
-async fn identify(
-    state: &SessionLayer,
-    presented: Option<SessionToken>,
-    ahead: Option<ItemId>,
-) -> (Session, bool) {
-    let with_view = |touch: Touch| match ahead {
-        Some(item) => touch.view_ahead(item),
-        None => touch,
+/// Touches the session of a token the client sent back (starting it, if the shop
+/// does not know it yet). With `ahead`, the touch carries that item page's view
+/// before the page has answered ([`Touch::view_ahead`]), settled by the caller.
+async fn identify(state: &SessionLayer, token: SessionToken, ahead: Option<ItemId>) -> Session {
+    let touch = match ahead {
+        Some(item) => Touch::request().view_ahead(item),
+        None => Touch::request(),
     };
-    if let Some(token) = presented {
-        match state
-            .sessions
-            .touch(&token, with_view(Touch::presented()))
-            .await
-        {
-            Ok(Touched::Known(user)) => return (Session { token, user }, false),
-            Ok(Touched::Unknown) => {}
-            Err(error) => {
-                session_error(state, &error);
-                return (Session { token, user: None }, false);
-            }
+    match state.sessions.touch(&token, touch).await {
+        Ok(touched) => Session {
+            user: touched.user(),
+            token,
+        },
+        Err(error) => {
+            session_error(state, &error);
+            Session { token, user: None }
         }
     }
-    let token = SessionToken::generate();
-    if let Err(error) = state
-        .sessions
-        .touch(&token, with_view(Touch::issued()))
-        .await
-    {
-        session_error(state, &error);
-    }
-    (Session { token, user: None }, true)
 }
 
 /// Counts and logs a failed touch (quietly while Redis is known to be down).

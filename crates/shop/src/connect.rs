@@ -44,6 +44,27 @@ pub async fn connect_redis_at(
     Ok((conn, redis.keys()))
 }
 
+/// Connects to the cache Redis at `url` (the cached pages' own, one node).
+pub async fn connect_cache(url: &str, redis: &RedisSettings) -> anyhow::Result<RedisConn> {
+    let config = shop_cache::connection::default_config();
+    shop_cache::connect_pooled(url, config, usize::from(redis.redis_pool))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the cache Redis at {}; start one or unset SHOP_CACHE_REDIS_URL",
+                redact_url(url)
+            )
+        })
+}
+
+/// The cache Redis the flags name, if any.
+pub async fn connect_configured_cache(redis: &RedisSettings) -> anyhow::Result<Option<RedisConn>> {
+    match &redis.cache_redis_url {
+        Some(url) => Ok(Some(connect_cache(url.expose(), redis).await?)),
+        None => Ok(None),
+    }
+}
+
 /// Connects to (and migrates) the database as configured.
 pub async fn connect_db(database: &DatabaseSettings) -> anyhow::Result<Db> {
     Db::connect(database.database_url.expose())

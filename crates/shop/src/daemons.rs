@@ -38,7 +38,8 @@ pub fn spawn_daemons(
         workers.session_cap,
         workers.cleaner_batch,
     )?
-    .with_duty(f64::from(workers.cleaner_duty) / 100.0)?;
+    .with_duty(f64::from(workers.cleaner_duty) / 100.0)?
+    .with_guest_idle(Duration::from_secs(workers.guest_idle));
     let rescaler = Rescaler::new(
         conn.clone(),
         keys.clone(),

@@ -1,6 +1,18 @@
-//! The private `redis-server` that `shop serve` starts when no Redis is configured
-//! and none answers on the default address: its data and socket under
-//! `./data/redis`, listening on the socket only, stopped when the shop stops.
+//! The private `redis-server`s that `shop serve` starts when no Redis is configured
+//! and none answers on the default address, one per [`Role`]: their data and
+//! sockets under `./data/redis` and `./data/redis-cache`, listening on the socket
+//! only, stopped when the shop stops.
+//!
+//! Two roles, so rebuildable data can never push out state. The state Redis
+//! (sessions, carts, sales, limits, the ranking, the row cache) never evicts
+//! (`noeviction`: at its limit, writes fail and are seen as errors, nothing is
+//! silently dropped) and logs every write to an append-only file, fsynced every
+//! second, so a restart of it keeps every cart, and a crash of the machine loses at
+//! most a second of writes. The cache Redis (pages, their tags and render locks)
+//! has a memory limit and evicts the least recently used key (`allkeys-lru`), and
+//! keeps nothing on disk: a page lost is a page rendered again. One Redis with
+//! `volatile-lru` was the other way: it would evict any key with a TTL, and the
+//! flash sale's answers and reservations and the login limits have TTLs.
 
 use std::path::Path;
 use std::process::Child;
@@ -12,23 +24,52 @@ use shop_redis_server::{Launch, LaunchError};
 /// How long it may take to save and exit when asked to.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What a managed Redis holds, which decides how it is configured (see the module
+/// docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Sessions, carts, sales: never evicted, every write in the append-only file.
+    State,
+    /// Cached pages: at most this many megabytes, least recently used evicted.
+    Cache {
+        /// `maxmemory`, in megabytes.
+        max_mb: u64,
+    },
+}
+
+impl Role {
+    /// The launch of a server of this role in `dir`.
+    fn launch(self, dir: &Path) -> Launch {
+        match self {
+            Role::State => Launch::new(dir, "redis.sock", "300 1 60 10000")
+                .with("appendonly", "yes")
+                .with("appendfsync", "everysec")
+                .with("maxmemory-policy", "noeviction"),
+            Role::Cache { max_mb } => Launch::new(dir, "redis.sock", "")
+                .with("maxmemory", &format!("{max_mb}mb"))
+                .with("maxmemory-policy", "allkeys-lru"),
+        }
+    }
+}
+
 /// A running private Redis, started by the launcher the test kit uses too
 /// ([`shop_redis_server`]). Killed if dropped without [`ManagedRedis::stop`].
 pub struct ManagedRedis {
     child: Child,
     launch: Launch,
+    role: Role,
 }
 
 impl ManagedRedis {
-    /// Starts `redis-server` with its files in `dir` (created if missing), saving
-    /// its data there, and waits until it answers. A missing binary is a
-    /// plain-words error naming the fix.
-    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+    /// Starts `redis-server` in `role` with its files in `dir` (created if
+    /// missing), and waits until it answers. A missing binary is a plain-words
+    /// error naming the fix.
+    pub async fn start(dir: &Path, role: Role) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
-        let launch = Launch::new(&dir, "redis.sock", "300 1 60 10000");
+        let launch = role.launch(&dir);
         let starting = launch.clone();
         let child = tokio::task::spawn_blocking(move || starting.start())
             .await
@@ -42,7 +83,11 @@ impl ManagedRedis {
                 ),
                 other => anyhow::Error::new(other),
             })?;
-        Ok(Self { child, launch })
+        Ok(Self {
+            child,
+            launch,
+            role,
+        })
     }
 
     /// The URL to connect to it.
@@ -50,14 +95,20 @@ impl ManagedRedis {
         self.launch.url()
     }
 
-    /// Asks it to save and exit, and waits; kills it if it does not.
+    /// Asks it to exit (the state Redis saving first), and waits; kills it if it
+    /// does not.
     pub async fn stop(mut self) {
         if let Ok(client) = redis::Client::open(self.url())
             && let Ok(mut conn) = client.get_multiplexed_async_connection().await
         {
             // The server closes the connection as it exits: an error here is expected.
+            // The cache keeps nothing: its pages are rebuilt on demand.
+            let save = match self.role {
+                Role::State => "SAVE",
+                Role::Cache { .. } => "NOSAVE",
+            };
             let _: Result<(), _> = redis::cmd("SHUTDOWN")
-                .arg("SAVE")
+                .arg(save)
                 .query_async(&mut conn)
                 .await;
         }

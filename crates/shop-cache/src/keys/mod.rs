@@ -85,6 +85,7 @@ struct Names {
 #[derive(Debug, PartialEq, Eq)]
 struct ShardNames {
     recent: String,
+    guests: String,
     login: String,
     viewed_by: String,
     cart: String,
@@ -117,6 +118,7 @@ impl Keys {
                 prefix: prefix.to_owned(),
                 shards: vec![ShardNames {
                     recent: p("recent:"),
+                    guests: p("guests:"),
                     login: p("login:"),
                     // `viewed:<token>` shares its stem with the global `viewed:` zset.
                     viewed_by: p("viewed:"),
@@ -141,6 +143,7 @@ impl Keys {
                     shards: (0..shards)
                         .map(|s| ShardNames {
                             recent: p(&format!("recent:{{s{s}}}")),
+                            guests: p(&format!("guests:{{s{s}}}")),
                             login: p(&format!("login:{{s{s}}}")),
                             viewed_by: p(&format!("viewed:{{s{s}}}")),
                             cart: p(&format!("cart:{{s{s}}}")),
@@ -228,6 +231,20 @@ impl Keys {
     /// Sorted set: session token -> last-seen unix time, for every session of one shard.
     pub fn recent_in(&self, shard: Shard) -> &str {
         &self.shard(shard).recent
+    }
+
+    /// Sorted set: session token -> last-seen unix time, for the *guest* sessions of
+    /// one shard (not logged in, no cart): a subset of [`Keys::recent_in`], which the
+    /// cleaner empties first and whose idle members expire. Not one of the book's
+    /// keys: the book's code neither reads nor needs it (its sessions are all in
+    /// `recent:`, and the cleaner drops entries whose session is gone).
+    pub fn guests_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).guests
+    }
+
+    /// [`Keys::guests_in`] the token's shard.
+    pub fn guests_of(&self, token: &SessionToken) -> &str {
+        self.guests_in(self.shard_of(token))
     }
 
     /// [`Keys::login_in`] the token's shard.
@@ -359,6 +376,12 @@ impl Keys {
     /// (`scope` is `ip` or `name`) in the current window; the value is hashed.
     pub fn login_attempts(&self, scope: &str, value: &str) -> String {
         format!("{}limit:login:{scope}:{}", self.0.prefix, digest(value))
+    }
+
+    /// String: a rate-limit counter of one kind of request (`scope`, e.g. `buy`)
+    /// by one client (`who`: an account id) in the current window; hashed.
+    pub fn rate_limit(&self, scope: &str, who: &str) -> String {
+        format!("{}limit:{scope}:{}", self.0.prefix, digest(who))
     }
 
     /// String: a cached page, under the stable hash of its normalised request.

@@ -14,6 +14,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.shards().len(), 1);
     assert_eq!(k.login_in(s), "login:");
     assert_eq!(k.recent_in(s), "recent:");
+    assert_eq!(k.guests_in(s), "guests:");
     assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.item_views(), "viewed:");
@@ -40,6 +41,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
     vec![
         k.login_of(t).to_owned(),
         k.recent_of(t).to_owned(),
+        k.guests_of(t).to_owned(),
         k.viewed_by(t),
         k.cart(t),
         k.login_once("k"),
@@ -98,7 +100,12 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         let t = SessionToken::generate();
         let session = tag(k.recent_of(&t));
         // touch, logout, cleaner: the index and the session's own keys.
-        for key in [k.login_of(&t).to_owned(), k.viewed_by(&t), k.cart(&t)] {
+        for key in [
+            k.login_of(&t).to_owned(),
+            k.guests_of(&t).to_owned(),
+            k.viewed_by(&t),
+            k.cart(&t),
+        ] {
             assert_eq!(tag(&key), session, "{key}");
         }
         // login: the new token is beside the old one.

@@ -1,12 +1,15 @@
 -- Moves a session to a fresh token for a user who just logged in (fixation defence).
 -- The new token is in the old one's shard, so every key here shares one slot.
 -- KEYS[1] recent:  KEYS[2] login:  KEYS[3] viewed:<old>  KEYS[4] viewed:<new>
--- KEYS[5] cart:<old>  KEYS[6] cart:<new>
+-- KEYS[5] cart:<old>  KEYS[6] cart:<new>  KEYS[7] guests:
+-- The old token need not be a session yet (sessions start lazily); the new one is
+-- logged in, so no guest.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
 local was = redis.call('HGET', KEYS[2], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])

@@ -1,5 +1,5 @@
--- One buy of one unit in a flash sale, decided here: the answer given earlier to
--- this (user, idempotency key), else a refusal (window, per-user limit, stock),
+-- One buy of one unit in a flash sale, decided here: the reservation made earlier
+-- for this (user, idempotency key), else a refusal (window, per-user limit, stock),
 -- else a reservation: one unit taken from the stock and counted for the user, to
 -- be confirmed once its order is in the database (sale_settle.lua).
 -- KEYS[1] sale  KEYS[2] buyers  KEYS[3] answers  KEYS[4] pending  KEYS[5] held
@@ -25,9 +25,12 @@ elseif tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= tonumber(ARGV[5]
 elseif tonumber(sale[1]) <= 0 then
   answer = 'sold_out'
 end
+-- A refusal is not remembered: asked again, it is decided again (and the same, or
+-- better: a unit an expired reservation gave back). Remembering every refusal let
+-- one client looping buys with fresh keys grow the answers by megabytes a minute;
+-- what is remembered now is one answer per unit reserved, bounded by the stock and
+-- by the per-user limit.
 if answer then
-  redis.call('HSET', KEYS[3], field, answer)
-  redis.call('EXPIREAT', KEYS[3], sale[4])
   return {'refused', answer}
 end
 redis.call('HINCRBY', KEYS[1], 'stock', -1)

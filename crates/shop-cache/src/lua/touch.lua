@@ -1,30 +1,29 @@
 -- One page view or request of a session (the book's update_token), atomically.
 -- KEYS[1] recent: (the session's shard)   KEYS[2] login: (same)   KEYS[3] viewed:<token>
+-- KEYS[4] guests: (same shard)   KEYS[5] cart:<token>
 -- The item's global count (viewed:) and its distinct viewers are not written here:
 -- the caller counts views in batches (see session/views.rs, ViewFlusher).
 -- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
--- ARGV[5] '1' when the token must already be a session (it came from a client's
---         cookie: an unknown one is refused, not adopted, so nobody can choose a token)
--- Returns {1, user id or false} or, for a refused unknown token, {0, false}: the
+-- Returns {1 when this touch started the session else 0, user id or false}: the
 -- caller learns who is asking in the same round trip.
+-- A token the shop does not know starts a session: the shop hands out tokens without
+-- writing anything (a client that never sends its cookie back costs no key), so the
+-- first request that comes back with one is where its session begins.
+-- A session that is not logged in and has no cart is a guest: it is also kept in
+-- guests: (same time), which the cleaner empties first and whose idle members
+-- expire. Logging in and a cart line take a session out of guests: (login.lua,
+-- cart_set.lua); a guest touch puts it back when neither holds any more.
 -- The time is the server's (TIME), so web servers with skewed clocks agree.
 -- A view's score in viewed:<token> is a sequence number, one more than the session's
 -- latest: strictly ordered like the book's timestamps (and after one the book's code
 -- wrote), but a small integer, which Redis stores in 1-2 bytes instead of a float's
 -- 17 characters (the history's memory fell from 730 to 282 bytes a session).
 -- Every redis.call costs about a microsecond of Redis time, so each is spent only
--- when needed: the existence check rides on the refresh (ZADD XX CH), the history is
--- trimmed only when it grew, and the user is read only when the caller lacks it.
+-- when needed: the history is trimmed only when it grew, and the user is read only
+-- when the caller lacks it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-if ARGV[5] == '1' then
-  if redis.call('ZADD', KEYS[1], 'XX', 'CH', now, ARGV[1]) == 0
-      and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-    return {0, false}
-  end
-else
-  redis.call('ZADD', KEYS[1], now, ARGV[1])
-end
+local started = redis.call('ZADD', KEYS[1], now, ARGV[1])
 if ARGV[3] ~= '' then
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   local seq = 1
@@ -37,6 +36,11 @@ if ARGV[3] ~= '' then
 end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-  return {1, ARGV[2]}
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {started, ARGV[2]}
 end
-return {1, redis.call('HGET', KEYS[2], ARGV[1])}
+local user = redis.call('HGET', KEYS[2], ARGV[1])
+if not user and redis.call('EXISTS', KEYS[5]) == 0 then
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+end
+return {started, user}

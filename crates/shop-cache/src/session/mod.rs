@@ -8,9 +8,25 @@
 //! module holds the rest of a session's life: login (a token rotation), logout, the
 //! user and history reads.
 //!
-//! The touch is one round trip: a Lua script, not a pipeline, because it does what a
-//! pipeline cannot: it refuses tokens the shop never issued (a check and a write that
-//! must be atomic, so no client can choose its token), orders the session's views,
+//! Sessions start lazily (a departure from the book, whose `update_token` writes a
+//! session for every request): the shop hands a new visitor a token without writing
+//! anything, and the session begins when the cookie first comes back, or when the
+//! visitor changes state (a cart line, a login). A crawler that never returns cookies
+//! creates no key at all; its item views still count in the ranking
+//! ([`Sessions::count_view`]). Without this, every cookieless request was a session in
+//! `recent:`, and a crawler at full speed pushed real shoppers out under the cap.
+//! A token a client returns that the shop does not know (cleaned, or made up) starts
+//! a guest session too: it reaches nobody else's data (a known token is someone's
+//! session only if they hold it), logging in always moves to a token the shop made,
+//! and a made-up token costs a client the same as a returned one.
+//!
+//! Guests and shoppers. A session neither logged in nor holding a cart is a guest,
+//! also listed in `guests:`: guests expire after an idle time and the cleaner removes
+//! every guest before any shopper (see [`crate::session_cleaner`]), so a flood of
+//! new sessions never costs a shopper their login or cart.
+//!
+//! The touch is one round trip: a Lua script, not a pipeline, because it decides as
+//! it goes (a guest or not, trim the history or not), orders the session's views,
 //! and returns the session's user, which saves a second round trip per request. A
 //! view's score in `viewed:<token>` is a small sequence number, not a float time,
 //! which Redis stores in a byte or two instead of a float's 17 characters; the order
@@ -171,6 +187,7 @@ impl Sessions {
             .key(self.keys.viewed_by(&new))
             .key(self.keys.cart(old))
             .key(self.keys.cart(&new))
+            .key(self.keys.guests_of(old))
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
@@ -179,13 +196,14 @@ impl Sessions {
         Ok(new)
     }
 
-    /// Ends a session: its login, last-seen entry, history and cart are removed
+    /// Ends a session: its login, last-seen entries, history and cart are removed
     /// together, so the token is worth nothing afterwards.
     pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
         redis::pipe()
             .atomic()
             .hdel(self.keys.login_of(token), token.expose())
             .zrem(self.keys.recent_of(token), token.expose())
+            .zrem(self.keys.guests_of(token), token.expose())
             .del(self.keys.viewed_by(token))
             .del(self.keys.cart(token))
             .exec_async(&mut self.conn.clone())

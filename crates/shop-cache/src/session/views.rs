@@ -2,10 +2,11 @@
 //! views it counts, from the touch to `viewed:`.
 //!
 //! The lifecycle, all of it here:
-//! 1. [`Sessions::touch`] with a [`Touch`] saying whose token it is (a client's, which
-//!    must already be a session, or one the shop issued) and what the request views.
-//!    One round trip: the `touch.lua` script refreshes `recent:`, puts an item in the
-//!    session's history and answers who is logged in.
+//! 1. [`Sessions::touch`] with a [`Touch`] saying what the request views. One round
+//!    trip: the `touch.lua` script refreshes `recent:` (starting the session if the
+//!    token is new), keeps `guests:` for a guest, puts an item in the session's
+//!    history and answers who is logged in. A visitor with no session yet is not
+//!    touched at all: its views are counted by [`Sessions::count_view`].
 //! 2. An item page's touch may be sent *ahead* of the page's answer
 //!    ([`Touch::view_ahead`]), so it travels with the page's own lookup; then
 //!    [`Sessions::settle_view`] counts the view once the page answered 200, or takes
@@ -29,14 +30,11 @@ use crate::{CacheError, scripts};
 
 /// What one request does to its session: the argument of [`Sessions::touch`].
 ///
-/// Built from whose token it is, then what the request adds:
-/// `Touch::presented()` for a token from a client's cookie, `Touch::issued()` for
-/// one the shop made (or the book's `update_token`), then `.view(item)`,
+/// `Touch::request()`, then what the request adds: `.view(item)`,
 /// `.view_ahead(item)` or `.as_user(user)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct Touch {
-    must_exist: bool,
     user: Option<UserId>,
     view: Option<(ItemId, Count)>,
 }
@@ -51,22 +49,14 @@ enum Count {
 }
 
 impl Touch {
-    /// A token a client presented: an unknown one (never issued, or cleaned) is
-    /// refused ([`Touched::Unknown`], nothing written), so no client chooses its own.
-    pub fn presented() -> Self {
+    /// A request of the session: last seen now. A token the shop does not know
+    /// starts a session (the book's `update_token`): the shop hands out tokens
+    /// without writing anything, so a session begins when its cookie first comes
+    /// back (see [`crate::session`]).
+    pub fn request() -> Self {
         Self {
-            must_exist: true,
             user: None,
             view: None,
-        }
-    }
-
-    /// A token the shop issued: an unknown one starts a session (the book's
-    /// `update_token`).
-    pub fn issued() -> Self {
-        Self {
-            must_exist: false,
-            ..Self::presented()
         }
     }
 
@@ -103,16 +93,16 @@ impl Touch {
 pub enum Touched {
     /// A live session, logged in as this user (or a guest).
     Known(Option<UserId>),
-    /// A [`Touch::presented`] token that is no session: nothing was recorded.
-    Unknown,
+    /// A token that was no session: this touch started one (as this user, or a
+    /// guest).
+    Started(Option<UserId>),
 }
 
 impl Touched {
-    /// The user, for a touch that cannot be refused ([`Touch::issued`]).
+    /// The user the session is logged in as, if any.
     pub fn user(self) -> Option<UserId> {
         match self {
-            Touched::Known(user) => user,
-            Touched::Unknown => None,
+            Touched::Known(user) | Touched::Started(user) => user,
         }
     }
 }
@@ -131,18 +121,16 @@ impl Sessions {
         let shard = self.keys.shard_of(token);
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
-            .key(self.keys.viewed_by_member(shard, token.expose()));
-        let (known, user): (i64, Option<String>) = call
+            .key(self.keys.viewed_by_member(shard, token.expose()))
+            .key(self.keys.guests_in(shard))
+            .key(self.keys.cart_member(shard, token.expose()));
+        let (started, user): (i64, Option<String>) = call
             .arg(token.expose())
             .arg(opt(touch.user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))
             .arg(super::HISTORY_LEN)
-            .arg(if touch.must_exist { "1" } else { "0" })
             .invoke_async(&mut self.conn.clone())
             .await?;
-        if known == 0 {
-            return Ok(Touched::Unknown);
-        }
         if let Some((item, Count::Now)) = touch.view {
             self.views.add(item, token);
         }
@@ -152,7 +140,20 @@ impl Sessions {
                     .map_err(|_| CacheError::Corrupt { what: "login:" })
             })
             .transpose()?;
-        Ok(Touched::Known(user))
+        Ok(if started == 1 {
+            Touched::Started(user)
+        } else {
+            Touched::Known(user)
+        })
+    }
+
+    /// Counts a view of `item` by a visitor with no session (one who has not sent
+    /// its cookie back yet, or never will: a crawler). It counts in the ranking
+    /// (`viewed:`, so the page cache's gate follows what crawlers fetch too) but not
+    /// among the item's distinct viewers, and writes nothing now: it goes into this
+    /// process's batch.
+    pub fn count_view(&self, item: ItemId) {
+        self.views.add_count(item);
     }
 
     /// Ends a [`Touch::view_ahead`] once the page answered: a `found` page's view is
@@ -236,6 +237,11 @@ impl ViewBatch {
             entry.viewers.push(token.clone());
             pending.viewers += 1;
         }
+    }
+
+    fn add_count(&self, item: ItemId) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.items.entry(item).or_default().count += 1;
     }
 
     fn pending(&self) -> u64 {

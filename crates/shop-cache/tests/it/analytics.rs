@@ -29,7 +29,7 @@ async fn rank_and_top_follow_the_views_recorded_by_touch(fx: Fixture) {
     let item = |n| ItemId::new(n).unwrap();
     for (id, times) in [(10, 3), (20, 5), (30, 1)] {
         for _ in 0..times {
-            sessions.touch(&t, Touch::issued().view(item(id))).await.unwrap();
+            sessions.touch(&t, Touch::request().view(item(id))).await.unwrap();
         }
     }
     sessions.flush_views().await.unwrap();

@@ -45,7 +45,10 @@ async fn sessions_with_data(fx: &Fixture, n: usize) -> Vec<SessionToken> {
     let tokens = dealt_tokens(&fx.keys, n);
     for (i, t) in tokens.iter().enumerate() {
         let item = ItemId::new(i as u64 % 50 + 1).unwrap();
-        sessions.touch(t, Touch::issued().view(item)).await.unwrap();
+        sessions
+            .touch(t, Touch::request().view(item))
+            .await
+            .unwrap();
         carts.set(t, item, 1).await.unwrap();
     }
     sessions.flush_views().await.unwrap();
@@ -142,6 +145,71 @@ async fn over_the_cap_by_n_removes_exactly_the_n_oldest(fx: Fixture) {
     assert_no_orphans(&fx).await;
 }
 
+async fn the_cap_removes_every_guest_before_any_shopper(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let user = shop_cache::domain::UserId::new(7).unwrap();
+    // The oldest: 16 shoppers (8 with a cart, 8 logged in); then 16 guests, newer.
+    let mut shoppers = sessions_with_data(&fx, 8).await;
+    for t in dealt_tokens(&fx.keys, 8) {
+        shoppers.push(sessions.login(&t, user, None).await.unwrap());
+    }
+    let guests = dealt_tokens(&fx.keys, 16);
+    for t in &guests {
+        sessions.touch(t, Touch::request().view(ItemId::new(1).unwrap())).await.unwrap();
+    }
+    // A cap of 20: 12 too many. The 12 go from the guests, though every shopper
+    // is older; then the next step at a cap of 8 takes the last 4 guests and 4 of
+    // the shoppers, the oldest.
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 20, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 20);
+    for t in &shoppers {
+        assert!(live.contains(t.expose()), "a shopper went while guests were left");
+    }
+    assert_eq!(guests.iter().filter(|t| live.contains(t.expose())).count(), 4);
+
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 8, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 8);
+    assert!(guests.iter().all(|t| !live.contains(t.expose())), "every guest first");
+    assert_no_orphans(&fx).await;
+}
+
+async fn idle_guests_expire_whatever_the_cap_and_shoppers_stay(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let shoppers = sessions_with_data(&fx, 8).await;
+    let guests = dealt_tokens(&fx.keys, 8);
+    for t in &guests {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 1_000, 100)
+        .unwrap()
+        .with_guest_idle(Duration::from_secs(1));
+    // Under the cap and nobody idle yet: nothing goes.
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Idle);
+    // One guest keeps coming back; the others are idle past a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        sessions.touch(&guests[0], Touch::request()).await.unwrap();
+        cleaner.step().await.unwrap();
+        let live = recent(&fx).await;
+        if guests[1..].iter().all(|t| !live.contains(t.expose())) {
+            assert!(live.contains(guests[0].expose()), "a guest seen just now stays");
+            for t in &shoppers {
+                assert!(live.contains(t.expose()), "a shopper never idles out as a guest");
+            }
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "idle guests were never removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_no_orphans(&fx).await;
+}
+
 async fn each_shard_keeps_its_share_of_the_cap_and_loses_its_oldest(fx: Fixture) {
     // The default shard count, sessions spread by their random tokens (unevenly):
     // every shard keeps its newest `cap / S` (rounded up) and loses the rest.
@@ -149,7 +217,7 @@ async fn each_shard_keeps_its_share_of_the_cap_and_loses_its_oldest(fx: Fixture)
     let tokens: Vec<SessionToken> = (0..300).map(|_| SessionToken::generate()).collect();
     for t in &tokens {
         sessions
-            .touch(t, Touch::issued().view(ItemId::new(1).unwrap()))
+            .touch(t, Touch::request().view(ItemId::new(1).unwrap()))
             .await
             .unwrap();
     }
@@ -245,7 +313,7 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     let tokens: Vec<SessionToken> = (0..5).map(|_| token_in(&fx.keys, shard)).collect();
     for t in &tokens {
         sessions
-            .touch(t, Touch::issued().view(ItemId::new(1).unwrap()))
+            .touch(t, Touch::request().view(ItemId::new(1).unwrap()))
             .await
             .unwrap();
     }
@@ -263,10 +331,16 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     assert_eq!(picked[0].0, tokens[0].expose());
     assert_eq!(picked[1].0, tokens[1].expose());
     // Session 0 comes back between the pick and the delete.
-    sessions.touch(&tokens[0], Touch::issued()).await.unwrap();
+    sessions.touch(&tokens[0], Touch::request()).await.unwrap();
 
     let mut call = shop_cache::scripts::CLEAN_SESSIONS.prepare_invoke();
-    call.key(recent_key).key(fx.keys.login_in(shard)).arg(3);
+    // Picked from recent: ('0'), as when the shard has no guests.
+    call.key(recent_key)
+        .key(fx.keys.login_in(shard))
+        .key(fx.keys.guests_in(shard))
+        .arg(3)
+        .arg(86_400)
+        .arg("0");
     for (member, seen) in &picked {
         call.key(fx.keys.viewed_by_member(shard, member))
             .key(fx.keys.cart_member(shard, member))
@@ -331,10 +405,14 @@ async fn concurrent_cleaners_keep_sessions_touched_during_cleaning(fx: Fixture) 
     let a = tokio::spawn(cleaner(&fx, done.clone()));
     let b = tokio::spawn(cleaner(&fx, done.clone()));
 
+    // Shoppers all (a cart line first, which starts a new session as a shopper's),
+    // so the cleaner orders them by age alone.
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     for (i, t) in fresh.iter().enumerate() {
         let item = ItemId::new(1_000 + i as u64).unwrap();
-        sessions.touch(t, Touch::issued().view(item)).await.unwrap();
+        carts.set(t, item, 1).await.unwrap();
+        sessions.touch(t, Touch::request().view(item)).await.unwrap();
     }
     done.cancel();
     let removed = a.await.unwrap() + b.await.unwrap();

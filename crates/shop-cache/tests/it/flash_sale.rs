@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use redis::AsyncCommands;
 use shop_cache::domain::{BuyOutcome, ItemId, UserId};
 use shop_cache::flash_sale::{
     FlashSales, Reservation, Reserve, SaleState, SaleTerms, SaleWatcher, Settlement,
@@ -91,11 +92,13 @@ async fn the_window_and_a_missing_sale_refuse(fx: Fixture) {
     assert_eq!(at_end, Reserve::Answered(BuyOutcome::NotOnSale), "the end is exclusive");
     reserved(sales.reserve(item(2), user(1), "c", 1, NOW - 60).await.unwrap());
     assert_eq!(sales.state(item(2)).await.unwrap().unwrap().stock, 4);
-    // The refused key keeps its answer even once the sale is open.
+    // A refusal is not remembered: the refused key, sent again once the sale is
+    // open, is decided again (here: over the limit of one).
     assert_eq!(
         sales.reserve(item(2), user(1), "a", 1, NOW).await.unwrap(),
-        Reserve::Answered(BuyOutcome::NotOnSale)
+        Reserve::Answered(BuyOutcome::LimitReached)
     );
+    reserved(sales.reserve(item(2), user(2), "a", 1, NOW).await.unwrap());
 }
 
 async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
@@ -159,6 +162,34 @@ async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
     );
     // Keys are per user: another user's "k1" is a new attempt.
     reserved(sales.reserve(item(4), user(9), "k1", 1, NOW).await.unwrap());
+}
+
+async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    sales.open(item(6), &terms(1)).await.unwrap();
+    let first = reserved(sales.reserve(item(6), user(1), "won", 1, NOW).await.unwrap());
+    let answers = || async {
+        let n: u64 = fx.raw().await.hlen(fx.keys.sale_answers(item(6))).await.unwrap();
+        n
+    };
+    assert_eq!(answers().await, 1, "the reservation's answer");
+    // A client looping buys with fresh keys: sold out, over the limit, before the
+    // window. Each refused, none remembered.
+    for n in 0..200 {
+        let key = format!("fresh-{n}");
+        let (who, at) = match n % 3 {
+            0 => (user(2), NOW),
+            1 => (user(1), NOW),
+            _ => (user(3), NOW - 7_200),
+        };
+        let answer = sales.reserve(item(6), who, &key, 1, at).await.unwrap();
+        assert!(matches!(answer, Reserve::Answered(_)), "{answer:?}");
+    }
+    assert_eq!(answers().await, 1, "refusals stored nothing");
+    // Asked again, a refusal is decided again: a unit given back can be won with
+    // the key that was refused.
+    assert!(sales.settle(&first, Settlement::Release(BuyOutcome::Expired)).await.unwrap());
+    reserved(sales.reserve(item(6), user(2), "fresh-0", 1, NOW).await.unwrap());
 }
 
 async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {

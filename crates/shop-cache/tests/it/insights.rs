@@ -18,7 +18,7 @@ async fn a_quarter_of_the_viewers_bought_it(fx: Fixture) {
     for (i, s) in shoppers.iter().enumerate() {
         // Some view it twice: a shopper counts once.
         for _ in 0..(1 + i % 2) {
-            sessions.touch(s, Touch::issued().view(item(7))).await.unwrap();
+            sessions.touch(s, Touch::request().view(item(7))).await.unwrap();
         }
     }
     sessions.flush_views().await.unwrap();

@@ -29,17 +29,6 @@ pub fn keys() -> Keys {
     Keys::default()
 }
 
-/// Every key in the server, sorted.
-pub async fn all_keys(server: &TestRedis) -> Vec<String> {
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut server.conn().await)
-        .await
-        .unwrap();
-    keys.sort();
-    keys
-}
-
 /// The Redis a test runs against, with the layout that goes with it.
 pub enum Server {
     /// One `redis-server`, the book's layout.
@@ -106,7 +95,7 @@ impl Fixture {
     /// Every key stored, sorted (over every primary of a cluster).
     pub async fn all_keys(&self) -> Vec<String> {
         match &self.server {
-            Server::Node(server) => all_keys(server).await,
+            Server::Node(server) => server.all_keys().await,
             Server::Cluster(cluster) => cluster.all_keys().await,
         }
     }

@@ -33,7 +33,7 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     let t = SessionToken::generate();
     let item = ItemId::new(1).unwrap();
     sessions
-        .touch(&t, Touch::issued().view(item))
+        .touch(&t, Touch::request().view(item))
         .await
         .unwrap();
 
@@ -47,7 +47,7 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     server.kill();
     let errors = [
         sessions
-            .touch(&t, Touch::issued().view(item))
+            .touch(&t, Touch::request().view(item))
             .await
             .unwrap_err(),
         sessions.check_token(&t).await.unwrap_err(),
@@ -68,7 +68,7 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     // The same handles recover by themselves once Redis is back.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match sessions.touch(&t, Touch::issued().view(item)).await {
+        match sessions.touch(&t, Touch::request().view(item)).await {
             Ok(_) => break,
             Err(e) => {
                 assert!(tokio::time::Instant::now() < deadline, "no reconnect: {e}");

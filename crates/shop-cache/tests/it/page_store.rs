@@ -115,7 +115,7 @@ async fn lookup_follows_the_ranking_that_touch_records(fx: Fixture) {
         store.lookup(&key, Some(item(5))).await.unwrap(),
         Lookup::NotPopular
     );
-    sessions.touch(&t, shop_cache::session::Touch::issued().view(item(5))).await.unwrap();
+    sessions.touch(&t, shop_cache::session::Touch::request().view(item(5))).await.unwrap();
     sessions.flush_views().await.unwrap();
     assert_eq!(
         store.lookup(&key, Some(item(5))).await.unwrap(),
@@ -392,4 +392,125 @@ async fn an_expired_page_is_stale_within_its_grace_and_a_purge_reaches_it(fx: Fi
     assert_eq!(store.purge(&tags).await.unwrap(), 1);
     assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
 }
+}
+
+/// The two-Redis shape: pages in a cache Redis with a memory limit that evicts,
+/// sessions and carts in the state Redis. Filling the cache far past its limit
+/// evicts pages only; every session and cart stays, and the rank gate still
+/// reads the ranking from the state Redis.
+#[tokio::test]
+async fn a_full_cache_redis_evicts_pages_and_never_a_session_or_cart() {
+    use shop_cache::cart::Carts;
+    use shop_cache::session::{SessionToken, Sessions, Touch};
+    use shop_testkit::TestRedis;
+
+    let state_server = TestRedis::start();
+    let cache_server = TestRedis::start();
+    let mut cache_raw = cache_server.conn().await;
+    for (name, value) in [("maxmemory", "2mb"), ("maxmemory-policy", "allkeys-lru")] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(&mut cache_raw)
+            .await
+            .unwrap();
+    }
+    let keys = shop_cache::keys::Keys::default();
+    let state = shop_cache::connect(&state_server.url()).await.unwrap();
+    let cache = shop_cache::connect(&cache_server.url()).await.unwrap();
+    let sessions = Sessions::new(state.clone(), keys.clone());
+    let carts = Carts::new(state.clone(), keys.clone(), 99);
+    let shoppers: Vec<SessionToken> = (0..300).map(|_| SessionToken::generate()).collect();
+    for (n, t) in shoppers.iter().enumerate() {
+        sessions
+            .touch(t, Touch::request().view(item(1)))
+            .await
+            .unwrap();
+        carts.set(t, item(n as u64 % 50 + 1), 2).await.unwrap();
+    }
+    sessions.flush_views().await.unwrap();
+    let store = PageStore::in_cache_or_state(
+        Some(cache),
+        state.clone(),
+        keys.clone(),
+        Duration::from_secs(300),
+        10_000,
+    );
+
+    // 4,000 pages of 4 KB that do not compress: about 16 MB into a 2 MB cache.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for n in 0..4_000 {
+        let body: String = (0..4_096)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(b'!' + (seed % 90) as u8)
+            })
+            .collect();
+        let ticket = store.begin_render().await.unwrap();
+        store
+            .store(
+                &key_of(&format!("/p/{n}")),
+                &page(&body),
+                &[PageTag::Item(item(1))],
+                &ticket,
+            )
+            .await
+            .unwrap();
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut cache_raw)
+        .await
+        .unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        used <= 3 << 20,
+        "the cache Redis stays near its limit: {used} bytes"
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut cache_raw)
+        .await
+        .unwrap();
+    let evicted: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("evicted_keys:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(evicted > 1_000, "pages were evicted: {evicted}");
+
+    // Every shopper is still there, cart and all; the state Redis evicted nothing.
+    for (n, t) in shoppers.iter().enumerate() {
+        let lines = carts.get(t).await.unwrap();
+        assert_eq!(lines.len(), 1, "shopper {n} lost the cart");
+        assert_eq!(sessions.recently_viewed(t).await.unwrap(), vec![item(1)]);
+    }
+    assert_eq!(sessions.count().await.unwrap(), 300);
+
+    // The newest page is served; the gate reads item 1's rank from the state Redis.
+    let ticket = store.begin_render().await.unwrap();
+    let last = key_of("/items/1");
+    store
+        .store(&last, &page("item one"), &[], &ticket)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.lookup(&last, Some(item(1))).await.unwrap(),
+        Lookup::Hit(_)
+    ));
+    assert!(matches!(
+        store.lookup(&last, Some(item(2))).await.unwrap(),
+        Lookup::NotPopular
+    ));
 }

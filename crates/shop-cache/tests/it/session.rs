@@ -14,19 +14,23 @@ async fn touch_records_last_seen_and_login(fx: Fixture) {
     let guest = SessionToken::generate();
     let user = SessionToken::generate();
     assert_eq!(
-        sessions.touch(&guest, Touch::issued()).await.unwrap(),
+        sessions.touch(&guest, Touch::request()).await.unwrap(),
+        Touched::Started(None)
+    );
+    assert_eq!(
+        sessions.touch(&guest, Touch::request()).await.unwrap(),
         Touched::Known(None)
     );
     let user_id = UserId::new(42).unwrap();
     let id = Some(user_id);
-    let as_user = Touch::issued().as_user(user_id);
+    let as_user = Touch::request().as_user(user_id);
     assert_eq!(
         sessions.touch(&user, as_user).await.unwrap(),
-        Touched::Known(id)
+        Touched::Started(id)
     );
     // A later touch without a user still reports who the token belongs to.
     assert_eq!(
-        sessions.touch(&user, Touch::issued()).await.unwrap(),
+        sessions.touch(&user, Touch::request()).await.unwrap(),
         Touched::Known(id)
     );
 
@@ -48,6 +52,7 @@ async fn touch_records_last_seen_and_login(fx: Fixture) {
         fx.keys.login_of(&user).to_owned(),
         fx.keys.recent_of(&user).to_owned(),
         fx.keys.recent_of(&guest).to_owned(),
+        fx.keys.guests_of(&guest).to_owned(),
     ];
     index.sort();
     index.dedup();
@@ -70,10 +75,10 @@ async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
     let a = SessionToken::generate();
     let b = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&a, Touch::issued().view(item(7))).await.unwrap();
+        sessions.touch(&a, Touch::request().view(item(7))).await.unwrap();
     }
-    sessions.touch(&b, Touch::issued().view(item(7))).await.unwrap();
-    sessions.touch(&b, Touch::issued().view(item(8))).await.unwrap();
+    sessions.touch(&b, Touch::request().view(item(7))).await.unwrap();
+    sessions.touch(&b, Touch::request().view(item(8))).await.unwrap();
 
     // Batched in this process until flushed, in both layouts.
     let mut raw = fx.raw().await;
@@ -95,8 +100,8 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let token = SessionToken::generate();
     // A token this process just made: the session starts with the view held.
-    let touched = sessions.touch(&token, Touch::issued().view_ahead(item(3))).await.unwrap();
-    assert_eq!(touched, Touched::Known(None));
+    let touched = sessions.touch(&token, Touch::request().view_ahead(item(3))).await.unwrap();
+    assert_eq!(touched, Touched::Started(None));
     assert_eq!(sessions.recently_viewed(&token).await.unwrap(), vec![item(3)]);
     assert_eq!(sessions.pending_views(), 0, "not counted before the answer");
     sessions.settle_view(&token, item(3), true).await.unwrap();
@@ -104,7 +109,7 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
 
     // A page that was not found: out of the history again, never counted.
     assert_eq!(
-        sessions.touch(&token, Touch::presented().view_ahead(item(999))).await.unwrap(),
+        sessions.touch(&token, Touch::request().view_ahead(item(999))).await.unwrap(),
         Touched::Known(None)
     );
     sessions.settle_view(&token, item(999), false).await.unwrap();
@@ -118,12 +123,14 @@ async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {
         .unwrap();
     assert_eq!(ranked, vec![(3, -1.0)]);
 
-    // A presented token that is no session is refused, and nothing is written.
+    // A view of a missing page by a session that starts with it: the session
+    // stays, the view does not.
     let stranger = SessionToken::generate();
     assert_eq!(
-        sessions.touch(&stranger, Touch::presented().view_ahead(item(4))).await.unwrap(),
-        Touched::Unknown
+        sessions.touch(&stranger, Touch::request().view_ahead(item(4))).await.unwrap(),
+        Touched::Started(None)
     );
+    sessions.settle_view(&stranger, item(4), false).await.unwrap();
     assert!(sessions.recently_viewed(&stranger).await.unwrap().is_empty());
 }
 
@@ -131,7 +138,7 @@ async fn the_26th_view_drops_the_oldest(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     for n in 1..=26 {
-        sessions.touch(&t, Touch::issued().view(item(n))).await.unwrap();
+        sessions.touch(&t, Touch::request().view(item(n))).await.unwrap();
     }
     let viewed = sessions.recently_viewed(&t).await.unwrap();
     assert_eq!(viewed.len(), HISTORY_LEN);
@@ -156,7 +163,7 @@ async fn views_in_the_same_second_keep_the_right_25(fx: Fixture) {
         26, 27, 28, 29, 30, 3, 5, 31, 32, 33, 34, 35, 36, 37, 9,
     ];
     for &n in &order {
-        sessions.touch(&t, Touch::issued().view(item(n))).await.unwrap();
+        sessions.touch(&t, Touch::request().view(item(n))).await.unwrap();
     }
     let scores: Vec<(u64, f64)> = fx
         .raw()
@@ -192,8 +199,8 @@ async fn login_rotates_the_token_and_moves_cart_and_history(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let old = SessionToken::generate();
-    sessions.touch(&old, Touch::issued().view(item(3))).await.unwrap();
-    sessions.touch(&old, Touch::issued().view(item(4))).await.unwrap();
+    sessions.touch(&old, Touch::request().view(item(3))).await.unwrap();
+    sessions.touch(&old, Touch::request().view(item(4))).await.unwrap();
     carts.set(&old, item(3), 2).await.unwrap();
 
     let user = UserId::new(9).unwrap();
@@ -237,12 +244,12 @@ async fn logout_removes_the_whole_session(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let other = SessionToken::generate();
-    sessions.touch(&other, Touch::issued().view(item(1))).await.unwrap();
+    sessions.touch(&other, Touch::request().view(item(1))).await.unwrap();
     let t = sessions
         .login(&SessionToken::generate(), UserId::new(5).unwrap(), None)
         .await
         .unwrap();
-    sessions.touch(&t, Touch::issued().view(item(1))).await.unwrap();
+    sessions.touch(&t, Touch::request().view(item(1))).await.unwrap();
     carts.set(&t, item(1), 1).await.unwrap();
 
     sessions.logout(&t).await.unwrap();
@@ -260,39 +267,68 @@ async fn logout_removes_the_whole_session(fx: Fixture) {
     );
 }
 
-async fn a_client_cannot_choose_its_token(fx: Fixture) {
-    use shop_cache::session::Touched;
+async fn a_returned_token_starts_a_guest_session_and_a_cart_or_login_ends_its_guesthood(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
-    let chosen = SessionToken::generate();
-    assert_eq!(
-        sessions
-            .touch(&chosen, Touch::presented().view(item(1)))
-            .await
-            .unwrap(),
-        Touched::Unknown
-    );
-    assert!(fx.all_keys().await.is_empty(), "nothing recorded");
+    let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let mut raw = fx.raw().await;
+    let keys = fx.keys.clone();
+    let is_guest = async |raw: &mut shop_cache::RedisConn, t: &SessionToken| {
+        let seen: Option<f64> = raw.zscore(keys.guests_of(t), t.expose()).await.unwrap();
+        seen.is_some()
+    };
 
-    let issued = SessionToken::generate();
-    sessions.touch(&issued, Touch::issued()).await.unwrap();
+    // A token the shop never saw (a first cookie coming back): a guest session.
+    let t = SessionToken::generate();
     assert_eq!(
-        sessions
-            .touch(&issued, Touch::presented().view(item(1)))
-            .await
-            .unwrap(),
-        Touched::Known(None)
+        sessions.touch(&t, Touch::request().view(item(1))).await.unwrap(),
+        Touched::Started(None)
     );
-    assert_eq!(
-        sessions.recently_viewed(&issued).await.unwrap(),
-        vec![item(1)]
-    );
+    assert_eq!(sessions.recently_viewed(&t).await.unwrap(), vec![item(1)]);
+    assert!(is_guest(&mut raw, &t).await);
+
+    // A cart line makes it a shopper's session; emptying the cart, a guest again.
+    carts.set(&t, item(2), 1).await.unwrap();
+    assert!(!is_guest(&mut raw, &t).await, "a cart is no guest");
+    sessions.touch(&t, Touch::request()).await.unwrap();
+    assert!(!is_guest(&mut raw, &t).await, "a touch keeps it so");
+    carts.set(&t, item(2), 0).await.unwrap();
+    sessions.touch(&t, Touch::request()).await.unwrap();
+    assert!(is_guest(&mut raw, &t).await, "no cart, no login: a guest");
+
+    // A cart line from a visitor with no session yet starts it, as a shopper.
+    let first = SessionToken::generate();
+    carts.set(&first, item(3), 2).await.unwrap();
+    let seen: Option<f64> = raw.zscore(fx.keys.recent_of(&first), first.expose()).await.unwrap();
+    assert!(seen.is_some(), "the cart's session exists for the cleaner to find");
+    assert!(!is_guest(&mut raw, &first).await);
+
+    // A login moves a guest to a logged-in token: neither is a guest.
+    let user = UserId::new(5).unwrap();
+    let new = sessions.login(&t, user, None).await.unwrap();
+    assert!(!is_guest(&mut raw, &t).await && !is_guest(&mut raw, &new).await);
+    sessions.touch(&new, Touch::request()).await.unwrap();
+    assert!(!is_guest(&mut raw, &new).await, "logged in: no guest");
+
+    // A login straight from a token that never started a session works too.
+    let fresh = SessionToken::generate();
+    let logged = sessions.login(&fresh, user, None).await.unwrap();
+    assert_eq!(sessions.check_token(&logged).await.unwrap(), Some(user));
+
+    // Logout removes a guest from both indexes.
+    let g = SessionToken::generate();
+    sessions.touch(&g, Touch::request()).await.unwrap();
+    assert!(is_guest(&mut raw, &g).await);
+    sessions.logout(&g).await.unwrap();
+    assert!(!is_guest(&mut raw, &g).await);
+    let seen: Option<f64> = raw.zscore(fx.keys.recent_of(&g), g.expose()).await.unwrap();
+    assert_eq!(seen, None);
 }
 
 async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let guest = SessionToken::generate();
-    sessions.touch(&guest, Touch::issued()).await.unwrap();
+    sessions.touch(&guest, Touch::request()).await.unwrap();
     carts.set(&guest, item(3), 2).await.unwrap();
     let user = UserId::new(9).unwrap();
 
@@ -300,7 +336,7 @@ async fn a_double_submitted_login_logs_in_once_and_keeps_the_cart(fx: Fixture) {
     // The second submit of the same form: the browser still sent the old cookie,
     // which no longer exists, so it arrives as a fresh guest session.
     let second_guest = SessionToken::generate();
-    sessions.touch(&second_guest, Touch::issued()).await.unwrap();
+    sessions.touch(&second_guest, Touch::request()).await.unwrap();
     let second = sessions
         .login(&second_guest, user, Some("form-1"))
         .await
@@ -330,7 +366,7 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart(fx: Fixt
         .login(&SessionToken::generate(), alice, None)
         .await
         .unwrap();
-    sessions.touch(&a, Touch::issued().view(item(7))).await.unwrap();
+    sessions.touch(&a, Touch::request().view(item(7))).await.unwrap();
     carts.set(&a, item(7), 1).await.unwrap();
 
     let b = sessions.login(&a, bob, None).await.unwrap();
@@ -353,7 +389,7 @@ async fn logging_in_over_another_users_session_does_not_take_their_cart(fx: Fixt
 async fn item_viewers_are_counted_in_expiring_windows(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
-    sessions.touch(&t, Touch::issued().view(item(2))).await.unwrap();
+    sessions.touch(&t, Touch::request().view(item(2))).await.unwrap();
     sessions.flush_views().await.unwrap();
     let window = shop_cache::insights::current_window();
     let key = fx.keys.viewers(item(2), window);
@@ -368,7 +404,7 @@ async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
     // promoted) answers NOSCRIPT: the call loads it there and runs it again.
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
-    sessions.touch(&t, Touch::issued().view(item(1))).await.unwrap();
+    sessions.touch(&t, Touch::request().view(item(1))).await.unwrap();
     let flushed: String = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut fx.raw().await)
@@ -377,9 +413,9 @@ async fn scripts_are_loaded_again_after_a_script_flush(fx: Fixture) {
     assert_eq!(flushed, "OK");
     let others: Vec<SessionToken> = (0..20).map(|_| SessionToken::generate()).collect();
     for other in &others {
-        sessions.touch(other, Touch::issued().view(item(2))).await.unwrap();
+        sessions.touch(other, Touch::request().view(item(2))).await.unwrap();
     }
-    sessions.touch(&t, Touch::issued().view(item(3))).await.unwrap();
+    sessions.touch(&t, Touch::request().view(item(3))).await.unwrap();
     assert_eq!(
         sessions.recently_viewed(&t).await.unwrap(),
         vec![item(3), item(1)]
@@ -390,7 +426,7 @@ async fn a_flush_given_up_on_mid_write_loses_no_view(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let t = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&t, Touch::issued().view(item(6))).await.unwrap();
+        sessions.touch(&t, Touch::request().view(item(6))).await.unwrap();
     }
     // Polled once and dropped in flight, as the daemon loop drops a step at shutdown.
     use futures::FutureExt;
@@ -419,12 +455,12 @@ async fn a_graceful_stop_writes_the_last_batch_of_views(fx: Fixture) {
     ));
     // Counted by the loop's regular steps.
     let t = SessionToken::generate();
-    sessions.touch(&t, Touch::issued().view(item(4))).await.unwrap();
+    sessions.touch(&t, Touch::request().view(item(4))).await.unwrap();
     tokio::time::sleep(shop_cache::session::VIEW_FLUSH_EVERY * 3).await;
     assert_eq!(sessions.pending_views(), 0);
     // Counted just before the stop: written by the last step, not lost.
     for _ in 0..3 {
-        sessions.touch(&t, Touch::issued().view(item(9))).await.unwrap();
+        sessions.touch(&t, Touch::request().view(item(9))).await.unwrap();
     }
     stop.cancel();
     flusher.await.unwrap();
@@ -442,7 +478,7 @@ async fn a_step_dropped_at_shutdown_counts_its_views_once(fx: Fixture) {
     let mut flusher = ViewFlusher::new(sessions.clone());
     let t = SessionToken::generate();
     for _ in 0..3 {
-        sessions.touch(&t, Touch::issued().view(item(7))).await.unwrap();
+        sessions.touch(&t, Touch::request().view(item(7))).await.unwrap();
     }
     // Every node holds its clients' commands for a while: the step's write is
     // sent and waits; the step is dropped meanwhile, as the daemon loop drops a
@@ -492,14 +528,14 @@ async fn prefixed_keys_stay_in_their_namespace() {
     sessions
         .touch(
             &t,
-            Touch::issued()
+            Touch::request()
                 .as_user(UserId::new(1).unwrap())
                 .view(item(2)),
         )
         .await
         .unwrap();
     sessions.flush_views().await.unwrap();
-    let keys = crate::all_keys(&server).await;
+    let keys = server.all_keys().await;
     assert_eq!(
         keys.len(),
         5,

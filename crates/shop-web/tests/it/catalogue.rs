@@ -385,3 +385,37 @@ async fn retiring_an_item_ends_its_flash_sale() {
         assert_eq!(body["outcome"], "not_on_sale", "{decider:?}: {body}");
     }
 }
+
+/// The book's `_` parameter skips the page cache for an admin checking a page;
+/// for anyone else it is ignored, or every request with `_=<random>` would be a
+/// render and a trip to the database.
+#[tokio::test]
+async fn the_underscore_parameter_bypasses_the_cache_for_admins_only() {
+    let app = TestApp::start().await;
+    rank(&app, &[4]).await;
+    cached(&app, "/items/4").await;
+    let guest = app.visitor().await;
+    let shopper = app.logged_in("sam").await;
+    for (who, cookie) in [
+        ("anonymous", None),
+        ("guest", Some(&guest)),
+        ("shopper", Some(&shopper)),
+    ] {
+        for n in 0..3 {
+            let resp = app
+                .get(&format!("/items/4?_={n}"), cookie.map(String::as_str))
+                .await;
+            assert_eq!(x_cache(&resp), "HIT", "{who}");
+        }
+    }
+    let admin = app.logged_in("ada").await;
+    app.db.grant_admin("ada").await.unwrap();
+    let resp = app.get("/items/4?_=1", Some(&admin)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(x_cache(&resp), "BYPASS");
+    assert_eq!(
+        x_cache(&app.get("/items/4", Some(&admin)).await),
+        "HIT",
+        "without _"
+    );
+}

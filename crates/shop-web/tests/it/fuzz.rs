@@ -523,7 +523,8 @@ enum Stored {
 }
 
 /// Keys every request may change without that being its effect: the session
-/// bookkeeping of a touch (`recent:` gets the time; an item view goes to the
+/// bookkeeping of a touch (`recent:` gets the time, and `guests:` for a guest; an
+/// item view goes to the
 /// session's `viewed:<token>`, the `viewed:` ranking and the item's `viewers:`), and
 /// the login limiter's attempt counters (`limit:`), whose purpose is to count the
 /// failed attempts, which are 4xx by definition, and the flash sale's remembered
@@ -532,6 +533,7 @@ enum Stored {
 /// it again. Bad input never reaches them: it is refused before Redis is asked.
 fn bookkeeping(key: &str) -> bool {
     key == "recent:"
+        || key == "guests:"
         || key.starts_with("viewed:")
         || key.starts_with("viewers:")
         || key.starts_with("limit:")
@@ -610,7 +612,7 @@ impl Shop {
                 || !self.live(&guest).await
             {
                 let fresh = SessionToken::generate();
-                self.sessions.touch(&fresh, Touch::issued()).await.unwrap();
+                self.sessions.touch(&fresh, Touch::request()).await.unwrap();
                 *self.guest.borrow_mut() = fresh;
             }
         }
@@ -618,7 +620,7 @@ impl Shop {
             let user = self.user.borrow().clone();
             if self.sessions.check_token(&user).await.unwrap() != Some(self.user_id) {
                 let fresh = SessionToken::generate();
-                self.sessions.touch(&fresh, Touch::issued()).await.unwrap();
+                self.sessions.touch(&fresh, Touch::request()).await.unwrap();
                 let fresh = self
                     .sessions
                     .login(&fresh, self.user_id, None)

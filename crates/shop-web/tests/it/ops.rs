@@ -53,12 +53,15 @@ async fn the_figures_and_plots_follow_the_traffic() {
     sampler.step();
     app.get("/items/5", None).await;
     sampler.step();
+    // A visitor who comes back (the cookieless ones above have no session).
+    let back = app.visitor().await;
+    app.get("/cart", Some(&back)).await;
 
     let html = text(app.get("/ops", Some(&admin)).await).await;
     for series in ["requests/s", "p99 ms", "hits/s", "misses/s"] {
         assert_eq!(points(&html, series), 2, "{series}: {html}");
     }
-    // Live sessions: at least the admin's and the four visitors'.
+    // Live sessions: the admin's and the returning visitor's.
     let sessions: u64 = html
         .split("id=\"sessions\">")
         .nth(1)

@@ -43,28 +43,111 @@ async fn a_new_visitor_gets_a_safe_cookie_once() {
 }
 
 #[tokio::test]
-async fn malformed_and_unknown_cookies_are_treated_as_none() {
+async fn malformed_cookies_are_treated_as_none_and_an_unknown_token_starts_a_guest() {
     let app = TestApp::start().await;
-    let unknown = format!("shop_session={}", SessionToken::generate().expose());
     for bad in [
         "shop_session=not-a-token".to_owned(),
         format!("shop_session={}", "A".repeat(5000)),
-        unknown.clone(),
     ] {
         let resp = app.get("/cart", Some(&bad)).await;
         assert_eq!(resp.status(), StatusCode::OK);
         let issued = cookie_of(&resp).expect("a fresh cookie");
         assert_ne!(issued, bad);
     }
-    // The unknown token was not adopted as a session.
-    let tokens: Vec<String> = app
+    assert!(
+        app.redis.all_keys().await.is_empty(),
+        "no session for either"
+    );
+    // A well-formed token the shop does not know (a cleaned session, or the first
+    // return of a cookie it handed out) is a guest session, with no other power.
+    let unknown = SessionToken::generate();
+    let cookie = format!("shop_session={}", unknown.expose());
+    let resp = app.get("/api/me", Some(&cookie)).await;
+    assert!(cookie_of(&resp).is_none(), "kept, not replaced");
+    let me = shop_testapp::json(resp).await;
+    assert_eq!(me["user"], serde_json::Value::Null);
+    let guests: Vec<String> = app
         .redis
         .conn()
         .await
-        .zrange("recent:", 0, -1)
+        .zrange("guests:", 0, -1)
         .await
         .unwrap();
-    assert!(!tokens.iter().any(|t| unknown.ends_with(t.as_str())));
+    assert_eq!(guests, vec![unknown.expose().to_owned()]);
+}
+
+/// Keys that only a session writes.
+fn is_session_state(key: &str) -> bool {
+    ["recent:", "guests:", "login:"].contains(&key)
+        || key.starts_with("cart:")
+        || (key.starts_with("viewed:") && key != "viewed:")
+}
+
+/// The crawler's case: requests that never send the cookie back write no session,
+/// yet their views count in the ranking (and so in what the page cache keeps).
+#[tokio::test]
+async fn a_client_that_never_returns_cookies_creates_no_session() {
+    let app = TestApp::start().await;
+    for _ in 0..20 {
+        for path in [
+            "/", "/items/3", "/items/3", "/items", "/c/books", "/cart", "/api/me",
+        ] {
+            let resp = app.get(path, None).await;
+            if resp.status() == StatusCode::OK {
+                assert!(cookie_of(&resp).is_some(), "{path}: a cookie is offered");
+            }
+        }
+        assert!(
+            app.get("/items/999999", None)
+                .await
+                .status()
+                .is_client_error()
+        );
+    }
+    app.flush_views().await;
+    let mut raw = app.redis.conn().await;
+    let keys = app.redis.all_keys().await;
+    for key in &keys {
+        assert!(
+            !is_session_state(key),
+            "a cookieless request wrote session state: {key} (of {keys:?})"
+        );
+    }
+    let views: Vec<(String, f64)> = raw.zrange_withscores("viewed:", 0, -1).await.unwrap();
+    assert_eq!(
+        views,
+        vec![("3".to_owned(), -40.0)],
+        "only found pages count"
+    );
+
+    // The cookie's first return starts the session, with that request's view.
+    let cookie = cookie_of(&app.get("/items/4", None).await).unwrap();
+    assert!(app.redis.all_keys().await.iter().all(|k| k != "recent:"));
+    let resp = app.get("/items/5", Some(&cookie)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(cookie_of(&resp).is_none());
+    let me = app.me(&cookie).await;
+    assert_eq!(me["recently_viewed"][0]["id"], 5, "{me}");
+    assert_eq!(me["recently_viewed"].as_array().unwrap().len(), 1, "{me}");
+    let n: u64 = raw.zcard("recent:").await.unwrap();
+    assert_eq!(n, 1);
+}
+
+/// A visitor whose very first request changes state (a cart line, a login) gets a
+/// session for it at once.
+#[tokio::test]
+async fn a_first_request_that_fills_the_cart_starts_the_session() {
+    let app = TestApp::start().await;
+    let resp = app.post("/cart", None, "item=3&count=2", true).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cookie = cookie_of(&resp).expect("a cookie for the new session");
+    let me = app.me(&cookie).await;
+    assert_eq!(me["cart"]["count"], 2, "{me}");
+    let mut raw = app.redis.conn().await;
+    let n: u64 = raw.zcard("recent:").await.unwrap();
+    assert_eq!(n, 1, "the cart's session is where the cleaner finds it");
+    let guests: u64 = raw.zcard("guests:").await.unwrap();
+    assert_eq!(guests, 0, "a cart is no guest");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::row_cache::RowCache;
 
 use crate::config::{ItemsArgs, ItemsCommand};
-use crate::connect::{connect_db, connect_redis};
+use crate::connect::{connect_configured_cache, connect_db, connect_redis};
 
 /// Lines of an import written (and purged) per transaction: small enough that
 /// checkouts wait at most a moment for SQLite's one writer between chunks.
@@ -28,7 +28,13 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
     };
     let (conn, keys) = connect_redis(&args.redis).await?;
     let db = connect_db(&args.database).await?;
-    let pages = PageStore::new(conn.clone(), keys.clone(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+    let pages = PageStore::in_cache_or_state(
+        connect_configured_cache(&args.redis).await?,
+        conn.clone(),
+        keys.clone(),
+        DEFAULT_TTL,
+        DEFAULT_RANK_LIMIT,
+    );
     let rows = RowCache::new(conn.clone(), keys.clone());
     let ranking = Analytics::new(conn.clone(), keys.clone());
     let sales = FlashSales::new(conn, keys);

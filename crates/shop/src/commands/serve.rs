@@ -10,43 +10,92 @@ use tokio_util::sync::CancellationToken;
 
 use crate::commands::seed;
 use crate::config::{DEFAULT_REDIS_URL, ServeArgs, Settings};
-use crate::connect::{connect_db, connect_redis_at};
+use crate::connect::{connect_cache, connect_db, connect_redis_at};
 use crate::daemons::{join_all, spawn_daemons};
-use crate::managed_redis::{self, ManagedRedis};
+use crate::managed_redis::{self, ManagedRedis, Role};
 use crate::{server, shutdown};
 use shop_app::sale;
 
-/// Where the managed Redis keeps its files.
+/// Where the managed state Redis keeps its files.
 pub const MANAGED_REDIS_DIR: &str = "data/redis";
+/// Where the managed cache Redis keeps its socket (it keeps no data).
+pub const MANAGED_CACHE_DIR: &str = "data/redis-cache";
+
+/// The Redis servers `serve` uses.
+struct Served {
+    /// The state Redis's URL (empty for a cluster: the settings name its nodes).
+    state: String,
+    /// The cache Redis's URL, when the pages have one of their own.
+    cache: Option<String>,
+    /// The private servers this process started, stopped when it stops.
+    managed: Vec<ManagedRedis>,
+}
 
 /// The Redis `serve` uses: the configured one; else the default address if it
-/// answers; else (or with `--managed-redis`) a private one it starts.
-async fn serve_redis(settings: &Settings) -> anyhow::Result<(String, Option<ManagedRedis>)> {
+/// answers; else (or with `--managed-redis`) a private pair it starts (state and
+/// cache, see [`managed_redis`]).
+async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
+    let cache = settings
+        .redis
+        .cache_redis_url
+        .as_ref()
+        .map(|url| url.expose().to_owned());
+    let configured = |state: String| Served {
+        state,
+        cache: cache.clone(),
+        managed: Vec::new(),
+    };
     if let Some(url) = &settings.redis.redis_url {
-        return Ok((url.expose().to_owned(), None));
+        return Ok(configured(url.expose().to_owned()));
     }
     if settings.redis.is_cluster() {
-        return Ok((String::new(), None));
+        return Ok(configured(String::new()));
     }
     if !settings.server.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
-        return Ok((DEFAULT_REDIS_URL.to_owned(), None));
+        return Ok(configured(DEFAULT_REDIS_URL.to_owned()));
     }
-    let managed = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR)).await?;
-    println!("started a private redis-server at {}", managed.url());
-    Ok((managed.url(), Some(managed)))
+    let state = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR), Role::State).await?;
+    println!(
+        "started a private redis-server at {} (append-only file on, never evicts)",
+        state.url()
+    );
+    let mut served = Served {
+        state: state.url(),
+        cache: cache.clone(),
+        managed: vec![state],
+    };
+    if cache.is_none() {
+        let max_mb = settings.server.managed_cache_mb;
+        let pages = ManagedRedis::start(
+            std::path::Path::new(MANAGED_CACHE_DIR),
+            Role::Cache { max_mb },
+        )
+        .await?;
+        println!(
+            "started a private cache redis-server at {} (pages only, at most {max_mb} MB)",
+            pages.url()
+        );
+        served.cache = Some(pages.url());
+        served.managed.push(pages);
+    }
+    Ok(served)
 }
 
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let (redis_url, managed) = serve_redis(&args.settings).await?;
-    let served = serve_with(&args, &redis_url).await;
-    if let Some(managed) = managed {
+    let served = serve_redis(&args.settings).await?;
+    let result = serve_with(&args, &served.state, served.cache.as_deref()).await;
+    for managed in served.managed {
         managed.stop().await;
     }
-    served
+    result
 }
 
-async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
+async fn serve_with(
+    args: &ServeArgs,
+    redis_url: &str,
+    cache_url: Option<&str>,
+) -> anyhow::Result<()> {
     let Settings {
         server,
         web,
@@ -55,6 +104,10 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
         workers,
     } = &args.settings;
     let (conn, keys) = connect_redis_at(redis_url, redis).await?;
+    let cache = match cache_url {
+        Some(url) => Some(connect_cache(url, redis).await?),
+        None => None,
+    };
     let db = connect_db(database).await?;
     if db.item_count().await? == 0 {
         seed::with_progress(
@@ -74,7 +127,7 @@ async fn serve_with(args: &ServeArgs, redis_url: &str) -> anyhow::Result<()> {
             );
         }
     }
-    let state = AppState::new(db.clone(), conn.clone(), keys.clone(), config);
+    let state = AppState::with_cache(db.clone(), conn.clone(), cache, keys.clone(), config);
     let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind(server.bind)
         .await

@@ -11,7 +11,9 @@ use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache;
-use shop_cache::session_cleaner::{DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, MAX_BATCH};
+use shop_cache::session_cleaner::{
+    DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, DEFAULT_GUEST_IDLE, MAX_BATCH,
+};
 use shop_db::flash::DEFAULT_PER_USER_LIMIT;
 
 use super::file::toml_error;
@@ -51,6 +53,15 @@ pub struct ServerSettings {
     /// default address. Without REDIS_URL, one is started anyway when none answers.
     #[arg(long, env = "SHOP_MANAGED_REDIS")]
     pub managed_redis: bool,
+    /// Megabytes the private cache Redis (pages) may use before it evicts the
+    /// least recently used; started beside the private state Redis.
+    #[arg(
+        long,
+        env = "SHOP_MANAGED_CACHE_MB",
+        default_value_t = 256,
+        value_parser = clap::value_parser!(u64).range(1..=1_048_576),
+    )]
+    pub managed_cache_mb: u64,
     /// Seconds a client has to send a request's head (and an idle keep-alive
     /// connection stays open) before its connection is closed.
     #[arg(long, env = "SHOP_HEADER_TIMEOUT",
@@ -89,6 +100,11 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_FLASH_HOLD", default_value_t = shop_cache::flash_sale::DEFAULT_HOLD.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub flash_hold: u64,
+    /// Flash-sale buys one account may send per minute; beyond it, 429 with
+    /// `Retry-After`.
+    #[arg(long, env = "SHOP_FLASH_BUYS_PER_MINUTE", default_value_t = shop_web::DEFAULT_FLASH_BUYS_PER_MINUTE,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub flash_buys_per_minute: u32,
     /// Seconds the database may refuse writes before `/healthz` answers 503
     /// (`"database": "read_only"`) so load balancers take this server out; shorter
     /// refusals, and writes that only wait (a lock, a queue), answer 200
@@ -190,6 +206,12 @@ pub struct RedisSettings {
     /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<SecretUrl>,
+    /// A second Redis for the cached pages only (rebuildable; configure it with
+    /// `maxmemory` and `allkeys-lru`), so pages can never push out sessions, carts
+    /// or sales [default: the pages share the state Redis; a private one beside
+    /// the private state Redis].
+    #[arg(long, env = "SHOP_CACHE_REDIS_URL")]
+    pub cache_redis_url: Option<SecretUrl>,
     /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
     /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
     #[arg(
@@ -266,6 +288,15 @@ pub struct WorkerSettings {
         value_parser = clap::value_parser!(u8).range(1..=100),
     )]
     pub cleaner_duty: u8,
+    /// Seconds a guest session (not logged in, no cart) may stay idle before the
+    /// cleaner removes it, whatever the cap.
+    #[arg(
+        long,
+        env = "SHOP_GUEST_IDLE",
+        default_value_t = DEFAULT_GUEST_IDLE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub guest_idle: u64,
     /// Seconds between view rescales (trim `viewed:` and halve every count).
     #[arg(
         long,
@@ -369,6 +400,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             flash_limit: web.flash_limit,
             flash_decider: web.flash_decider.into(),
             flash_hold: Duration::from_secs(web.flash_hold),
+            flash_buys_per_minute: web.flash_buys_per_minute,
             write_grace: Duration::from_secs(web.write_grace),
             secure_cookies: web.secure_cookies,
             max_quantity: web.max_quantity,

@@ -166,7 +166,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let shoppers: Vec<SessionToken> = (0..9).map(|_| SessionToken::generate()).collect();
     for shopper in &shoppers {
         sessions
-            .touch(shopper, Touch::issued().view(ItemId::new(3).unwrap()))
+            .touch(shopper, Touch::request().view(ItemId::new(3).unwrap()))
             .await
             .unwrap();
     }

@@ -288,8 +288,34 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
     );
 }
 
+/// What a managed `redis-server` says `CONFIG GET name` is, asked on its socket.
+fn config_of(dir: &Path, name: &str) -> String {
+    let client =
+        redis::Client::open(format!("unix://{}", dir.join("redis.sock").display())).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(&mut conn)
+        .unwrap();
+    pair.get(1).cloned().unwrap_or_default()
+}
+
+/// Waits until the process `pid` is gone (or a zombie).
+fn wait_gone(pid: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{pid}/status")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .contains("State:\tZ")
+    {
+        assert!(Instant::now() < deadline, "{what} {pid} is still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
-fn serve_manages_its_own_redis_and_leaves_no_orphan() {
+fn serve_manages_its_own_redis_pair_keeps_carts_across_a_crash_and_leaves_no_orphan() {
     let cwd = tempfile::tempdir().unwrap();
     let in_cwd = || {
         let mut cmd = shop();
@@ -297,34 +323,61 @@ fn serve_manages_its_own_redis_and_leaves_no_orphan() {
         cmd
     };
     seed(in_cwd(), "20");
-    let (child, addr) = serve(in_cwd(), &["--managed-redis"]);
+    let (child, addr) = serve(in_cwd(), &["--managed-redis", "--managed-cache-mb", "8"]);
     let health = request(&addr, "GET", "/healthz", None, None);
     assert_eq!(health.status, 200, "{}", health.body);
     assert!(health.body.contains("\"redis\":true"));
 
-    let pid_file = cwd.path().join("data/redis/redis.pid");
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    assert!(
-        Path::new(&format!("/proc/{pid}")).exists(),
-        "the private redis-server runs"
-    );
-
-    assert!(stop(child).success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Path::new(&format!("/proc/{pid}/status")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .contains("State:\tZ")
-    {
+    let state_dir = cwd.path().join("data/redis");
+    let cache_dir = cwd.path().join("data/redis-cache");
+    let pid_of = |dir: &Path| {
+        std::fs::read_to_string(dir.join("redis.pid"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let (state_pid, cache_pid) = (pid_of(&state_dir), pid_of(&cache_dir));
+    for pid in [&state_pid, &cache_pid] {
         assert!(
-            Instant::now() < deadline,
-            "redis-server {pid} outlived the shop"
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "the private redis-server runs"
         );
-        std::thread::sleep(Duration::from_millis(20));
     }
+    // The two roles: state never evicts and logs every write; the cache evicts.
+    assert_eq!(config_of(&state_dir, "appendonly"), "yes");
+    assert_eq!(config_of(&state_dir, "appendfsync"), "everysec");
+    assert_eq!(config_of(&state_dir, "maxmemory-policy"), "noeviction");
+    assert_eq!(config_of(&cache_dir, "maxmemory-policy"), "allkeys-lru");
+    assert_eq!(config_of(&cache_dir, "maxmemory"), (8u64 << 20).to_string());
+
+    // A cart, then the state Redis killed outright (no save on the way out).
+    let cart = request(&addr, "POST", "/cart", None, Some("item=3&count=2"));
+    assert_eq!(cart.status, 303, "{}", cart.body);
+    let cookie = cart.session_cookie().expect("the cart's session");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &state_pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_gone(&state_pid, "the killed redis-server");
+    assert!(stop(child).success());
+    wait_gone(&cache_pid, "the cache redis-server");
+
+    // Started again: the append-only file brings the cart back.
+    let (child, addr) = serve(in_cwd(), &["--managed-redis"]);
+    let me = request(&addr, "GET", "/api/me", Some(&cookie), None);
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert!(
+        me.body.contains("\"quantity\":2"),
+        "the cart survived: {}",
+        me.body
+    );
+    let (state_pid, cache_pid) = (pid_of(&state_dir), pid_of(&cache_dir));
+    assert!(stop(child).success());
+    wait_gone(&state_pid, "redis-server outlived the shop:");
+    wait_gone(&cache_pid, "redis-server outlived the shop:");
 }
 
 #[test]
