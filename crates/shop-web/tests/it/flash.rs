@@ -900,3 +900,45 @@ async fn an_event_stream_ends_after_its_lifetime_and_gives_its_place_back() {
     assert!(String::from_utf8_lossy(&body).contains("data: []"));
     assert_eq!(shop.state.streams.open(), 0);
 }
+
+/// One account looping buys with fresh keys is slowed down: past the per-minute
+/// limit, 429 with `Retry-After`, nothing decided; another account is not.
+#[tokio::test]
+async fn buys_are_rate_limited_per_account() {
+    let shop = Shop::start(
+        TestDb::sqlite(),
+        WebConfig {
+            flash_buys_per_minute: 5,
+            ..config(FlashDecider::Redis)
+        },
+    )
+    .await;
+    shop.sale_of(1, 1).await;
+    let looper = shop.login("looper").await;
+    let other = shop.login("other").await;
+    for n in 0..5 {
+        let resp = buy_request(&shop, &looper, &format!("k{n}")).await;
+        assert_ne!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "buy {n}");
+    }
+    for n in 5..20 {
+        let resp = buy_request(&shop, &looper, &format!("k{n}")).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "buy {n}");
+        let wait: u64 = resp.headers()[header::RETRY_AFTER]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+    }
+    let resp = buy_request(&shop, &other, "k0").await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::CONFLICT,
+        "sold out, not throttled"
+    );
+    // Nothing the refused buys sent was stored: the one unit went to the first buy.
+    let answers: u64 = redis::AsyncCommands::hlen(&mut shop.redis.conn().await, "sale-answers:1")
+        .await
+        .unwrap();
+    assert_eq!(answers, 1);
+}
