@@ -527,10 +527,11 @@ enum Stored {
 /// item view goes to the
 /// session's `viewed:<token>`, the `viewed:` ranking and the item's `viewers:`), and
 /// the login limiter's attempt counters (`limit:`), whose purpose is to count the
-/// failed attempts, which are 4xx by definition, and the flash sale's remembered
-/// answers (`sale-answers:`): a refused purchase (409: sold out, limit reached) is
-/// the sale's answer, not bad input, and is kept so a retry with the same key gets
-/// it again. Bad input never reaches them: it is refused before Redis is asked.
+/// failed attempts (and the buys per account), which are 4xx by definition, and the
+/// flash sale's remembered answers (`sale-answers:`, one per reserved unit: a
+/// settled reservation's answer, such as `expired`, is a 409 that is the sale's
+/// answer, not bad input). Bad input never reaches them: it is refused before Redis
+/// is asked.
 fn bookkeeping(key: &str) -> bool {
     key == "recent:"
         || key == "guests:"
