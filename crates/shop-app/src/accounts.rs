@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shop_cache::domain::UserId;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
-use shop_cache::session::{SessionToken, Sessions, Touch};
+use shop_cache::session::{SessionToken, Sessions};
 use shop_db::Db;
 
 use crate::AppError;
@@ -105,13 +105,12 @@ impl Accounts<'_> {
         self.logged_in(&attempt, user).await
     }
 
-    /// Ends the session (its login, history and cart) and starts a guest session;
-    /// returns the guest's token.
+    /// Ends the session (its login, history and cart); returns a fresh token for
+    /// the cookie, whose session starts (lazily, like any new visitor's) when it
+    /// comes back.
     pub async fn log_out(&self, session: &SessionToken) -> Result<SessionToken, AppError> {
         self.sessions.logout(session).await?;
-        let guest = SessionToken::generate();
-        self.sessions.touch(&guest, Touch::request()).await?;
-        Ok(guest)
+        Ok(SessionToken::generate())
     }
 
     /// Counts the attempt against the limits: the refusal, if over.

@@ -32,7 +32,8 @@ pub struct SaleStores<'a> {
     pub pages: &'a PageStore,
 }
 
-/// The Redis parts of [`SaleStores`], made from one connection.
+/// The Redis parts of [`SaleStores`], made from the state Redis's connection (and
+/// the cache Redis's, where the pages have one).
 pub struct SaleParts {
     flash: FlashSales,
     rows: RowCache,
@@ -40,12 +41,15 @@ pub struct SaleParts {
 }
 
 impl SaleParts {
-    /// The parts over `conn`, with the default page-cache settings.
-    pub fn new(conn: &RedisConn, keys: &Keys) -> Self {
+    /// The parts over `conn`, the pages in `cache` when given (the same Redis the
+    /// web servers keep their pages in, or a purge would miss them), with the
+    /// default page-cache settings.
+    pub fn new(conn: &RedisConn, cache: Option<RedisConn>, keys: &Keys) -> Self {
         Self {
             flash: FlashSales::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
-            pages: PageStore::new(
+            pages: PageStore::in_cache_or_state(
+                cache,
                 conn.clone(),
                 keys.clone(),
                 shop_cache::page_cache::DEFAULT_TTL,

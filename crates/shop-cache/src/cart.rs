@@ -124,10 +124,14 @@ impl Carts {
                 }
             }
             LineChange::Remove => {
-                redis::cmd("HDEL")
-                    .arg(&key)
+                scripts::CART_REMOVE
+                    .key(&key)
+                    .key(self.keys.recent_of(token))
+                    .key(self.keys.guests_of(token))
+                    .key(self.keys.login_of(token))
                     .arg(item)
-                    .exec_async(&mut conn)
+                    .arg(token.expose())
+                    .invoke_async::<()>(&mut conn)
                     .await?
             }
         }

@@ -419,9 +419,10 @@ const PURGE_CHUNK: usize = 1_000;
 #[derive(Clone)]
 pub struct PageStore {
     conn: RedisConn,
-    /// Where the view ranking is, when it is not where the pages are (a cache
-    /// Redis of its own, [`PageStore::with_ranking_in`]).
-    ranking: Option<RedisConn>,
+    /// Where the view ranking, the tag indexes, the purge marks and the purge
+    /// epoch are, when the pages are in a cache Redis of their own
+    /// ([`PageStore::with_state_in`]).
+    state: Option<RedisConn>,
     keys: Keys,
     ttl: Duration,
     rank_limit: u64,
@@ -433,7 +434,7 @@ impl PageStore {
     pub fn new(conn: RedisConn, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
         Self {
             conn,
-            ranking: None,
+            state: None,
             keys,
             ttl,
             rank_limit,
@@ -441,8 +442,9 @@ impl PageStore {
         }
     }
 
-    /// Pages in `cache` when the shop has a cache Redis (with the ranking read from
-    /// `state`, [`PageStore::with_ranking_in`]), else in `state` with everything else.
+    /// Pages in `cache` when the shop has a cache Redis (with what purges rely on
+    /// in `state`, [`PageStore::with_state_in`]), else in `state` with everything
+    /// else.
     pub fn in_cache_or_state(
         cache: Option<RedisConn>,
         state: RedisConn,
@@ -451,18 +453,27 @@ impl PageStore {
         rank_limit: u64,
     ) -> Self {
         match cache {
-            Some(cache) => Self::new(cache, keys, ttl, rank_limit).with_ranking_in(state),
+            Some(cache) => Self::new(cache, keys, ttl, rank_limit).with_state_in(state),
             None => Self::new(state, keys, ttl, rank_limit),
         }
     }
 
-    /// These pages in a Redis of their own (a cache Redis that may evict them:
-    /// pages, tags, locks and tombstones are all this store keeps there), with the
-    /// view ranking read from `state`, the Redis of sessions and the ranking.
-    /// A lookup then asks both at once: the same single wait.
-    pub fn with_ranking_in(mut self, state: RedisConn) -> Self {
-        self.ranking = Some(state);
+    /// These pages in a Redis of their own (a cache Redis that may evict them), and
+    /// in `state` (the Redis that never evicts) what a purge relies on: the view
+    /// ranking the gate reads, the tag indexes, the purge marks and the purge epoch.
+    /// The cache Redis then holds only pages, tombstones and render locks, each
+    /// one safe to lose: a lost page or tombstone is a render, a lost lock a
+    /// second render, and a render that began before a purge is still refused by
+    /// the tag's mark. (An evicted tag index would let a purge miss its pages.)
+    /// A lookup asks both at once: the same single wait.
+    pub fn with_state_in(mut self, state: RedisConn) -> Self {
+        self.state = Some(state);
         self
+    }
+
+    /// The Redis of the ranking, tag indexes, marks and epoch.
+    fn state(&self) -> RedisConn {
+        self.state.as_ref().unwrap_or(&self.conn).clone()
     }
 
     /// These pages, kept past their TTL for `grace` to be served stale (none by
@@ -492,7 +503,7 @@ impl PageStore {
     pub async fn lookup(&self, key: &PageKey, item: Option<ItemId>) -> Result<Lookup, CacheError> {
         let page_key = self.keys.page(key.as_str());
         let mut conn = self.conn.clone();
-        let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.ranking) {
+        let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.state) {
             (None, _) => (Some(0), conn.get(page_key).await?),
             (Some(item), None) => {
                 redis::pipe()
@@ -554,7 +565,7 @@ impl PageStore {
         let began = std::time::Instant::now();
         let epoch: Option<u64> = redis::cmd("GET")
             .arg(self.keys.purge_epoch())
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.state())
             .await?;
         Ok(RenderTicket {
             epoch: epoch.unwrap_or(0),
@@ -588,7 +599,7 @@ impl PageStore {
                         .clone(),
                 );
             }
-            let allowed: Vec<i64> = pipe.query_async(&mut conn).await?;
+            let allowed: Vec<i64> = pipe.query_async(&mut self.state()).await?;
             if allowed.contains(&0) {
                 return Ok(Stored::Refused);
             }
@@ -624,9 +635,10 @@ impl PageStore {
             return Ok(0);
         }
         let mut conn = self.conn.clone();
+        let mut state = self.state();
         let epoch: u64 = redis::cmd("INCR")
             .arg(self.keys.purge_epoch())
-            .query_async(&mut conn)
+            .query_async(&mut state)
             .await?;
         let mark_ttl = PURGE_MARK_TTL.as_millis() as u64;
         let mut pipe = redis::pipe();
@@ -638,7 +650,7 @@ impl PageStore {
                     .clone(),
             );
         }
-        let pages: Vec<Vec<String>> = pipe.query_async(&mut conn).await?;
+        let pages: Vec<Vec<String>> = pipe.query_async(&mut state).await?;
         let pages: std::collections::BTreeSet<String> = pages.into_iter().flatten().collect();
         let tombstone = [vec![TOMBSTONE], epoch.to_string().into_bytes()].concat();
         let hashes: Vec<&String> = pages.iter().collect();

@@ -86,6 +86,10 @@ pub static DECAY_ALSO_BOUGHT: LazyLock<Script> =
 pub static CART_SET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/cart_set.lua")));
 
+/// Removes a cart line; an emptied guest's cart makes it a guest again.
+pub static CART_REMOVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/cart_remove.lua")));
+
 /// Counts one login attempt in a fixed window and says whether it is allowed.
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));

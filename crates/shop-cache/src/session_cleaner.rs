@@ -226,21 +226,18 @@ impl SessionCleaner {
         let mut conn = self.conn.clone();
         let recent = self.keys.recent_in(shard);
         let guests = self.keys.guests_in(shard);
-        let last = i64::from(batch) - 1;
+        let last = (i64::from(batch) - 1) as isize;
         let (size, oldest_guests): (u64, Vec<(String, f64)>) = redis::pipe()
             .zcard(recent)
-            .zrange_withscores(guests, 0, last as isize)
+            .zrange_withscores(guests, 0, last)
             .query_async(&mut conn)
             .await?;
         let excess = size.saturating_sub(cap) as usize;
-        let (from_guests, picked) = if oldest_guests.is_empty() {
-            if excess == 0 {
-                return Ok((0, Duration::ZERO));
-            }
-            let oldest: Vec<(String, f64)> =
-                conn.zrange_withscores(recent, 0, last as isize).await?;
-            (false, oldest.into_iter().take(excess).collect::<Vec<_>>())
-        } else {
+        let mut removed = 0;
+        let mut blocked = Duration::ZERO;
+        // Every guest of the shard is in view when fewer than a batch came back.
+        let mut no_guest_left = oldest_guests.len() < batch as usize;
+        if !oldest_guests.is_empty() {
             // Guests idle too long go whatever the cap; then the oldest guests for
             // the excess. The script decides by Redis's clock; this one only picks.
             let idle_before = crate::clock::unix_now() - self.guest_idle.as_secs_f64();
@@ -249,25 +246,51 @@ impl SessionCleaner {
                 .take_while(|(_, seen)| *seen < idle_before)
                 .count();
             let take = idle.max(excess.min(oldest_guests.len()));
-            if take == 0 {
-                return Ok((0, Duration::ZERO));
+            no_guest_left &= take == oldest_guests.len();
+            if take > 0 {
+                let picked = &oldest_guests[..take];
+                let (n, took) = self.remove(&mut conn, shard, cap, true, picked).await?;
+                no_guest_left &= n as usize == take;
+                removed += n;
+                blocked += took;
             }
-            (true, oldest_guests.into_iter().take(take).collect())
-        };
+        }
+        // Shoppers only once no guest is left: the rest of the excess from the
+        // oldest sessions.
+        let left = excess.saturating_sub(removed as usize);
+        if no_guest_left && left > 0 {
+            let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
+            let picked = &oldest[..left.min(oldest.len())];
+            let (n, took) = self.remove(&mut conn, shard, cap, false, picked).await?;
+            removed += n;
+            blocked += took;
+        }
+        Ok((removed, blocked))
+    }
+
+    /// One call of the cleaning script on `picked` (from `guests:` or `recent:`).
+    async fn remove(
+        &self,
+        conn: &mut RedisConn,
+        shard: Shard,
+        cap: u64,
+        from_guests: bool,
+        picked: &[(String, f64)],
+    ) -> Result<(u64, Duration), CacheError> {
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
-        call.key(recent)
+        call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
-            .key(guests)
+            .key(self.keys.guests_in(shard))
             .arg(cap)
             .arg(self.guest_idle.as_secs())
             .arg(if from_guests { "1" } else { "0" });
-        for (member, seen) in &picked {
+        for (member, seen) in picked {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))
                 .arg(member)
                 .arg(seen);
         }
-        let (removed, micros): (u64, u64) = call.invoke_async(&mut conn).await?;
+        let (removed, micros): (u64, u64) = call.invoke_async(conn).await?;
         Ok((removed, Duration::from_micros(micros)))
     }
 }

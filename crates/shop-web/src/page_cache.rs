@@ -173,17 +173,26 @@ pub async fn admin_bypass(
     mut req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let wants = PageRequest::new(req.uri().path(), req.uri().query()).has_param("_");
-    // Read here, not from the session: an item page's session layer touches the
-    // session alongside the page and does not know the user yet. One more round
-    // trip, for `_` requests only.
-    let token = req
-        .extensions()
-        .get::<crate::session::Session>()
-        .map(|s| s.token.clone());
-    if wants
-        && let Some(token) = token
-        && let Ok(Some(user)) = state.sessions.check_token(&token).await
+    if !PageRequest::new(req.uri().path(), req.uri().query()).has_param("_") {
+        return next.run(req).await;
+    }
+    // The session's user, or, where the session layer did not wait for it (an
+    // item page's touch goes alongside the page), read here: one more round trip,
+    // for `_` requests only.
+    let session = req.extensions().get::<crate::session::Session>().cloned();
+    let user = match session {
+        Some(crate::session::Session {
+            user: Some(user), ..
+        }) => Some(user),
+        Some(session) => state
+            .sessions
+            .check_token(&session.token)
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    if let Some(user) = user
         && matches!(state.db.is_admin(user).await, Ok(true))
     {
         req.extensions_mut().insert(CacheBypass);

@@ -76,7 +76,8 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         start: now - 1,
         end: now + 3_600,
     };
-    let parts = sale::SaleParts::new(&conn, &keys);
+    let cache = crate::connect::connect_configured_cache(&args.redis).await?;
+    let parts = sale::SaleParts::new(&conn, cache, &keys);
     if !sale::start(
         &parts.stores(&db),
         args.sale_item,

@@ -8,8 +8,9 @@
 //! (`noeviction`: at its limit, writes fail and are seen as errors, nothing is
 //! silently dropped) and logs every write to an append-only file, fsynced every
 //! second, so a restart of it keeps every cart, and a crash of the machine loses at
-//! most a second of writes. The cache Redis (pages, their tags and render locks)
-//! has a memory limit and evicts the least recently used key (`allkeys-lru`), and
+//! most a second of writes. The cache Redis (pages, their tombstones and render
+//! locks; the tag indexes and purge marks stay in the state Redis, so an eviction
+//! never makes a purge miss a page) has a memory limit and evicts the least recently used key (`allkeys-lru`), and
 //! keeps nothing on disk: a page lost is a page rendered again. One Redis with
 //! `volatile-lru` was the other way: it would evict any key with a TTL, and the
 //! flash sale's answers and reservations and the login limits have TTLs.
@@ -37,12 +38,17 @@ pub enum Role {
     },
 }
 
+/// How long turning the append-only file on for an existing data set may take
+/// (Redis writes the whole data set to it first).
+const AOF_START_TIMEOUT: Duration = Duration::from_secs(300);
+
 impl Role {
-    /// The launch of a server of this role in `dir`.
-    fn launch(self, dir: &Path) -> Launch {
+    /// The launch of a server of this role in `dir`. `aof` false starts the state
+    /// Redis without its append-only file (see [`ManagedRedis::start`]).
+    fn launch(self, dir: &Path, aof: bool) -> Launch {
         match self {
             Role::State => Launch::new(dir, "redis.sock", "300 1 60 10000")
-                .with("appendonly", "yes")
+                .with("appendonly", if aof { "yes" } else { "no" })
                 .with("appendfsync", "everysec")
                 .with("maxmemory-policy", "noeviction"),
             Role::Cache { max_mb } => Launch::new(dir, "redis.sock", "")
@@ -69,7 +75,16 @@ impl ManagedRedis {
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
-        let launch = role.launch(&dir);
+        // A data set kept by an older shop has a snapshot and no append-only file.
+        // Started with `appendonly yes`, Redis would load the missing file (an
+        // empty data set) instead of the snapshot, and overwrite the snapshot at
+        // its next save: every session, cart and sale gone. So such a data set is
+        // loaded from its snapshot first, then the file is turned on (Redis writes
+        // the data set to it) before the shop uses it.
+        let upgrading = role == Role::State
+            && dir.join("dump.rdb").exists()
+            && !dir.join("appendonlydir").exists();
+        let launch = role.launch(&dir, !upgrading);
         let starting = launch.clone();
         let child = tokio::task::spawn_blocking(move || starting.start())
             .await
@@ -83,11 +98,55 @@ impl ManagedRedis {
                 ),
                 other => anyhow::Error::new(other),
             })?;
-        Ok(Self {
+        let managed = Self {
             child,
             launch,
             role,
-        })
+        };
+        if upgrading {
+            managed.turn_on_aof().await?;
+        }
+        Ok(managed)
+    }
+
+    /// `CONFIG SET appendonly yes`, then waits until Redis has written the data set
+    /// to the new file.
+    async fn turn_on_aof(&self) -> anyhow::Result<()> {
+        tracing::info!("turning on the append-only file of the private redis-server");
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg("yes")
+            .exec_async(&mut conn)
+            .await
+            .context("cannot turn on the private redis-server's append-only file")?;
+        let deadline = Instant::now() + AOF_START_TIMEOUT;
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query_async(&mut conn)
+                .await?;
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(str::trim)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            if field("aof_enabled") == "1"
+                && field("aof_rewrite_in_progress") == "0"
+                && field("aof_rewrite_scheduled") == "0"
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the private redis-server did not finish writing its append-only file"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The URL to connect to it.

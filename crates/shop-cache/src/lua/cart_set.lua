@@ -12,8 +12,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('ZREM', KEYS[3], ARGV[4]) == 0 then
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[2], 'NX', tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[4])
-end
+redis.call('ZREM', KEYS[3], ARGV[4])
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[2], 'NX', tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[4])
 return 1

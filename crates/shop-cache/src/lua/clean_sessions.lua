@@ -40,12 +40,25 @@ local as_guest = {}
 if from_guests then
   as_guest = redis.call('ZMSCORE', KEYS[3], unpack(tokens))
 end
+local logged = {}
+if from_guests then
+  logged = redis.call('HMGET', KEYS[2], unpack(tokens))
+end
 local gone, owned, stale = {}, {}, {}
 for i = 1, n do
   local picked = tonumber(ARGV[3 + 2 * i])
   if from_guests and not seen[i] then
     -- A guest entry whose session is gone (removed by the book's own code, which
     -- knows nothing of guests:): dropped, so it never holds up the cleaner.
+    stale[#stale + 1] = tokens[i]
+  elseif from_guests and as_guest[i] and tonumber(as_guest[i]) ~= tonumber(seen[i]) then
+    -- Touched by code that keeps recent: only (the book's): the guest entry
+    -- takes the session's time again, so it no longer looks older than it is.
+    redis.call('ZADD', KEYS[3], 'XX', seen[i], tokens[i])
+  elseif from_guests and as_guest[i]
+      and (logged[i] or redis.call('EXISTS', KEYS[3 + 2 * i]) == 1) then
+    -- Logged in or holding a cart by a path that did not update guests: (the
+    -- book's code): no guest, so not removed as one.
     stale[#stale + 1] = tokens[i]
   elseif seen[i] and tonumber(seen[i]) == picked
       and (not from_guests or (as_guest[i] and tonumber(as_guest[i]) == picked)) then

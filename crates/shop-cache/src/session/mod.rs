@@ -229,6 +229,60 @@ impl Sessions {
             .collect()
     }
 
+    /// Lists in `guests:` every session that is a guest (not logged in, no cart)
+    /// and not yet listed: sessions from before guests were tracked (an upgrade,
+    /// `shop migrate`), or written by the book's own code. Returns how many it
+    /// listed. Safe to run while the shop runs: a session that logs in or fills its
+    /// cart meanwhile and is listed anyway is dropped from the list by the cleaner
+    /// (which checks before removing a guest), never removed as one.
+    pub async fn index_guests(&self) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let mut listed = 0;
+        for shard in self.keys.shards() {
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, f64)>) = redis::cmd("ZSCAN")
+                    .arg(self.keys.recent_in(shard))
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await?;
+                if !page.is_empty() {
+                    let mut hmget = redis::cmd("HMGET");
+                    hmget.arg(self.keys.login_in(shard));
+                    let mut exists = redis::pipe();
+                    for (token, _) in &page {
+                        hmget.arg(token);
+                        exists.exists(self.keys.cart_member(shard, token));
+                    }
+                    let logged: Vec<Option<String>> = hmget.query_async(&mut conn).await?;
+                    let carts: Vec<bool> = exists.query_async(&mut conn).await?;
+                    let guests: Vec<(f64, &str)> = page
+                        .iter()
+                        .zip(logged.iter().zip(&carts))
+                        .filter(|(_, (user, cart))| user.is_none() && !**cart)
+                        .map(|((token, seen), _)| (*seen, token.as_str()))
+                        .collect();
+                    if !guests.is_empty() {
+                        let added: u64 = redis::cmd("ZADD")
+                            .arg(self.keys.guests_in(shard))
+                            .arg("NX")
+                            .arg(&guests)
+                            .query_async(&mut conn)
+                            .await?;
+                        listed += added;
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
+    }
+
     /// How many sessions exist (the size of `recent:`, over every shard), for metrics.
     pub async fn count(&self) -> Result<u64, CacheError> {
         let mut pipe = redis::pipe();

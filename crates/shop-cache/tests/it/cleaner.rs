@@ -465,3 +465,52 @@ async fn the_loop_cleans_then_stops_promptly_on_shutdown(fx: Fixture) {
     assert_no_orphans(&fx).await;
 }
 }
+
+both_layouts! {
+async fn a_guest_logged_in_or_given_a_cart_behind_the_shops_back_is_not_removed_as_a_guest(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let shard = fx.keys.shards().next().unwrap();
+    let tokens: Vec<SessionToken> = (0..8).map(|_| token_in(&fx.keys, shard)).collect();
+    for t in &tokens {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    // The book's own code logs one in and fills another's cart, writing login: and
+    // cart: only: both still listed in guests:.
+    let mut raw = fx.raw().await;
+    let _: () = raw.hset(fx.keys.login_of(&tokens[0]), tokens[0].expose(), 5).await.unwrap();
+    let _: () = raw.hset(fx.keys.cart(&tokens[1]), 9, 1).await.unwrap();
+    // A cap of two in their shard: every guest goes; those two are no guests, so
+    // they stay.
+    let cap = 2 * fx.keys.shards().len() as u64;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), cap, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 2);
+    assert!(live.contains(tokens[0].expose()) && live.contains(tokens[1].expose()), "{live:?}");
+    assert_no_orphans(&fx).await;
+}
+
+async fn an_upgrade_lists_the_guests_it_finds(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let tokens = dealt_tokens(&fx.keys, 12);
+    let mut raw = fx.raw().await;
+    // Sessions as a shop before guests: wrote them: recent:, some logged in, some
+    // with a cart.
+    for (i, t) in tokens.iter().enumerate() {
+        let _: () = raw.zadd(fx.keys.recent_of(t), t.expose(), 1_000 + i as i64).await.unwrap();
+        match i % 3 {
+            0 => { let _: () = raw.hset(fx.keys.login_of(t), t.expose(), 4).await.unwrap(); }
+            1 => { let _: () = raw.hset(fx.keys.cart(t), 2, 1).await.unwrap(); }
+            _ => {}
+        }
+    }
+    assert_eq!(sessions.index_guests().await.unwrap(), 4);
+    assert_eq!(sessions.index_guests().await.unwrap(), 0, "once");
+    for (i, t) in tokens.iter().enumerate() {
+        let seen: Option<f64> = raw.zscore(fx.keys.guests_of(t), t.expose()).await.unwrap();
+        assert_eq!(seen, (i % 3 == 2).then_some(1_000.0 + i as f64), "session {i}");
+    }
+}
+}

@@ -292,8 +292,9 @@ async fn a_returned_token_starts_a_guest_session_and_a_cart_or_login_ends_its_gu
     sessions.touch(&t, Touch::request()).await.unwrap();
     assert!(!is_guest(&mut raw, &t).await, "a touch keeps it so");
     carts.set(&t, item(2), 0).await.unwrap();
+    assert!(is_guest(&mut raw, &t).await, "no cart, no login: a guest at once");
     sessions.touch(&t, Touch::request()).await.unwrap();
-    assert!(is_guest(&mut raw, &t).await, "no cart, no login: a guest");
+    assert!(is_guest(&mut raw, &t).await, "and after its next request");
 
     // A cart line from a visitor with no session yet starts it, as a shopper.
     let first = SessionToken::generate();

@@ -2,11 +2,14 @@
 //! rather than by every worker at every start.
 //!
 //! The database's migrations (`shop_db`, run at every connect anyway), then the
-//! Redis key migrations: today, removing the shopper-insight counts of the old
-//! layout that never expired (`viewers:<item>` and `buyers:<item>` without a week;
-//! the counts are per week now and expire by themselves).
+//! Redis key migrations: removing the shopper-insight counts of the old layout
+//! that never expired (`viewers:<item>` and `buyers:<item>` without a week; the
+//! counts are per week now and expire by themselves), and listing the guest
+//! sessions of before guests were tracked in `guests:` (so they expire and are
+//! cleaned before shoppers, as new guests are).
 
 use shop_cache::insights::Insights;
+use shop_cache::session::Sessions;
 
 use crate::config::MigrateArgs;
 use crate::connect::{connect_db, connect_redis};
@@ -16,7 +19,11 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     connect_db(&args.database).await?.close().await;
     println!("database: migrated");
     let (conn, keys) = connect_redis(&args.redis).await?;
-    let removed = Insights::new(conn, keys).remove_unwindowed_counts().await?;
+    let removed = Insights::new(conn.clone(), keys.clone())
+        .remove_unwindowed_counts()
+        .await?;
     println!("redis: removed {removed} insight counts of the old, unexpiring layout");
+    let listed = Sessions::new(conn, keys).index_guests().await?;
+    println!("redis: listed {listed} guest sessions in guests:");
     Ok(())
 }

@@ -25,7 +25,8 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
                 start,
                 end: start + minutes * 60,
             };
-            let parts = sale::SaleParts::new(&conn, &keys);
+            let cache = crate::connect::connect_configured_cache(&redis).await?;
+            let parts = sale::SaleParts::new(&conn, cache, &keys);
             if !sale::start(&parts.stores(&db), id, sale, refresh).await? {
                 anyhow::bail!("there is no item {id}");
             }

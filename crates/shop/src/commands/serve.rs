@@ -119,7 +119,7 @@ async fn serve_with(
     }
     let config = WebConfig::from(web);
     if web.demo_sale {
-        let parts = sale::SaleParts::new(&conn, &keys);
+        let parts = sale::SaleParts::new(&conn, cache.clone(), &keys);
         if sale::start_demo(&parts.stores(&db)).await? {
             println!(
                 "started a demo flash sale of item {}: see /flash (--demo-sale false to skip)",

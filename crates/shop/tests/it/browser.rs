@@ -179,6 +179,9 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let (client, _profile) = chromium(&driver).await;
 
     let base = format!("http://{addr}");
+    // The home page first: the browser's session starts when its cookie comes back
+    // (a visitor who never returns one counts in the ranking, not among viewers).
+    client.goto(&format!("{base}/")).await.unwrap();
     client.goto(&format!("{base}/items/3")).await.unwrap();
     // The shop writes views every 100 ms: once this browser's view is counted, the
     // page shown again says so.

@@ -437,3 +437,56 @@ async fn a_new_shop_runs_one_demo_sale_and_keeps_it_across_restarts() {
     assert!(state.body.contains("\"stock\":99"), "{}", state.body);
     assert!(stop(child).success());
 }
+
+/// A data set kept by an older shop (a snapshot, no append-only file) survives the
+/// first start of the managed Redis with its append-only file on.
+#[test]
+fn the_managed_state_redis_keeps_an_older_snapshot_when_it_turns_on_its_append_only_file() {
+    let cwd = tempfile::tempdir().unwrap();
+    let dir = cwd.path().join("data/redis");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The older shop's Redis: a snapshot only, holding one cart.
+    let old = shop_redis_server::Launch::new(&dir, "redis.sock", "");
+    let mut child = old.start().unwrap();
+    let client = redis::Client::open(old.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("cart:AAAAAAAAAAAAAAAAAAAAAA")
+        .arg(3)
+        .arg(2)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("recent:")
+        .arg(1)
+        .arg("AAAAAAAAAAAAAAAAAAAAAA")
+        .query(&mut conn)
+        .unwrap();
+    let _: Result<(), _> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut conn);
+    child.wait().unwrap();
+    assert!(dir.join("dump.rdb").exists() && !dir.join("appendonlydir").exists());
+
+    let in_cwd = || {
+        let mut cmd = shop();
+        cmd.current_dir(cwd.path());
+        cmd
+    };
+    seed(in_cwd(), "20");
+    let (child, addr) = serve(in_cwd(), &["--managed-redis"]);
+    let me = request(
+        &addr,
+        "GET",
+        "/api/me",
+        Some("shop_session=AAAAAAAAAAAAAAAAAAAAAA"),
+        None,
+    );
+    assert!(
+        me.body.contains("\"quantity\":2"),
+        "the cart survived the upgrade: {}",
+        me.body
+    );
+    assert_eq!(config_of(&dir, "appendonly"), "yes");
+    assert!(stop(child).success());
+    // And from now on the append-only file holds it.
+    assert!(dir.join("appendonlydir").exists());
+}
