@@ -197,32 +197,41 @@ impl SessionCleaner {
         let shards = self.keys.shards();
         // Rounded up, so S shards never hold less than the cap between them.
         let shard_cap = self.cap.div_ceil(shards.len() as u64);
-        let mut removed = 0;
-        let mut blocked = Duration::ZERO;
+        let mut done = Cleaned::default();
         for shard in shards {
-            let (n, took) = self.clean_shard(shard, shard_cap, batch).await?;
-            removed += n;
-            blocked += took;
+            let shard = self.clean_shard(shard, shard_cap, batch).await?;
+            done.removed += shard.removed;
+            done.mended += shard.mended;
+            done.blocked += shard.blocked;
         }
-        self.removed.fetch_add(removed, Ordering::Relaxed);
-        let step = if removed == 0 {
+        self.removed.fetch_add(done.removed, Ordering::Relaxed);
+        let blocked = done.blocked;
+        // A step that only mended guest entries made progress too: the next one
+        // goes on at once rather than after the idle pause.
+        let step = if done.removed == 0 && done.mended == 0 {
             CleanerStep::Idle
         } else {
-            CleanerStep::Cleaned(removed)
+            CleanerStep::Cleaned(done.removed)
         };
         Ok((step, blocked))
     }
 }
 
+/// What cleaning a shard (or a step) did.
+#[derive(Debug, Default)]
+struct Cleaned {
+    /// Sessions removed.
+    removed: u64,
+    /// Guest entries dropped or set right (left by code that does not keep them).
+    mended: u64,
+    /// How long the scripts blocked Redis.
+    blocked: Duration,
+}
+
 impl SessionCleaner {
-    /// Removes a shard's idle guests and its excess (up to `batch`), guests first;
-    /// returns how many went and how long the script ran.
-    async fn clean_shard(
-        &self,
-        shard: Shard,
-        cap: u64,
-        batch: u32,
-    ) -> Result<(u64, Duration), CacheError> {
+    /// Removes a shard's idle guests and its excess (up to `batch` in all), guests
+    /// first.
+    async fn clean_shard(&self, shard: Shard, cap: u64, batch: u32) -> Result<Cleaned, CacheError> {
         let mut conn = self.conn.clone();
         let recent = self.keys.recent_in(shard);
         let guests = self.keys.guests_in(shard);
@@ -233,8 +242,7 @@ impl SessionCleaner {
             .query_async(&mut conn)
             .await?;
         let excess = size.saturating_sub(cap) as usize;
-        let mut removed = 0;
-        let mut blocked = Duration::ZERO;
+        let mut done = Cleaned::default();
         // Every guest of the shard is in view when fewer than a batch came back.
         let mut no_guest_left = oldest_guests.len() < batch as usize;
         if !oldest_guests.is_empty() {
@@ -249,23 +257,26 @@ impl SessionCleaner {
             no_guest_left &= take == oldest_guests.len();
             if take > 0 {
                 let picked = &oldest_guests[..take];
-                let (n, took) = self.remove(&mut conn, shard, cap, true, picked).await?;
-                no_guest_left &= n as usize == take;
-                removed += n;
-                blocked += took;
+                let guests = self.remove(&mut conn, shard, cap, true, picked).await?;
+                no_guest_left &= guests.removed as usize == take;
+                done = guests;
             }
         }
         // Shoppers only once no guest is left: the rest of the excess from the
         // oldest sessions.
-        let left = excess.saturating_sub(removed as usize);
+        // The step's batch holds: what the guests took is not taken again.
+        let left = excess
+            .saturating_sub(done.removed as usize)
+            .min((batch as usize).saturating_sub(done.removed as usize));
         if no_guest_left && left > 0 {
             let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
             let picked = &oldest[..left.min(oldest.len())];
-            let (n, took) = self.remove(&mut conn, shard, cap, false, picked).await?;
-            removed += n;
-            blocked += took;
+            let shoppers = self.remove(&mut conn, shard, cap, false, picked).await?;
+            done.removed += shoppers.removed;
+            done.mended += shoppers.mended;
+            done.blocked += shoppers.blocked;
         }
-        Ok((removed, blocked))
+        Ok(done)
     }
 
     /// One call of the cleaning script on `picked` (from `guests:` or `recent:`).
@@ -276,7 +287,7 @@ impl SessionCleaner {
         cap: u64,
         from_guests: bool,
         picked: &[(String, f64)],
-    ) -> Result<(u64, Duration), CacheError> {
+    ) -> Result<Cleaned, CacheError> {
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
@@ -290,8 +301,12 @@ impl SessionCleaner {
                 .arg(member)
                 .arg(seen);
         }
-        let (removed, micros): (u64, u64) = call.invoke_async(conn).await?;
-        Ok((removed, Duration::from_micros(micros)))
+        let (removed, micros, mended): (u64, u64, u64) = call.invoke_async(conn).await?;
+        Ok(Cleaned {
+            removed,
+            mended,
+            blocked: Duration::from_micros(micros),
+        })
     }
 }
 

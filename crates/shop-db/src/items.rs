@@ -159,6 +159,42 @@ impl Db {
             .collect()
     }
 
+    /// Whether `after` ends a page of `page` items of the listing (of `category`,
+    /// or the whole catalogue): it is a listed item, and the listing holds a whole
+    /// number of pages up to it. The "next" links only ever point at such items,
+    /// so only those listing pages are worth keeping; any other `after` (a
+    /// crawler's made-up one) is answered but not cached. One indexed count.
+    pub async fn is_page_boundary(
+        &self,
+        category: Option<&str>,
+        after: ItemId,
+        page: u32,
+    ) -> Result<bool, DbError> {
+        let after = after.to_i64();
+        let (count, listed): (i64, i64) = match category {
+            Some(category) => {
+                sqlx::query_as(
+                    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = $2 THEN 1 ELSE 0 END), 0) \
+                     FROM items WHERE category = $1 AND id <= $2 AND retired_at IS NULL",
+                )
+                .bind(category)
+                .bind(after)
+                .fetch_one(&self.read)
+                .await?
+            }
+            None => {
+                sqlx::query_as(
+                    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = $1 THEN 1 ELSE 0 END), 0) \
+                     FROM items WHERE id <= $1 AND retired_at IS NULL",
+                )
+                .bind(after)
+                .fetch_one(&self.read)
+                .await?
+            }
+        };
+        Ok(listed == 1 && count > 0 && count % i64::from(page.max(1)) == 0)
+    }
+
     /// Up to `limit` live items in id order with ids above `after` (from the first
     /// when `None`), of one department when `category` is given.
     pub async fn items_page(

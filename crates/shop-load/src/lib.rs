@@ -421,11 +421,17 @@ fn request_for(
             ("POST", "/checkout".to_owned(), Some(format!("key={key}")))
         }
         Action::Browse => {
-            // Half the time the first page, else a page anywhere in the catalogue.
+            // Half the time the first page, else a page anywhere in the catalogue:
+            // after a multiple of the shop's 24 items a page, where the whole
+            // listing's "next" links lead (and the pages the shop caches) in a
+            // catalogue of consecutive ids; in a department, such an `after` is
+            // rarely where its links lead, so those are rendered each time, as a
+            // crawler's made-up pages are.
             let after = if rng.unit() < 0.5 {
                 String::new()
             } else {
-                format!("?after={}", 1 + rng.below(shared.config.items.max(1)))
+                let pages = (shared.config.items / 24).max(1);
+                format!("?after={}", 24 * (1 + rng.below(pages)))
             };
             let categories = &shared.config.categories;
             let path = if categories.is_empty() || rng.unit() < 0.3 {

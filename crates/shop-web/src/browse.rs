@@ -129,10 +129,23 @@ async fn listing(
         first: after.is_some().then_some(base),
         items: items.iter().map(ItemView::from).collect(),
     };
-    let empty = page.items.is_empty();
+    // Kept only where the "next" links lead: the first page, and pages after an
+    // item that ends a page. Past the end, or after any other item (a crawler's
+    // made-up `after`), the page is answered but not kept, so the number of
+    // listing pages stored (and their tag index entries) stays one per page of
+    // the catalogue, not one per item.
+    let keep = match after {
+        None => true,
+        Some(_) if page.items.is_empty() => false,
+        Some(after) => {
+            state
+                .db
+                .is_page_boundary(category, after, LISTING_PAGE)
+                .await?
+        }
+    };
     let mut resp = templates::render(&page)?.into_response();
-    if empty {
-        // Past the end: not kept, so made-up `after` values cannot fill the cache.
+    if !keep {
         resp.headers_mut().insert(
             axum::http::header::CACHE_CONTROL,
             axum::http::HeaderValue::from_static("no-store"),

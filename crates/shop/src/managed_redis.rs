@@ -81,9 +81,12 @@ impl ManagedRedis {
         // its next save: every session, cart and sale gone. So such a data set is
         // loaded from its snapshot first, then the file is turned on (Redis writes
         // the data set to it) before the shop uses it.
+        // The manifest, not the directory: Redis makes the directory when the
+        // rewrite starts and writes the manifest only once it succeeded, so a
+        // rewrite cut short is started over from the snapshot.
         let upgrading = role == Role::State
             && dir.join("dump.rdb").exists()
-            && !dir.join("appendonlydir").exists();
+            && !dir.join("appendonlydir/appendonly.aof.manifest").exists();
         let launch = role.launch(&dir, !upgrading);
         let starting = launch.clone();
         let child = tokio::task::spawn_blocking(move || starting.start())
@@ -139,6 +142,19 @@ impl ManagedRedis {
                 && field("aof_rewrite_in_progress") == "0"
                 && field("aof_rewrite_scheduled") == "0"
             {
+                // Enabled is reported before the first rewrite is done; only a
+                // rewrite that succeeded leaves the data set in the file.
+                anyhow::ensure!(
+                    field("aof_last_bgrewrite_status") == "ok"
+                        && self
+                            .launch
+                            .dir
+                            .join("appendonlydir/appendonly.aof.manifest")
+                            .exists(),
+                    "the private redis-server could not write its append-only file; \
+                     see {}",
+                    self.launch.log_path().display()
+                );
                 return Ok(());
             }
             anyhow::ensure!(

@@ -15,8 +15,10 @@
 -- ARGV[1] the shard's cap   ARGV[2] seconds a guest may stay idle
 -- ARGV[3] '1' when the tokens were picked from guests:, '0' from recent:
 -- ARGV[2 + 2i] token i   ARGV[3 + 2i] its last-seen time when picked
--- Returns {how many sessions were removed, microseconds the script ran}: the
--- cleaner sizes its batches by the time it blocks Redis (see session_cleaner.rs).
+-- Returns {how many sessions were removed, microseconds the script ran, how many
+-- guest entries were dropped or set right}: the cleaner sizes its batches by the
+-- time it blocks Redis (see session_cleaner.rs), and goes on at once after a step
+-- that only mended guest entries.
 local t0 = redis.call('TIME')
 local function took()
   local t = redis.call('TIME')
@@ -27,7 +29,7 @@ local from_guests = ARGV[3] == '1'
 local idle_before = tonumber(t0[1]) - tonumber(ARGV[2])
 local n = (#ARGV - 3) / 2
 if n < 1 or (excess <= 0 and not from_guests) then
-  return {0, took()}
+  return {0, took(), 0}
 end
 local tokens = {}
 for i = 1, n do
@@ -45,6 +47,7 @@ if from_guests then
   logged = redis.call('HMGET', KEYS[2], unpack(tokens))
 end
 local gone, owned, stale = {}, {}, {}
+local mended = 0
 for i = 1, n do
   local picked = tonumber(ARGV[3 + 2 * i])
   if from_guests and not seen[i] then
@@ -55,6 +58,7 @@ for i = 1, n do
     -- Touched by code that keeps recent: only (the book's): the guest entry
     -- takes the session's time again, so it no longer looks older than it is.
     redis.call('ZADD', KEYS[3], 'XX', seen[i], tokens[i])
+    mended = mended + 1
   elseif from_guests and as_guest[i]
       and (logged[i] or redis.call('EXISTS', KEYS[3 + 2 * i]) == 1) then
     -- Logged in or holding a cart by a path that did not update guests: (the
@@ -72,11 +76,12 @@ end
 if #stale > 0 then
   redis.call('ZREM', KEYS[3], unpack(stale))
 end
+mended = mended + #stale
 if #gone == 0 then
-  return {0, took()}
+  return {0, took(), mended}
 end
 redis.call('ZREM', KEYS[1], unpack(gone))
 redis.call('ZREM', KEYS[3], unpack(gone))
 redis.call('HDEL', KEYS[2], unpack(gone))
 redis.call('DEL', unpack(owned))
-return {#gone, took()}
+return {#gone, took(), mended}

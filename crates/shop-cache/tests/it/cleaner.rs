@@ -170,8 +170,9 @@ async fn the_cap_removes_every_guest_before_any_shopper(fx: Fixture) {
     }
     assert_eq!(guests.iter().filter(|t| live.contains(t.expose())).count(), 4);
 
+    // One step: the last guests, then the oldest shoppers, in each shard.
     let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 8, 100).unwrap();
-    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(12));
     let live = recent(&fx).await;
     assert_eq!(live.len(), 8);
     assert!(guests.iter().all(|t| !live.contains(t.expose())), "every guest first");
@@ -347,7 +348,7 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
             .arg(member)
             .arg(seen);
     }
-    let (removed, _micros): (u64, u64) = call.invoke_async(&mut raw).await.unwrap();
+    let (removed, _micros, _mended): (u64, u64, u64) = call.invoke_async(&mut raw).await.unwrap();
     assert_eq!(removed, 1, "only the session not seen since the pick");
     let live = recent(&fx).await;
     assert!(
@@ -489,6 +490,31 @@ async fn a_guest_logged_in_or_given_a_cart_behind_the_shops_back_is_not_removed_
     assert_eq!(live.len(), 2);
     assert!(live.contains(tokens[0].expose()) && live.contains(tokens[1].expose()), "{live:?}");
     assert_no_orphans(&fx).await;
+}
+
+async fn a_guest_seen_again_behind_the_shops_back_is_judged_by_its_last_visit(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let shard = fx.keys.shards().next().unwrap();
+    let (a, b) = (token_in(&fx.keys, shard), token_in(&fx.keys, shard));
+    sessions.touch(&a, Touch::request()).await.unwrap();
+    sessions.touch(&b, Touch::request()).await.unwrap();
+    // The book's update_token touches `a` again: recent: only, guests: not.
+    let mut raw = fx.raw().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 1.0;
+    let _: () = raw.zadd(fx.keys.recent_in(shard), a.expose(), now).await.unwrap();
+    // One of the two must go: `b`, the one not seen since.
+    let cap = fx.keys.shards().len() as u64;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), cap, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert!(live.contains(a.expose()) && !live.contains(b.expose()), "{live:?}");
+    let seen: Option<f64> = raw.zscore(fx.keys.guests_in(shard), a.expose()).await.unwrap();
+    assert_eq!(seen, Some(now), "its guest entry set right");
 }
 
 async fn an_upgrade_lists_the_guests_it_finds(fx: Fixture) {

@@ -97,17 +97,58 @@ async fn listing_pages_come_from_the_page_cache_the_same_for_everyone() {
     let app = TestApp::start().await;
     let guest = app.visitor().await;
     let user = app.logged_in("lena").await;
-    let first = app.get("/items?after=5", Some(&guest)).await;
+    let first = app.get("/items?after=24", Some(&guest)).await;
     assert_eq!(x_cache(&first), "MISS");
     let first = text(first).await;
-    let second = app.get("/items?after=5", Some(&user)).await;
+    let second = app.get("/items?after=24", Some(&user)).await;
     assert_eq!(x_cache(&second), "HIT");
     assert_eq!(text(second).await, first, "nothing personal in a listing");
     assert!(!first.contains("lena"));
     // Other parameters do not make new entries; `after` does.
-    let junk = app.get("/items?after=5&utm=1", None).await;
+    let junk = app.get("/items?after=24&utm=1", None).await;
     assert_eq!(x_cache(&junk), "HIT");
     assert_eq!(x_cache(&app.get("/items?after=6", None).await), "MISS");
+}
+
+/// Only the pages the "next" links lead to are kept: an `after` that does not end
+/// a page (a crawler's made-up one) is answered, but never stored, so a crawler
+/// cannot make one cached page (and its tag index entries) per item.
+#[tokio::test]
+async fn only_listing_pages_the_next_links_reach_are_cached() {
+    let app = TestApp::start().await;
+    for after in [5, 25, 47] {
+        for _ in 0..2 {
+            let resp = app.get(&format!("/items?after={after}"), None).await;
+            assert_eq!(resp.status(), 200);
+            assert_eq!(x_cache(&resp), "MISS", "after={after}");
+        }
+    }
+    // A department's next link, followed twice: kept.
+    let home = text(app.get("/", None).await).await;
+    let dept = home
+        .split("href=\"/c/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a department link")
+        .to_owned();
+    let page_one = text(app.get(&format!("/c/{dept}"), None).await).await;
+    if let Some(next) = next_link(&page_one) {
+        assert_eq!(x_cache(&app.get(&next, None).await), "MISS");
+        assert_eq!(x_cache(&app.get(&next, None).await), "HIT", "{next}");
+    }
+    // The whole walk of the catalogue stores one page per page of it.
+    walk(&app, "/items").await;
+    let stored = app
+        .redis
+        .all_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("cache:"))
+        .count() as u64;
+    assert!(
+        stored <= ITEMS.div_ceil(24) + 4,
+        "{stored} pages for {ITEMS} items"
+    );
 }
 
 #[tokio::test]
