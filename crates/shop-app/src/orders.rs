@@ -63,7 +63,10 @@ impl Checkout<'_> {
         let cart = self.carts.get(token).await?;
         let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
         let outcome = self.db.checkout(user, &lines, key, now).await?;
-        if let CheckoutOutcome::Placed { .. } = outcome {
+        // Only a new order: a replayed key answers the earlier order, and the cart
+        // the shopper holds now (filled since) is theirs to keep, and bought by no
+        // order. A new order holds exactly these lines (any missing one aborts it).
+        if let CheckoutOutcome::Placed { new: true, .. } = outcome {
             let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
             self.insights.record(token, &items).await;
             if let Err(error) = self.carts.clear(token).await {

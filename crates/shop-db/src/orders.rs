@@ -29,6 +29,9 @@ pub enum CheckoutOutcome {
         order_id: i64,
         /// What it costs, in cents.
         total_cents: i64,
+        /// True when this call placed it; false when an earlier request with the
+        /// same key did (a replay: the caller must not act on the cart again).
+        new: bool,
     },
     /// Not enough stock of this item; nothing was ordered.
     OutOfStock {
@@ -99,6 +102,7 @@ impl Db {
             return Ok(CheckoutOutcome::Placed {
                 order_id: row.try_get("id")?,
                 total_cents: row.try_get("total_cents")?,
+                new: false,
             });
         };
         let order_id: i64 = order.try_get("id")?;
@@ -152,6 +156,7 @@ impl Db {
         Ok(CheckoutOutcome::Placed {
             order_id,
             total_cents: total,
+            new: true,
         })
     }
 

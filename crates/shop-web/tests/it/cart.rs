@@ -130,8 +130,10 @@ async fn checkout_turns_the_cart_into_one_order() {
         0,
         "the cart is emptied"
     );
-    // A repeated submit of the same form places nothing new.
-    app.post("/cart", Some(&user), "item=2&count=1", false)
+    assert_eq!(placed["new"], true);
+    // A repeated submit of the same form places nothing new, and leaves the cart
+    // filled since alone: not emptied, not recorded as bought.
+    app.post("/cart", Some(&user), "item=6&count=1", false)
         .await;
     let again = json(
         app.post("/checkout", Some(&user), &format!("key={key}"), true)
@@ -139,6 +141,15 @@ async fn checkout_turns_the_cart_into_one_order() {
     )
     .await;
     assert_eq!(again["order_id"], placed["order_id"]);
+    assert_eq!(again["new"], false);
+    let me = app.me(&user).await;
+    assert_eq!(
+        me["cart"]["lines"],
+        serde_json::json!([{"item": 6, "quantity": 1}]),
+        "the replay kept the cart: {me}"
+    );
+    let insights = json(app.get("/api/items/6/insights", None).await).await;
+    assert_eq!(insights["buyers"], 0, "no order holds item 6: {insights}");
 
     let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE kind = 'cart'")
         .fetch_one(app.db.pool())
