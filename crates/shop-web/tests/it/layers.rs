@@ -278,3 +278,78 @@ async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
         "a query string is in the log"
     );
 }
+
+/// The security headers of every answer: the CSP (no framing), no sniffing, no
+/// framing for older browsers, no `Referer` to other sites.
+fn assert_secured(resp: &axum::response::Response, what: &str) {
+    let h = resp.headers();
+    let csp = h
+        .get(header::CONTENT_SECURITY_POLICY)
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"))
+        .to_str()
+        .unwrap();
+    for part in [
+        "default-src 'self'",
+        "frame-ancestors 'none'",
+        "object-src 'none'",
+        "base-uri 'none'",
+    ] {
+        assert!(csp.contains(part), "{what}: {csp}");
+    }
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{what}");
+    assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{what}");
+    assert_eq!(h[header::REFERRER_POLICY], "same-origin", "{what}");
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers_and_no_cached_page_stores_them() {
+    // The layers alone: a panic and a timeout answer too.
+    let app = hardened(&HttpLimits {
+        request_timeout: Duration::from_millis(100),
+        ..HttpLimits::default()
+    });
+    assert_secured(&send(&app, get_json("/boom")).await, "a panic");
+    assert_secured(&send(&app, get_json("/slow")).await, "a timeout");
+
+    // The shop: pages, a cached page served from Redis, errors, files, probes.
+    let shop = shop().await;
+    let mut raw = shop.redis.conn().await;
+    let _: () = redis::AsyncCommands::zadd(&mut raw, "viewed:", 3, -100)
+        .await
+        .unwrap();
+    let guest = shop.visitor().await;
+    for (uri, cookie) in [
+        ("/", None),
+        ("/items/3", None),
+        ("/items/3", Some(guest.as_str())),
+        ("/items/999999", None),
+        ("/items?after=abc", None),
+        ("/no-such-page", None),
+        ("/static/shop.js", None),
+        ("/healthz", None),
+        ("/api/me", Some(guest.as_str())),
+        ("/flash", None),
+    ] {
+        let resp = shop.get(uri, cookie).await;
+        assert_secured(&resp, uri);
+    }
+    let hit = shop.get("/items/3", None).await;
+    assert_eq!(hit.headers()["x-cache"], "HIT");
+    assert_secured(&hit, "a cached page");
+    // Added as the page leaves, never stored with it.
+    for key in shop
+        .redis
+        .all_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("cache:"))
+    {
+        let stored: Vec<u8> = redis::AsyncCommands::get(&mut raw, &key).await.unwrap();
+        let text = String::from_utf8_lossy(&stored).to_lowercase();
+        assert!(!text.contains("content-security-policy"), "{key}");
+    }
+    let resp = shop
+        .post("/cart", Some(&guest), "item=3&count=1", false)
+        .await;
+    assert_secured(&resp, "a form post");
+}
