@@ -15,11 +15,18 @@ async fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOP_LOG")
+        .unwrap_or_else(|_| "info".into())
+        // sqlx warns of every connect parameter it does not know with its value,
+        // which may be a password (`?sslpassword=...`): never logged, whatever
+        // SHOP_LOG says.
+        .add_directive(
+            "sqlx_postgres::options::parse=off"
+                .parse()
+                .expect("a valid directive"),
+        );
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SHOP_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colours for a terminal, plain text for log files and service managers.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

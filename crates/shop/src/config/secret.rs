@@ -42,8 +42,48 @@ impl std::fmt::Debug for SecretUrl {
     }
 }
 
-/// The URL with any password replaced, for printing and logs.
+/// The URL with every password replaced, for printing and logs: the one before
+/// the `@` (`redis://user:***@host`), and any query parameter that names one
+/// (`?password=***`, `pass`, `passwd`, `sslpassword`, `pwd`, and anything called a
+/// secret or a token), which drivers accept as well.
 pub fn redact_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut out = redact_userinfo(head);
+    if let Some(query) = query {
+        let (query, fragment) = match query.split_once('#') {
+            Some((q, f)) => (q, Some(f)),
+            None => (query, None),
+        };
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if names_a_secret(name) => format!("{name}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
+        if let Some(fragment) = fragment {
+            out.push('#');
+            out.push_str(fragment);
+        }
+    }
+    out
+}
+
+/// A query parameter whose value is a credential.
+fn names_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "pwd", "secret", "token"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+/// `scheme://user:password@rest` with the password replaced.
+fn redact_userinfo(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let user_end = url[scheme_end + 3..at]

@@ -204,13 +204,13 @@ impl From<FlashDeciderArg> for shop_web::flash::FlashDecider {
 pub struct RedisSettings {
     /// Redis to use: redis://host:port/db or unix:///path/to/socket
     /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
-    #[arg(long, env = "REDIS_URL")]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<SecretUrl>,
     /// A second Redis for the cached pages only (rebuildable; configure it with
     /// `maxmemory` and `allkeys-lru`), so pages can never push out sessions, carts
     /// or sales [default: the pages share the state Redis; a private one beside
     /// the private state Redis].
-    #[arg(long, env = "SHOP_CACHE_REDIS_URL")]
+    #[arg(long, env = "SHOP_CACHE_REDIS_URL", hide_env_values = true)]
     pub cache_redis_url: Option<SecretUrl>,
     /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
     /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
@@ -260,7 +260,12 @@ pub(super) fn parse_seed(s: &str) -> Result<String, String> {
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// sqlite:PATH (created if missing) or postgres://user@host/db.
-    #[arg(long, env = "DATABASE_URL", default_value = "sqlite:data/shop.db")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite:data/shop.db"
+    )]
     pub database_url: SecretUrl,
 }
 

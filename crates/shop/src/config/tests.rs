@@ -27,6 +27,20 @@ fn passwords_are_redacted() {
     );
     assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
     assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+    // Passwords given as query parameters, which the drivers accept too.
+    assert_eq!(
+        redact_url("postgres://shop@db/shop?password=hunter2&sslmode=require"),
+        "postgres://shop@db/shop?password=***&sslmode=require"
+    );
+    assert_eq!(
+        redact_url("redis://h:6379/0?Pass=x&protocol=resp3#frag"),
+        "redis://h:6379/0?Pass=***&protocol=resp3#frag"
+    );
+    assert_eq!(
+        redact_url("postgres://u:a@b@db/x?sslpassword=p&pwd=q&auth_token=t"),
+        "postgres://u:***@db/x?sslpassword=***&pwd=***&auth_token=***"
+    );
+    assert_eq!(redact_url("redis://h?password"), "redis://h?password");
 }
 
 #[test]

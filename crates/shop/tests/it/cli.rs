@@ -263,3 +263,74 @@ async fn migrate_removes_the_old_layouts_keys_once() {
     let again = stdout(&run(&["migrate"], &env));
     assert!(again.contains("removed 0 insight counts"), "{again}");
 }
+
+/// A password given in any part of a connection URL (before the `@`, or as a
+/// query parameter the drivers accept) never reaches the output: not in the
+/// errors of a run that cannot connect, not in `--help` (which shows the
+/// environment's values of other flags).
+#[test]
+fn passwords_in_urls_never_reach_the_output() {
+    let cwd = tempfile::tempdir().unwrap();
+    let runs: [(&str, &str, &[&str]); 4] = [
+        (
+            "REDIS_URL",
+            "redis://127.0.0.1:1/0?password=hunter2a",
+            &["serve", "--bind", "127.0.0.1:0"],
+        ),
+        (
+            "REDIS_URL",
+            "redis://user:hunter2b@127.0.0.1:1",
+            &["serve", "--bind", "127.0.0.1:0"],
+        ),
+        (
+            "DATABASE_URL",
+            "postgres://shop@127.0.0.1:1/shop?password=hunter2c&sslpassword=hunter2d",
+            &["seed", "--items", "5"],
+        ),
+        (
+            "SHOP_CACHE_REDIS_URL",
+            "redis://:hunter2e@127.0.0.1:1",
+            &["serve", "--help"],
+        ),
+    ];
+    for (var, url, args) in runs {
+        let out = shop()
+            .current_dir(cwd.path())
+            .env(var, url)
+            .env("SHOP_LOG", "debug")
+            .args(args)
+            .output()
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !all.contains("hunter2"),
+            "{var} in `shop {}`:\n{all}",
+            args.join(" ")
+        );
+        if args.contains(&"--help") {
+            assert!(out.status.success());
+        } else {
+            assert!(!out.status.success(), "{all}");
+            assert!(
+                all.contains("***"),
+                "the error names the URL, redacted: {all}"
+            );
+        }
+    }
+    // And the help shows no value of the URL flags from the environment at all.
+    let help = shop()
+        .env("REDIS_URL", "redis://h:6379?token=hunter2f")
+        .env("DATABASE_URL", "postgres://u:hunter2g@db/x")
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        !text.contains("hunter2") && !text.contains("redis://h:6379"),
+        "{text}"
+    );
+}
