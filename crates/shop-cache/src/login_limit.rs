@@ -85,6 +85,12 @@ impl LoginLimiter {
                 self.keys.login_attempts("ip", address),
                 self.limits.per_address,
             ));
+            for (block, times) in wider_blocks(address) {
+                counters.push((
+                    self.keys.login_attempts("ip", &block),
+                    self.limits.per_address.saturating_mul(times),
+                ));
+            }
         }
         let window_ms = self.limits.window.as_millis() as u64;
         let calls = counters.iter().map(|(key, limit)| {
@@ -109,6 +115,28 @@ impl LoginLimiter {
             }
         })
     }
+}
+
+/// The wider blocks an IPv6 /64 (as the web tier names it: `2001:db8:1:2::/64`)
+/// is counted in as well, each with its multiple of the per-address limit: its
+/// /56 (a household's usual allocation: 4x) and its /48 (a site's: 16x). Without
+/// them, one /48 had 65,536 times the allowance of one /64. Nothing for an IPv4
+/// address.
+pub fn wider_blocks(address: &str) -> Vec<(String, u32)> {
+    let Some(prefix) = address.strip_suffix("::/64") else {
+        return Vec::new();
+    };
+    let parts: Vec<u16> = prefix
+        .split(':')
+        .filter_map(|p| u16::from_str_radix(p, 16).ok())
+        .collect();
+    let [a, b, c, d] = parts[..] else {
+        return Vec::new();
+    };
+    vec![
+        (format!("{a:x}:{b:x}:{c:x}:{:x}::/56", d & 0xff00), 4),
+        (format!("{a:x}:{b:x}:{c:x}::/48"), 16),
+    ]
 }
 
 /// A fixed-window limit on one kind of request per client (the flash sale's buys
@@ -157,5 +185,26 @@ impl RateLimit {
                 retry_after: Duration::from_millis(wait_ms.max(1) as u64),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_block_counts_in_its_56_and_48_too() {
+        assert_eq!(
+            wider_blocks("2001:db8:1:2a3::/64"),
+            vec![
+                ("2001:db8:1:200::/56".to_owned(), 4),
+                ("2001:db8:1::/48".to_owned(), 16)
+            ]
+        );
+        assert!(wider_blocks("203.0.113.7").is_empty());
+        assert!(
+            wider_blocks("2001:db8::/64").is_empty(),
+            "not the web tier's form"
+        );
     }
 }

@@ -194,3 +194,63 @@ async fn login_attempts_are_limited_with_429_before_any_hashing() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+/// IPv6: a subscriber rotating through the /64s of its /56 (or a site through the
+/// /56s of its /48) gets a few times one address's allowance, not 256 (or 65,536)
+/// times.
+#[tokio::test]
+async fn ipv6_login_attempts_count_per_64_56_and_48() {
+    let app = TestApp::with_config(WebConfig {
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: 2,
+            per_name: 1_000,
+            window: std::time::Duration::from_secs(60),
+        },
+        trust_forwarded_for: true,
+        ..WebConfig::default()
+    })
+    .await;
+    let attempt = |from: String| {
+        let req = shop_testapp::form_post("/login", None, true)
+            .header("x-forwarded-for", from)
+            .body(axum::body::Body::from("name=nobody&password=wrong"))
+            .unwrap();
+        app.send(req)
+    };
+    // One /64: two attempts, then 429.
+    for n in 0..2 {
+        assert_eq!(
+            attempt(format!("2001:db8:1:100::{n}")).await.status(),
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        attempt("2001:db8:1:100::9".into()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Other /64s of the same /56 (its limit: 4x, 8, the refused attempt counted
+    // too): 5 more, then even a fresh /64 of that /56 is refused.
+    for n in 1..3 {
+        for i in 0..2 {
+            let from = format!("2001:db8:1:1{n:02x}::{i}");
+            assert_eq!(
+                attempt(from).await.status(),
+                StatusCode::UNAUTHORIZED,
+                "/64 {n}"
+            );
+        }
+    }
+    assert_eq!(
+        attempt("2001:db8:1:1fe::1".into()).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        attempt("2001:db8:1:1ff::1".into()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another /56 of the same /48 is its own: allowed.
+    assert_eq!(
+        attempt("2001:db8:1:200::1".into()).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
