@@ -323,7 +323,7 @@ pub fn cookie_of(resp: &Response) -> Option<String> {
         .get_all(header::SET_COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("shop_session="))
+        .find(|v| v.starts_with("shop_session=") || v.starts_with("__Host-shop_session="))
         .map(|v| v.split(';').next().unwrap().to_owned())
 }
 

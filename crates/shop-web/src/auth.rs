@@ -201,8 +201,9 @@ fn once_key(
     {
         Some(raw) => {
             let key = idempotency_key(Some(raw))?;
-            let presented = crate::session::token(headers).unwrap_or_else(|| session.token.clone());
-            Ok(Some(format!("{key}\n{}", presented.expose())))
+            // The cookie's token when one came (the session layer kept it), else
+            // the one this request was given.
+            Ok(Some(format!("{key}\n{}", session.token.expose())))
         }
         None => Ok(None),
     }

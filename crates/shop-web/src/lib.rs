@@ -240,6 +240,7 @@ impl AppState {
     pub fn session_layer(&self) -> session::SessionLayer {
         session::SessionLayer {
             errors: self.metrics.session_errors.clone(),
+            trust_forwarded_proto: self.config.trust_forwarded_for,
             ..session::SessionLayer::new(self.sessions.clone(), self.config.secure_cookies)
         }
     }

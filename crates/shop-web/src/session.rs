@@ -7,7 +7,9 @@
 //!   never returns cookies creates no session; its item views still count in the
 //!   ranking. A returned token the shop does not know (cleaned, or made up) starts
 //!   a guest session under it (why that is safe: [`shop_cache::session`]).
-//! - The cookie is `HttpOnly; SameSite=Lax; Path=/`, plus `Secure` when configured.
+//! - The cookie is `HttpOnly; SameSite=Lax; Path=/`; over HTTPS (configured, or a
+//!   trusted proxy's `X-Forwarded-Proto: https`) it is `__Host-shop_session` with
+//!   `Secure`, the plain name is not read, and answers carry HSTS.
 //! - Item page views (`GET /items/{id}`; not `HEAD`) count only when the page
 //!   answered 200, so made-up ids enter neither the `viewed:` ranking nor the
 //!   history. The item page itself needs no user (its HTML is shared), so its touch
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::header::{COOKIE, SET_COOKIE, STRICT_TRANSPORT_SECURITY};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -43,6 +45,16 @@ use crate::error::{Cause, WebError};
 
 /// The cookie holding the session token.
 pub const COOKIE_NAME: &str = "shop_session";
+
+/// The cookie's name over HTTPS: the `__Host-` prefix makes the browser accept it
+/// only with `Secure`, `Path=/` and no `Domain`, so a sibling subdomain cannot
+/// plant a session cookie that wins over the shop's (a plain `shop_session` is not
+/// read then at all).
+pub const SECURE_COOKIE_NAME: &str = "__Host-shop_session";
+
+/// The `Strict-Transport-Security` of answers over HTTPS: a year, so a browser
+/// that saw the shop once never talks plain HTTP to it again.
+pub const HSTS: &str = "max-age=31536000";
 
 /// A cookie value longer than this is not even looked at.
 const MAX_COOKIE_HEADER: usize = 4096;
@@ -81,6 +93,11 @@ pub struct NewToken(pub SessionToken);
 /// Anything else (missing, malformed, oversized) is treated as no cookie. Parsed
 /// by the `cookie` crate; the token itself by [`SessionToken`]'s own rules.
 pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
+    token_named(headers, COOKIE_NAME)
+}
+
+/// [`token`] from the cookie called `name`.
+pub fn token_named(headers: &HeaderMap, name: &str) -> Option<SessionToken> {
     headers
         .get_all(COOKIE)
         .iter()
@@ -88,7 +105,7 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(::cookie::Cookie::split_parse)
         .filter_map(Result::ok)
-        .find(|c| c.name() == COOKIE_NAME)
+        .find(|c| c.name() == name)
         .and_then(|c| c.value().parse().ok())
 }
 
@@ -98,8 +115,12 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
 pub struct SessionLayer {
     /// Where sessions live.
     pub sessions: Sessions,
-    /// Add `Secure` to the cookie (the site is served over HTTPS).
+    /// The site is served over HTTPS: the cookie is `__Host-shop_session` with
+    /// `Secure`, and answers carry HSTS.
     pub secure_cookies: bool,
+    /// Believe a proxy's `X-Forwarded-Proto: https` (the shop behind a TLS
+    /// proxy it trusts): such requests are served as over HTTPS.
+    pub trust_forwarded_proto: bool,
     /// Which paths are item pages, whose views are recorded (the shop's:
     /// [`crate::page_cache::item_path`], `/items/{id}`).
     pub item_of: fn(&str) -> Option<ItemId>,
@@ -113,9 +134,22 @@ impl SessionLayer {
         Self {
             sessions,
             secure_cookies,
+            trust_forwarded_proto: false,
             item_of: crate::page_cache::item_path,
             errors: Arc::default(),
         }
+    }
+
+    /// Whether `req` came over HTTPS, as far as the shop can know.
+    fn https(&self, req: &Request) -> bool {
+        self.secure_cookies
+            || (self.trust_forwarded_proto
+                && req
+                    .headers()
+                    .get("x-forwarded-proto")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.rsplit(',').next())
+                    .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https")))
     }
 
     /// The item of an item page request, if this is one.
@@ -129,7 +163,15 @@ impl SessionLayer {
 
 /// The session layer's middleware; see the module documentation.
 pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Next) -> Response {
-    let presented = token(req.headers());
+    let https = state.https(&req);
+    let presented = token_named(
+        req.headers(),
+        if https {
+            SECURE_COOKIE_NAME
+        } else {
+            COOKIE_NAME
+        },
+    );
     let item = state.item_page(&req);
     let (mut resp, mut issued) = match (presented, item) {
         // No session yet: a token for the cookie, and nothing written. A view of an
@@ -177,9 +219,13 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
         issued = Some(token);
     }
     if let Some(token) = issued
-        && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, state.secure_cookies))
+        && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, https))
     {
         resp.headers_mut().append(SET_COOKIE, cookie);
+    }
+    if https {
+        resp.headers_mut()
+            .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
     }
     resp
 }
@@ -210,9 +256,15 @@ fn session_error(state: &SessionLayer, error: &shop_cache::CacheError) {
     Cause::redis(error, "session store unavailable; serving as a guest").log();
 }
 
-/// The `Set-Cookie` value for a session token (built by the `cookie` crate).
+/// The `Set-Cookie` value for a session token (built by the `cookie` crate): over
+/// HTTPS (`secure`), [`SECURE_COOKIE_NAME`] with `Secure`.
 pub fn cookie(token: &SessionToken, secure: bool) -> String {
-    ::cookie::Cookie::build((COOKIE_NAME, token.expose()))
+    let name = if secure {
+        SECURE_COOKIE_NAME
+    } else {
+        COOKIE_NAME
+    };
+    ::cookie::Cookie::build((name, token.expose()))
         .path("/")
         .http_only(true)
         .same_site(::cookie::SameSite::Lax)
@@ -263,7 +315,10 @@ mod tests {
                 && plain.contains("Path=/")
         );
         assert!(!plain.contains("Secure"));
-        assert!(cookie(&t, true).contains("; Secure"));
+        let secure = cookie(&t, true);
+        assert!(secure.contains("; Secure") && secure.contains("Path=/"));
+        assert!(!secure.contains("Domain"));
+        assert!(secure.starts_with(&format!("__Host-shop_session={};", t.expose())));
         assert!(plain.starts_with(&format!("{COOKIE_NAME}={};", t.expose())));
     }
 }

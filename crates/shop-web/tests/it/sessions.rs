@@ -34,12 +34,77 @@ async fn a_new_visitor_gets_a_safe_cookie_once() {
     })
     .await;
     let resp = secure.get("/", None).await;
+    let set = resp.headers()[header::SET_COOKIE].to_str().unwrap();
     assert!(
-        resp.headers()[header::SET_COOKIE]
-            .to_str()
-            .unwrap()
-            .contains("; Secure")
+        set.starts_with("__Host-shop_session=") && set.contains("; Secure"),
+        "{set}"
     );
+    assert!(!set.contains("Domain"), "{set}");
+    assert_eq!(
+        resp.headers()[header::STRICT_TRANSPORT_SECURITY],
+        "max-age=31536000"
+    );
+    assert!(
+        app.get("/", None)
+            .await
+            .headers()
+            .get(header::STRICT_TRANSPORT_SECURITY)
+            .is_none(),
+        "no HSTS over plain HTTP"
+    );
+}
+
+/// Over HTTPS a sibling subdomain cannot plant the session: the plain
+/// `shop_session` cookie is not read at all, only `__Host-shop_session`, which a
+/// browser accepts only from the shop's own host, with `Secure` and `Path=/`.
+#[tokio::test]
+async fn over_https_a_planted_plain_cookie_is_ignored() {
+    let app = TestApp::with_config(WebConfig {
+        secure_cookies: true,
+        ..WebConfig::default()
+    })
+    .await;
+    let logged = app.logged_in("vic").await;
+    assert!(logged.starts_with("__Host-shop_session="), "{logged}");
+    assert_eq!(app.me(&logged).await["user"]["name"], "vic");
+    // The same token under the plain name (as a sibling site would plant it).
+    let token = logged.split_once('=').unwrap().1;
+    let planted = format!("shop_session={token}");
+    let resp = app.get("/api/me", Some(&planted)).await;
+    assert!(
+        cookie_of(&resp).is_some(),
+        "treated as no cookie: a fresh one"
+    );
+    assert_eq!(
+        shop_testapp::json(resp).await["user"],
+        serde_json::Value::Null
+    );
+}
+
+/// Behind a TLS proxy the shop trusts, `X-Forwarded-Proto: https` makes it serve
+/// as over HTTPS; from anyone else the header changes nothing.
+#[tokio::test]
+async fn a_trusted_proxys_forwarded_proto_selects_the_https_cookie() {
+    for (trust, want) in [(true, "__Host-shop_session="), (false, "shop_session=")] {
+        let app = TestApp::with_config(WebConfig {
+            trust_forwarded_for: trust,
+            ..WebConfig::default()
+        })
+        .await;
+        let req = Request::get("/")
+            .header("x-forwarded-proto", "https")
+            .body(Body::empty())
+            .unwrap();
+        let resp = app.send(req).await;
+        let set = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(set.starts_with(want), "trust {trust}: {set}");
+        assert_eq!(
+            resp.headers()
+                .get(header::STRICT_TRANSPORT_SECURITY)
+                .is_some(),
+            trust
+        );
+    }
 }
 
 #[tokio::test]

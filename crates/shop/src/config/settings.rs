@@ -174,7 +174,8 @@ pub struct WebSettings {
           default_value_t = shop_web::event_streams::StreamLimits::default().lifetime.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub event_stream_lifetime: u64,
-    /// Mark the session cookie Secure (when the shop is served over HTTPS).
+    /// The shop is served over HTTPS: the session cookie is `__Host-shop_session`
+    /// with Secure (a plain `shop_session` is not read), and answers send HSTS.
     #[arg(long, env = "SHOP_SECURE_COOKIES")]
     pub secure_cookies: bool,
 }
