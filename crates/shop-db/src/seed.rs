@@ -24,8 +24,6 @@ const BATCH: u64 = 500;
 pub struct SeedReport {
     /// Items inserted (each with its inventory row).
     pub items: u64,
-    /// Demo users inserted.
-    pub users: u64,
 }
 
 /// The adjectives of the demo titles (a load generator's search words too).
@@ -102,8 +100,9 @@ fn item(seed: u64, id: u64) -> SeedItem {
 }
 
 impl Db {
-    /// Fills the catalogue with items `1..=items` and the demo users, calling
-    /// `progress(items done)` after each batch. Existing rows are left as they are.
+    /// Fills the catalogue with items `1..=items`, calling `progress(items done)`
+    /// after each batch. Existing rows are left as they are. The demo users are
+    /// [`Db::add_demo_users`], asked for on their own: their passwords are public.
     pub async fn seed(
         &self,
         items: u64,
@@ -122,6 +121,14 @@ impl Db {
         if report.items > 0 {
             self.tidy_search_index().await?;
         }
+        Ok(report)
+    }
+
+    /// Adds the demo users ([`DEMO_USERS`], whose passwords are published) that
+    /// are missing; returns how many it added. Only on request (`--demo-users`):
+    /// a shop facing the internet must not have accounts anyone can log in to.
+    pub async fn add_demo_users(&self) -> Result<u64, DbError> {
+        let mut added = 0;
         for (name, password) in DEMO_USERS {
             let exists = sqlx::query("SELECT 1 FROM users WHERE name = $1")
                 .bind(name)
@@ -129,10 +136,10 @@ impl Db {
                 .await?
                 .is_some();
             if !exists && self.create_user(name, password).await?.is_some() {
-                report.users += 1;
+                added += 1;
             }
         }
-        Ok(report)
+        Ok(added)
     }
 
     async fn insert_batch(&self, batch: &[SeedItem]) -> Result<u64, DbError> {

@@ -105,6 +105,9 @@ impl TestAppBuilder {
         db.seed(self.items, self.catalogue_seed, &|_| {})
             .await
             .expect("the test's catalogue is seeded");
+        db.add_demo_users()
+            .await
+            .expect("the test's demo users are added");
         let keys = Keys::default();
         let state = AppState::new(db.clone(), conn.clone(), keys.clone(), self.config.clone());
         TestApp {

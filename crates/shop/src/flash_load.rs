@@ -22,9 +22,6 @@ use shop_load::flash::{FlashLoad, FlashReport};
 use crate::config::LoadArgs;
 use shop_app::sale;
 
-/// The buyers' shared password (they are load-test accounts).
-const BUYER_PASSWORD: &str = "flash-buyer-password";
-
 /// Logins running at once while the buyers are prepared.
 const LOGINS_AT_ONCE: usize = 64;
 
@@ -48,7 +45,9 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         .map(|i| format!("flash-buyer-{i}"))
         .collect();
     let ids = db
-        .create_users_sharing_password(&names, BUYER_PASSWORD)
+        // A password nobody knows, fresh each run: the accounts stay in the
+        // database after the run, and a published password would open them.
+        .create_users_sharing_password(&names, SessionToken::generate().expose())
         .await
         .context("cannot register the buyers")?;
     let sessions = Sessions::new(conn.clone(), keys.clone());

@@ -117,6 +117,9 @@ async fn serve_with(
         )
         .await?;
     }
+    if web.demo_users {
+        seed::demo_users(&db).await?;
+    }
     let config = WebConfig::from(web);
     if web.demo_sale {
         let parts = sale::SaleParts::new(&conn, cache.clone(), &keys);

@@ -169,6 +169,10 @@ pub struct SeedArgs {
     /// The seed of the generated catalogue: the same seed, the same items.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
+    /// Also add the demo accounts (alice, bob, carol), whose passwords are
+    /// published: for a demo, never for a shop on the internet.
+    #[arg(long, env = "SHOP_DEMO_USERS")]
+    pub demo_users: bool,
     /// Database settings.
     #[command(flatten)]
     pub database: DatabaseSettings,

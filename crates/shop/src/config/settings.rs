@@ -116,6 +116,11 @@ pub struct WebSettings {
     /// sale is running or coming, so a new shop's sale page has something live.
     #[arg(long, env = "SHOP_DEMO_SALE", default_value_t = true, action = clap::ArgAction::Set)]
     pub demo_sale: bool,
+    /// Add the demo accounts (alice, bob, carol; their passwords are published in
+    /// the README) when missing: for a demo (`scripts/run` passes it), never for a
+    /// shop on the internet.
+    #[arg(long, env = "SHOP_DEMO_USERS")]
+    pub demo_users: bool,
     /// Most of one item a cart line may hold.
     #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]

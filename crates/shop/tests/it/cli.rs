@@ -32,20 +32,20 @@ fn seed_fills_the_catalogue_once() {
     let db = TestDb::sqlite();
     let env = [("DATABASE_URL", db.url())];
     let first = stdout(&run(&["seed", "--items", "1500"], &env));
+    assert!(first.contains("seeded 1500 new items"), "{first}");
     assert!(
-        first.contains("seeded 1500 new items and 3 demo users"),
-        "{first}"
+        !first.contains("alice"),
+        "no demo users unless asked: {first}"
     );
+    let second = stdout(&run(&["seed", "--items", "1500", "--demo-users"], &env));
+    assert!(second.contains("seeded 0 new items"), "{second}");
+    assert!(second.contains("(catalogue: 1500 items)"), "{second}");
     assert!(
-        first.contains("demo logins: alice / alice-password"),
-        "{first}"
-    );
-    let second = stdout(&run(&["seed", "--items", "1500"], &env));
-    assert!(
-        second.contains("seeded 0 new items and 0 demo users"),
+        second.contains("3 demo users added; demo logins: alice / alice-password"),
         "{second}"
     );
-    assert!(second.contains("(catalogue: 1500 items)"), "{second}");
+    let third = stdout(&run(&["seed", "--items", "1500", "--demo-users"], &env));
+    assert!(third.contains("0 demo users added"), "{third}");
 }
 
 /// The layers of the settings, seen from outside: which Redis `shop rows list`
@@ -184,7 +184,7 @@ fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
 async fn users_add_and_grant_admin() {
     let db = TestDb::sqlite();
     let env = [("DATABASE_URL", db.url())];
-    stdout(&run(&["seed", "--items", "10"], &env));
+    stdout(&run(&["seed", "--items", "10", "--demo-users"], &env));
 
     let out = add_user(&db, "Boss", "long-enough-password", &[]);
     assert!(!out.status.success());

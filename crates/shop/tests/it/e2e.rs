@@ -195,7 +195,10 @@ pub fn stop(child: Child) -> ExitStatus {
 
 /// Runs `shop seed --items <items>` through `cmd`.
 pub fn seed(mut cmd: Command, items: &str) {
-    let out = cmd.args(["seed", "--items", items]).output().unwrap();
+    let out = cmd
+        .args(["seed", "--items", items, "--demo-users"])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
