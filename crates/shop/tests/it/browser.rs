@@ -137,12 +137,52 @@ async fn chromium(driver: &Driver) -> (fantoccini::Client, tempfile::TempDir) {
             ],
         }),
     );
+    // The console, kept for `console_errors`.
+    caps.insert(
+        "goog:loggingPrefs".to_owned(),
+        serde_json::json!({ "browser": "ALL" }),
+    );
     let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&driver.url)
         .await
         .expect("a chromedriver session");
     (client, profile)
+}
+
+/// chromedriver's console log of a session (`POST /session/{id}/se/log`, the
+/// entries since the last read; kept by the `goog:loggingPrefs` capability).
+#[derive(Debug)]
+struct ConsoleLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for ConsoleLog {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _url: &url::Url) -> (axum::http::Method, Option<String>) {
+        (
+            axum::http::Method::POST,
+            Some(r#"{"type":"browser"}"#.to_owned()),
+        )
+    }
+}
+
+/// The browser console's messages about the Content-Security-Policy since the last
+/// call: a script, style or connection the policy blocked. None may appear.
+async fn csp_violations(client: &fantoccini::Client) -> Vec<String> {
+    let log = client.issue_cmd(ConsoleLog).await.expect("the console log");
+    log.as_array()
+        .expect("a list of log entries")
+        .iter()
+        .filter_map(|entry| entry["message"].as_str())
+        .filter(|message| message.contains("Content Security Policy"))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,6 +379,13 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     assert_eq!(landed.path(), "/login");
     screenshot(&client, "open-redirect-refused.png").await;
 
+    // Every page above worked under the Content-Security-Policy, and the console
+    // says nothing was blocked.
+    let violations = csp_violations(&client).await;
+    assert!(
+        violations.is_empty(),
+        "blocked by the policy: {violations:?}"
+    );
     client.close().await.unwrap();
     assert!(stop(server).success());
     drop(driver);
@@ -525,6 +572,13 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     }
     screenshot(&client, "ops.png").await;
 
+    // Every page above worked under the Content-Security-Policy, and the console
+    // says nothing was blocked.
+    let violations = csp_violations(&client).await;
+    assert!(
+        violations.is_empty(),
+        "blocked by the policy: {violations:?}"
+    );
     client.close().await.unwrap();
     assert!(stop(server).success());
     drop(driver);
