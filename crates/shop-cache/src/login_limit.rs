@@ -92,29 +92,42 @@ impl LoginLimiter {
                 ));
             }
         }
-        let window_ms = self.limits.window.as_millis() as u64;
-        let calls = counters.iter().map(|(key, limit)| {
-            let mut conn = self.conn.clone();
-            async move {
-                scripts::LOGIN_ATTEMPT
-                    .key(key)
-                    .arg(window_ms)
-                    .arg(*limit)
-                    .invoke_async::<(i64, i64)>(&mut conn)
-                    .await
-            }
-        });
+        let calls = counters
+            .iter()
+            .map(|(key, limit)| count(&self.conn, key, *limit, self.limits.window));
         let answers = futures::future::try_join_all(calls).await?;
-        let allowed = answers.iter().all(|(ok, _)| *ok == 1) as i64;
-        let wait_ms = answers.iter().map(|(_, wait)| *wait).max().unwrap_or(0);
-        Ok(if allowed == 1 {
-            Attempt::Allowed
-        } else {
-            Attempt::Refused {
-                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
-            }
-        })
+        // Refused if any counter refuses, for as long as the longest refusal.
+        Ok(answers
+            .into_iter()
+            .max_by_key(|a| match a {
+                Attempt::Allowed => Duration::ZERO,
+                Attempt::Refused { retry_after } => *retry_after,
+            })
+            .unwrap_or(Attempt::Allowed))
     }
+}
+
+/// Counts one request on the fixed-window counter `key` (the same script for
+/// every limit here) and says whether it is within `limit` per `window`.
+async fn count(
+    conn: &RedisConn,
+    key: &str,
+    limit: u32,
+    window: Duration,
+) -> Result<Attempt, CacheError> {
+    let (ok, wait_ms): (i64, i64) = scripts::LOGIN_ATTEMPT
+        .key(key)
+        .arg(window.as_millis() as u64)
+        .arg(limit)
+        .invoke_async(&mut conn.clone())
+        .await?;
+    Ok(if ok == 1 {
+        Attempt::Allowed
+    } else {
+        Attempt::Refused {
+            retry_after: Duration::from_millis(wait_ms.max(1) as u64),
+        }
+    })
 }
 
 /// The wider blocks an IPv6 /64 (as the web tier names it: `2001:db8:1:2::/64`)
@@ -172,19 +185,8 @@ impl RateLimit {
 
     /// Counts one request of `who` and says whether it may go ahead.
     pub async fn hit(&self, who: &str) -> Result<Attempt, CacheError> {
-        let (ok, wait_ms): (i64, i64) = scripts::LOGIN_ATTEMPT
-            .key(self.keys.rate_limit(self.scope, who))
-            .arg(self.window.as_millis() as u64)
-            .arg(self.limit)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(if ok == 1 {
-            Attempt::Allowed
-        } else {
-            Attempt::Refused {
-                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
-            }
-        })
+        let key = self.keys.rate_limit(self.scope, who);
+        count(&self.conn, &key, self.limit, self.window).await
     }
 }
 

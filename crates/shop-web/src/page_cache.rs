@@ -173,7 +173,10 @@ pub async fn admin_bypass(
     mut req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !PageRequest::new(req.uri().path(), req.uri().query()).has_param("_") {
+    // Every visitor request passes here: the query is parsed only if it could
+    // hold a `_` at all.
+    let query = req.uri().query().filter(|q| q.contains('_'));
+    if !query.is_some_and(|q| PageRequest::new("", Some(q)).has_param("_")) {
         return next.run(req).await;
     }
     // The session's user, or, where the session layer did not wait for it (an

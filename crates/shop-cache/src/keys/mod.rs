@@ -375,7 +375,7 @@ impl Keys {
     /// String: a login attempt counter for one client address or account name
     /// (`scope` is `ip` or `name`) in the current window; the value is hashed.
     pub fn login_attempts(&self, scope: &str, value: &str) -> String {
-        format!("{}limit:login:{scope}:{}", self.0.prefix, digest(value))
+        self.rate_limit(&format!("login:{scope}"), value)
     }
 
     /// String: a rate-limit counter of one kind of request (`scope`, e.g. `buy`)
