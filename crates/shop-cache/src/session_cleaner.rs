@@ -1,6 +1,9 @@
 //! The session cleaner: keeps the number of sessions at or under a cap by removing
 //! the oldest (least recently seen) ones with everything they own, guests before
-//! shoppers, and removes guests idle longer than a day (configurable).
+//! shoppers, and removes the sessions past their lifetimes whatever the cap
+//! ([`Lifetimes`]: guests idle longer than a day, any session idle longer than 30
+//! days, logins older than 90 days; configurable). The touch refuses an expired
+//! token too, so the lifetimes hold exactly between the cleaner's rounds.
 //!
 //! Guests first: a session neither logged in nor holding a cart is also listed in
 //! `guests:` (kept by the touch, the cart and login; see [`crate::session`]). While
@@ -47,6 +50,7 @@ use crate::RedisConn;
 
 use crate::daemon::Daemon;
 use crate::keys::{Keys, Shard};
+use crate::session::Lifetimes;
 use crate::{CacheError, scripts};
 
 /// The default most sessions kept: the 10 million live sessions the shop is sized for.
@@ -59,9 +63,8 @@ pub const DEFAULT_BATCH: u32 = 100;
 /// each of one script call, which Redis holds in memory while it runs.
 pub const MAX_BATCH: u32 = 2_000;
 /// The default idle time after which a guest session (not logged in, no cart) is
-/// removed whatever the cap: a visitor who comes back within a day finds their
-/// history; a crawler's sessions do not wait for the cap to push them out.
-pub const DEFAULT_GUEST_IDLE: Duration = Duration::from_secs(24 * 3600);
+/// removed whatever the cap (see [`Lifetimes`]).
+pub use crate::session::DEFAULT_GUEST_IDLE;
 /// The pause when nothing is over the cap, as in the book.
 pub const IDLE_PAUSE: Duration = Duration::from_secs(1);
 /// The default share of time the daemon spends in steps while it has work (see the
@@ -135,7 +138,7 @@ pub struct SessionCleaner {
     cap: u64,
     batch: u32,
     pace: Pace,
-    guest_idle: Duration,
+    lifetimes: Lifetimes,
     removed: Arc<AtomicU64>,
 }
 
@@ -156,7 +159,7 @@ impl SessionCleaner {
                 batch,
                 most: batch,
             },
-            guest_idle: DEFAULT_GUEST_IDLE,
+            lifetimes: Lifetimes::default(),
             removed: Arc::default(),
         })
     }
@@ -175,7 +178,15 @@ impl SessionCleaner {
     /// cart) once they have been idle for `idle` (at least a second), whatever the
     /// cap; [`DEFAULT_GUEST_IDLE`] unless set.
     pub fn with_guest_idle(mut self, idle: Duration) -> Self {
-        self.guest_idle = idle.max(Duration::from_secs(1));
+        self.lifetimes.guest_idle = idle;
+        self
+    }
+
+    /// The same cleaner removing every session past `lifetimes` (the same the
+    /// touch enforces: [`crate::session::Sessions::with_lifetimes`]), whatever the
+    /// cap; the defaults unless set.
+    pub fn with_lifetimes(mut self, lifetimes: Lifetimes) -> Self {
+        self.lifetimes = lifetimes;
         self
     }
 
@@ -184,10 +195,10 @@ impl SessionCleaner {
         self.removed.clone()
     }
 
-    /// Removes, in each shard, the guests idle longer than the guest idle time and,
-    /// where the shard holds more than its share of `cap`, up to `batch` of its
-    /// oldest sessions: guests first, a shopper (logged in, or with a cart) only
-    /// once the shard has no guest left.
+    /// Removes, in each shard, up to `batch` sessions: those past their lifetimes
+    /// (idle too long, logged in too long ago) and, where the shard holds more
+    /// than its share of `cap`, its oldest sessions: guests first, a shopper
+    /// (logged in, or with a cart) only once the shard has no guest left.
     pub async fn step(&self) -> Result<CleanerStep, CacheError> {
         Ok(self.step_of(self.batch).await?.0)
     }
@@ -199,10 +210,7 @@ impl SessionCleaner {
         let shard_cap = self.cap.div_ceil(shards.len() as u64);
         let mut done = Cleaned::default();
         for shard in shards {
-            let shard = self.clean_shard(shard, shard_cap, batch).await?;
-            done.removed += shard.removed;
-            done.mended += shard.mended;
-            done.blocked += shard.blocked;
+            done.add(self.clean_shard(shard, shard_cap, batch).await?);
         }
         self.removed.fetch_add(done.removed, Ordering::Relaxed);
         let blocked = done.blocked;
@@ -228,53 +236,114 @@ struct Cleaned {
     blocked: Duration,
 }
 
+impl Cleaned {
+    fn add(&mut self, other: Cleaned) {
+        self.removed += other.removed;
+        self.mended += other.mended;
+        self.blocked += other.blocked;
+    }
+}
+
+/// Where a cleaning script's tokens were picked, which says what it checks before
+/// removing one (see `clean_sessions.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// The oldest guests (`guests:`): idle past the guest idle time, or the excess.
+    Guests,
+    /// The oldest sessions (`recent:`), for the excess over the cap.
+    Oldest,
+    /// Sessions idle past the idle lifetime (`recent:`), whatever the cap.
+    Idle,
+    /// Sessions logged in longer ago than a login lasts (`logins:`).
+    Login,
+}
+
+impl Pick {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Pick::Guests => "guests",
+            Pick::Oldest => "oldest",
+            Pick::Idle => "idle",
+            Pick::Login => "login",
+        }
+    }
+}
+
 impl SessionCleaner {
-    /// Removes a shard's idle guests and its excess (up to `batch` in all), guests
-    /// first.
+    /// Removes a shard's expired sessions, idle guests and its excess (up to
+    /// `batch` in all), guests first.
     async fn clean_shard(&self, shard: Shard, cap: u64, batch: u32) -> Result<Cleaned, CacheError> {
         let mut conn = self.conn.clone();
         let recent = self.keys.recent_in(shard);
         let guests = self.keys.guests_in(shard);
         let last = (i64::from(batch) - 1) as isize;
-        let (size, oldest_guests): (u64, Vec<(String, f64)>) = redis::pipe()
-            .zcard(recent)
-            .zrange_withscores(guests, 0, last)
-            .query_async(&mut conn)
-            .await?;
-        let excess = size.saturating_sub(cap) as usize;
+        // The script decides by Redis's clock; this one only picks.
+        let now = crate::clock::unix_now();
+        let before = |lifetime: Duration| now - lifetime.as_secs_f64();
+        let (size, oldest_guests, idle, logins): (u64, Vec<(String, f64)>, Vec<_>, Vec<_>) =
+            redis::pipe()
+                .zcard(recent)
+                .zrange_withscores(guests, 0, last)
+                .zrangebyscore_limit_withscores(
+                    recent,
+                    "-inf",
+                    before(self.lifetimes.idle()),
+                    0,
+                    batch as isize,
+                )
+                .zrangebyscore_limit_withscores(
+                    self.keys.logins_in(shard),
+                    "-inf",
+                    before(self.lifetimes.absolute()),
+                    0,
+                    batch as isize,
+                )
+                .query_async(&mut conn)
+                .await?;
         let mut done = Cleaned::default();
+        // Past a lifetime: whatever the cap, and whatever kind of session.
+        for (pick, picked) in [(Pick::Idle, idle), (Pick::Login, logins)] {
+            let room = (batch as usize).saturating_sub(done.removed as usize);
+            if picked.is_empty() || room == 0 {
+                continue;
+            }
+            let picked = &picked[..room.min(picked.len())];
+            done.add(self.remove(&mut conn, shard, cap, pick, picked).await?);
+        }
+        let size = size.saturating_sub(done.removed);
+        let excess = size.saturating_sub(cap) as usize;
+        let room = (batch as usize).saturating_sub(done.removed as usize);
         // Every guest of the shard is in view when fewer than a batch came back.
         let mut no_guest_left = oldest_guests.len() < batch as usize;
-        if !oldest_guests.is_empty() {
+        if !oldest_guests.is_empty() && room > 0 {
             // Guests idle too long go whatever the cap; then the oldest guests for
-            // the excess. The script decides by Redis's clock; this one only picks.
-            let idle_before = crate::clock::unix_now() - self.guest_idle.as_secs_f64();
+            // the excess.
+            let idle_before = before(self.lifetimes.guest_idle());
             let idle = oldest_guests
                 .iter()
                 .take_while(|(_, seen)| *seen < idle_before)
                 .count();
-            let take = idle.max(excess.min(oldest_guests.len()));
+            let take = idle.max(excess.min(oldest_guests.len())).min(room);
             no_guest_left &= take == oldest_guests.len();
             if take > 0 {
                 let picked = &oldest_guests[..take];
-                let guests = self.remove(&mut conn, shard, cap, true, picked).await?;
+                let guests = self.remove(&mut conn, shard, cap, Pick::Guests, picked).await?;
                 no_guest_left &= guests.removed as usize == take;
-                done = guests;
+                done.add(guests);
             }
         }
         // Shoppers only once no guest is left: the rest of the excess from the
-        // oldest sessions.
-        // The step's batch holds: what the guests took is not taken again.
-        let left = excess
-            .saturating_sub(done.removed as usize)
-            .min((batch as usize).saturating_sub(done.removed as usize));
+        // oldest sessions. The step's batch holds: what went before is not taken
+        // again.
+        let taken = done.removed as usize;
+        let left = (size as usize)
+            .saturating_sub(cap as usize)
+            .saturating_sub(taken)
+            .min((batch as usize).saturating_sub(taken));
         if no_guest_left && left > 0 {
             let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
             let picked = &oldest[..left.min(oldest.len())];
-            let shoppers = self.remove(&mut conn, shard, cap, false, picked).await?;
-            done.removed += shoppers.removed;
-            done.mended += shoppers.mended;
-            done.blocked += shoppers.blocked;
+            done.add(self.remove(&mut conn, shard, cap, Pick::Oldest, picked).await?);
         }
         Ok(done)
     }
@@ -285,16 +354,19 @@ impl SessionCleaner {
         conn: &mut RedisConn,
         shard: Shard,
         cap: u64,
-        from_guests: bool,
+        pick: Pick,
         picked: &[(String, f64)],
     ) -> Result<Cleaned, CacheError> {
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
             .key(self.keys.guests_in(shard))
+            .key(self.keys.logins_in(shard))
             .arg(cap)
-            .arg(self.guest_idle.as_secs())
-            .arg(if from_guests { "1" } else { "0" });
+            .arg(self.lifetimes.guest_idle().as_secs())
+            .arg(pick.as_arg())
+            .arg(self.lifetimes.idle().as_secs())
+            .arg(self.lifetimes.absolute().as_secs());
         for (member, seen) in picked {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))

@@ -93,6 +93,9 @@ pub struct WebConfig {
     pub demo_sale: Option<shop_cache::domain::ItemId>,
     /// How many sale-page event streams may be open, and for how long.
     pub event_streams: event_streams::StreamLimits,
+    /// How long sessions live (the touch refuses a token past them; the cleaner,
+    /// configured alike, removes such sessions).
+    pub session_lifetimes: shop_cache::session::Lifetimes,
 }
 
 impl Default for WebConfig {
@@ -113,6 +116,7 @@ impl Default for WebConfig {
             trust_forwarded_for: false,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
+            session_lifetimes: shop_cache::session::Lifetimes::default(),
         }
     }
 }
@@ -206,7 +210,8 @@ impl AppState {
             sale_board,
             sale_watcher: Mutex::new(Some(watcher)),
             db,
-            sessions: Sessions::new(conn.clone(), keys.clone()),
+            sessions: Sessions::new(conn.clone(), keys.clone())
+                .with_lifetimes(config.session_lifetimes),
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
                 .with_max_lines(config.max_cart_lines),
             login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),

@@ -10,6 +10,9 @@
 //! - The cookie is `HttpOnly; SameSite=Lax; Path=/`; over HTTPS (configured, or a
 //!   trusted proxy's `X-Forwarded-Proto: https`) it is `__Host-shop_session` with
 //!   `Secure`, the plain name is not read, and answers carry HSTS.
+//! - A returned token whose session is past its lifetime (idle too long, logged in
+//!   too long ago: [`shop_cache::session::Lifetimes`]) is refused: the touch removes
+//!   the session, and the request goes on as a new visitor's, with a new token.
 //! - Item page views (`GET /items/{id}`; not `HEAD`) count only when the page
 //!   answered 200, so made-up ids enter neither the `viewed:` ranking nor the
 //!   history. The item page itself needs no user (its HTML is shared), so its touch
@@ -39,7 +42,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{SessionToken, Sessions, Touch};
+use shop_cache::session::{SessionToken, Sessions, Touch, Touched};
 
 use crate::error::{Cause, WebError};
 
@@ -198,21 +201,31 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
                 token: token.clone(),
                 user: None,
             });
-            let (resp, session) = tokio::join!(next.run(req), identify(&state, token, Some(item)));
+            let (resp, (session, renewed)) =
+                tokio::join!(next.run(req), identify(&state, token, Some(item)));
             let found = resp.status() == StatusCode::OK;
-            if let Err(error) = state
-                .sessions
-                .settle_view(&session.token, item, found)
-                .await
-            {
-                session_error(&state, &error);
+            if renewed {
+                // The session had expired: the view counts as a new visitor's.
+                if found {
+                    state.sessions.count_view(item);
+                }
+                (resp, Some(session.token))
+            } else {
+                if let Err(error) = state
+                    .sessions
+                    .settle_view(&session.token, item, found)
+                    .await
+                {
+                    session_error(&state, &error);
+                }
+                (resp, None)
             }
-            (resp, None)
         }
         (Some(token), None) => {
-            let session = identify(&state, token, None).await;
+            let (session, renewed) = identify(&state, token, None).await;
+            let issued = renewed.then(|| session.token.clone());
             req.extensions_mut().insert(session);
-            (next.run(req).await, None)
+            (next.run(req).await, issued)
         }
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
@@ -233,19 +246,35 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
 /// Touches the session of a token the client sent back (starting it, if the shop
 /// does not know it yet). With `ahead`, the touch carries that item page's view
 /// before the page has answered ([`Touch::view_ahead`]), settled by the caller.
-async fn identify(state: &SessionLayer, token: SessionToken, ahead: Option<ItemId>) -> Session {
+/// A session past its lifetime is gone (the touch removed it): the visitor gets a
+/// new token, as one who sent none (nothing written), and `true` says so.
+async fn identify(
+    state: &SessionLayer,
+    token: SessionToken,
+    ahead: Option<ItemId>,
+) -> (Session, bool) {
     let touch = match ahead {
         Some(item) => Touch::request().view_ahead(item),
         None => Touch::request(),
     };
     match state.sessions.touch(&token, touch).await {
-        Ok(touched) => Session {
-            user: touched.user(),
-            token,
-        },
+        Ok(Touched::Expired) => (
+            Session {
+                token: SessionToken::generate(),
+                user: None,
+            },
+            true,
+        ),
+        Ok(touched) => (
+            Session {
+                user: touched.user(),
+                token,
+            },
+            false,
+        ),
         Err(error) => {
             session_error(state, &error);
-            Session { token, user: None }
+            (Session { token, user: None }, false)
         }
     }
 }

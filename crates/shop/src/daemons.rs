@@ -39,7 +39,7 @@ pub fn spawn_daemons(
         workers.cleaner_batch,
     )?
     .with_duty(f64::from(workers.cleaner_duty) / 100.0)?
-    .with_guest_idle(Duration::from_secs(workers.guest_idle));
+    .with_lifetimes(workers.lifetimes());
     let rescaler = Rescaler::new(
         conn.clone(),
         keys.clone(),

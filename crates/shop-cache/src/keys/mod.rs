@@ -87,6 +87,7 @@ struct ShardNames {
     recent: String,
     guests: String,
     login: String,
+    logins: String,
     viewed_by: String,
     cart: String,
 }
@@ -120,6 +121,7 @@ impl Keys {
                     recent: p("recent:"),
                     guests: p("guests:"),
                     login: p("login:"),
+                    logins: p("logins:"),
                     // `viewed:<token>` shares its stem with the global `viewed:` zset.
                     viewed_by: p("viewed:"),
                     cart: p("cart:"),
@@ -145,6 +147,7 @@ impl Keys {
                             recent: p(&format!("recent:{{s{s}}}")),
                             guests: p(&format!("guests:{{s{s}}}")),
                             login: p(&format!("login:{{s{s}}}")),
+                            logins: p(&format!("logins:{{s{s}}}")),
                             viewed_by: p(&format!("viewed:{{s{s}}}")),
                             cart: p(&format!("cart:{{s{s}}}")),
                         })
@@ -240,6 +243,20 @@ impl Keys {
     /// `recent:`, and the cleaner drops entries whose session is gone).
     pub fn guests_in(&self, shard: Shard) -> &str {
         &self.shard(shard).guests
+    }
+
+    /// Sorted set: session token -> unix time it logged in, for the logged-in
+    /// sessions of one shard: what the absolute lifetime counts from (the touch
+    /// refuses, and the cleaner removes, a session logged in longer ago). Not one
+    /// of the book's keys; a login the book's code wrote gets its entry at the
+    /// shop's first touch of it.
+    pub fn logins_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).logins
+    }
+
+    /// [`Keys::logins_in`] the token's shard.
+    pub fn logins_of(&self, token: &SessionToken) -> &str {
+        self.logins_in(self.shard_of(token))
     }
 
     /// [`Keys::guests_in`] the token's shard.

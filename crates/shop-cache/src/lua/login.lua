@@ -1,7 +1,9 @@
 -- Moves a session to a fresh token for a user who just logged in (fixation defence).
 -- The new token is in the old one's shard, so every key here shares one slot.
 -- KEYS[1] recent:  KEYS[2] login:  KEYS[3] viewed:<old>  KEYS[4] viewed:<new>
--- KEYS[5] cart:<old>  KEYS[6] cart:<new>  KEYS[7] guests:
+-- KEYS[5] cart:<old>  KEYS[6] cart:<new>  KEYS[7] guests:  KEYS[8] logins:
+-- The new token's login time goes into logins:, which the absolute lifetime counts
+-- from (a login always starts it afresh: the new token is a new login).
 -- The old token need not be a session yet (sessions start lazily); the new one is
 -- logged in, so no guest.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
@@ -10,9 +12,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('ZADD', KEYS[8], now, ARGV[2])
 if was and was ~= ARGV[3] then
   -- Someone else's session on this browser: it ends here, as on logout; its cart
   -- and history are theirs and do not pass to the user logging in.

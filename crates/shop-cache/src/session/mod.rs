@@ -32,6 +32,14 @@
 //! which Redis stores in a byte or two instead of a float's 17 characters; the order
 //! is the same, so the book's code still reads it.
 //!
+//! Lifetimes ([`Lifetimes`]): a session idle longer than its kind may be (a guest a
+//! day, a session with a login or a cart 30 days), or logged in longer ago than a
+//! login lasts (90 days, counted from the login in `logins:`), is expired. The touch
+//! refuses such a token (it removes the session, as logout does, and the web layer
+//! hands out a new one) and the cleaner removes such sessions between visits
+//! ([`crate::session_cleaner`]), so a stolen cookie stops working after at most the
+//! lifetime, whatever the cap.
+//!
 //! On a cluster (the cluster layout) the script touches only the session's shard.
 //! A login moves the session to a new token in the same shard, so it stays one
 //! script.
@@ -62,11 +70,64 @@ pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(6
 const LOGIN_ONCE_WAIT_STEP: Duration = Duration::from_millis(20);
 const LOGIN_ONCE_WAIT_STEPS: u32 = 50;
 
+/// How long a session may live, enforced by the touch ([`Sessions::touch`]) and by
+/// the cleaner ([`crate::session_cleaner::SessionCleaner::with_lifetimes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// Most time a session with a login or a cart may go unseen.
+    pub idle: Duration,
+    /// Most time a session that is neither (a guest) may go unseen (never more
+    /// than `idle`).
+    pub guest_idle: Duration,
+    /// Most time since a login: a logged-in session ends then, however active
+    /// (its user logs in again). Counted from the login (`logins:`); a guest or a
+    /// cart carries no one's identity, so it has the idle lifetime only.
+    pub absolute: Duration,
+}
+
+/// The default [`Lifetimes::idle`]: a shopper who comes back within a month is
+/// still logged in and finds their cart.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The default [`Lifetimes::guest_idle`]: a visitor who comes back within a day finds
+/// their history; a crawler's sessions do not wait for the cap to push them out.
+pub const DEFAULT_GUEST_IDLE: Duration = Duration::from_secs(24 * 3600);
+/// The default [`Lifetimes::absolute`]: a stolen cookie works for at most 90 days.
+pub const DEFAULT_ABSOLUTE: Duration = Duration::from_secs(90 * 24 * 3600);
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Self {
+            idle: DEFAULT_IDLE,
+            guest_idle: DEFAULT_GUEST_IDLE,
+            absolute: DEFAULT_ABSOLUTE,
+        }
+    }
+}
+
+impl Lifetimes {
+    /// The guest idle time as enforced: a guest is a session too, so never longer
+    /// than [`Lifetimes::idle`]; at least a second each.
+    pub fn guest_idle(&self) -> Duration {
+        self.guest_idle.min(self.idle).max(Duration::from_secs(1))
+    }
+
+    /// The idle time of a session with a login or a cart, at least a second.
+    pub fn idle(&self) -> Duration {
+        self.idle.max(Duration::from_secs(1))
+    }
+
+    /// The time a login lasts, at least a second.
+    pub fn absolute(&self) -> Duration {
+        self.absolute.max(Duration::from_secs(1))
+    }
+}
+
 /// The session operations over one Redis. Clone it freely: the connection is shared.
 #[derive(Clone)]
 pub struct Sessions {
     conn: RedisConn,
     keys: Keys,
+    lifetimes: Lifetimes,
     /// Shared by every clone: one batch of views per process.
     views: Arc<ViewBatch>,
 }
@@ -77,8 +138,15 @@ impl Sessions {
         Self {
             conn,
             keys,
+            lifetimes: Lifetimes::default(),
             views: Arc::default(),
         }
+    }
+
+    /// The same sessions expiring after `lifetimes` (the defaults unless set).
+    pub fn with_lifetimes(mut self, lifetimes: Lifetimes) -> Self {
+        self.lifetimes = lifetimes;
+        self
     }
 
     /// The user a token is logged in as, or `None` for a guest or unknown token.
@@ -188,6 +256,7 @@ impl Sessions {
             .key(self.keys.cart(old))
             .key(self.keys.cart(&new))
             .key(self.keys.guests_of(old))
+            .key(self.keys.logins_of(old))
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
@@ -204,6 +273,7 @@ impl Sessions {
             .hdel(self.keys.login_of(token), token.expose())
             .zrem(self.keys.recent_of(token), token.expose())
             .zrem(self.keys.guests_of(token), token.expose())
+            .zrem(self.keys.logins_of(token), token.expose())
             .del(self.keys.viewed_by(token))
             .del(self.keys.cart(token))
             .exec_async(&mut self.conn.clone())

@@ -96,6 +96,10 @@ pub enum Touched {
     /// A token that was no session: this touch started one (as this user, or a
     /// guest).
     Started(Option<UserId>),
+    /// A session past its lifetime ([`super::Lifetimes`]): the touch removed it
+    /// with everything it owned, as logout does, and recorded nothing. The token is
+    /// worth nothing now; the caller hands the visitor a new one.
+    Expired,
 }
 
 impl Touched {
@@ -103,6 +107,7 @@ impl Touched {
     pub fn user(self) -> Option<UserId> {
         match self {
             Touched::Known(user) | Touched::Started(user) => user,
+            Touched::Expired => None,
         }
     }
 }
@@ -123,14 +128,22 @@ impl Sessions {
             .key(self.keys.login_in(shard))
             .key(self.keys.viewed_by_member(shard, token.expose()))
             .key(self.keys.guests_in(shard))
-            .key(self.keys.cart_member(shard, token.expose()));
+            .key(self.keys.cart_member(shard, token.expose()))
+            .key(self.keys.logins_in(shard));
+        let lifetimes = &self.lifetimes;
         let (started, user): (i64, Option<String>) = call
             .arg(token.expose())
             .arg(opt(touch.user.map(UserId::get)))
             .arg(opt(item.map(ItemId::get)))
             .arg(super::HISTORY_LEN)
+            .arg(lifetimes.idle().as_secs())
+            .arg(lifetimes.guest_idle().as_secs())
+            .arg(lifetimes.absolute().as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
+        if started == 2 {
+            return Ok(Touched::Expired);
+        }
         if let Some((item, Count::Now)) = touch.view {
             self.views.add(item, token);
         }

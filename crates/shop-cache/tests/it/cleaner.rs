@@ -335,13 +335,16 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     sessions.touch(&tokens[0], Touch::request()).await.unwrap();
 
     let mut call = shop_cache::scripts::CLEAN_SESSIONS.prepare_invoke();
-    // Picked from recent: ('0'), as when the shard has no guests.
+    // Picked from recent: for the excess ('oldest'), as when the shard has no guests.
     call.key(recent_key)
         .key(fx.keys.login_in(shard))
         .key(fx.keys.guests_in(shard))
+        .key(fx.keys.logins_in(shard))
         .arg(3)
         .arg(86_400)
-        .arg("0");
+        .arg("oldest")
+        .arg(30 * 86_400)
+        .arg(90 * 86_400);
     for (member, seen) in &picked {
         call.key(fx.keys.viewed_by_member(shard, member))
             .key(fx.keys.cart_member(shard, member))

@@ -8,6 +8,7 @@ mod cart;
 mod cleaner;
 mod flash_sale;
 mod insights;
+mod lifetimes;
 mod outage;
 mod page_store;
 mod row_cache;

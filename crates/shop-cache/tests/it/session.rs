@@ -53,6 +53,8 @@ async fn touch_records_last_seen_and_login(fx: Fixture) {
         fx.keys.recent_of(&user).to_owned(),
         fx.keys.recent_of(&guest).to_owned(),
         fx.keys.guests_of(&guest).to_owned(),
+        // The login's time, which its absolute lifetime counts from.
+        fx.keys.logins_of(&user).to_owned(),
     ];
     index.sort();
     index.dedup();
@@ -539,8 +541,8 @@ async fn prefixed_keys_stay_in_their_namespace() {
     let keys = server.all_keys().await;
     assert_eq!(
         keys.len(),
-        5,
-        "recent, login, viewed:<token>, viewed:, viewers:<item>:<window>"
+        6,
+        "recent, login, logins, viewed:<token>, viewed:, viewers:<item>:<window>"
     );
     assert!(keys.iter().all(|k| k.starts_with("s1:")), "{keys:?}");
 }

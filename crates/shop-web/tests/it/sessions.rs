@@ -54,6 +54,50 @@ async fn a_new_visitor_gets_a_safe_cookie_once() {
     );
 }
 
+/// A logged-in session past its lifetime is refused: its cookie is replaced, the
+/// request is served as a new visitor's, and the old token stays worthless.
+#[tokio::test]
+async fn an_expired_session_gets_a_new_cookie_and_is_logged_out() {
+    let app = TestApp::with_config(WebConfig {
+        session_lifetimes: shop_cache::session::Lifetimes {
+            absolute: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        },
+        ..WebConfig::default()
+    })
+    .await;
+    // The item page's touch travels beside the page's own lookup: checked too.
+    for (name, path) in [("eve", "/api/me"), ("eva", "/items/1")] {
+        let logged = app.logged_in(name).await;
+        assert_eq!(app.me(&logged).await["user"]["name"], name);
+        let token: SessionToken = logged.split_once('=').unwrap().1.parse().unwrap();
+        // Logged in two hours ago, as far as Redis knows.
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            - 7200.0;
+        let _: () = app
+            .conn
+            .clone()
+            .zadd(app.keys.logins_of(&token), token.expose(), at)
+            .await
+            .unwrap();
+        let resp = app.get(path, Some(&logged)).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        let fresh = cookie_of(&resp).expect("a new cookie");
+        assert_ne!(fresh, logged, "{path}");
+        let user: Option<String> = app
+            .conn
+            .clone()
+            .hget(app.keys.login_of(&token), token.expose())
+            .await
+            .unwrap();
+        assert_eq!(user, None, "{path}: the login is gone from Redis");
+        assert_eq!(app.me(&logged).await["user"], serde_json::Value::Null, "{path}");
+    }
+}
+
 /// Over HTTPS a sibling subdomain cannot plant the session: the plain
 /// `shop_session` cookie is not read at all, only `__Host-shop_session`, which a
 /// browser accepts only from the shop's own host, with `Secure` and `Path=/`.

@@ -120,7 +120,10 @@ async fn serve_with(
     if web.demo_users {
         seed::demo_users(&db).await?;
     }
-    let config = WebConfig::from(web);
+    let config = WebConfig {
+        session_lifetimes: workers.lifetimes(),
+        ..WebConfig::from(web)
+    };
     if web.demo_sale {
         let parts = sale::SaleParts::new(&conn, cache.clone(), &keys);
         if sale::start_demo(&parts.stores(&db)).await? {

@@ -11,6 +11,7 @@ use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache;
+use shop_cache::session;
 use shop_cache::session_cleaner::{
     DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, DEFAULT_GUEST_IDLE, MAX_BATCH,
 };
@@ -308,6 +309,24 @@ pub struct WorkerSettings {
         value_parser = clap::value_parser!(u64).range(1..),
     )]
     pub guest_idle: u64,
+    /// Seconds a session with a login or a cart may stay idle: the touch refuses
+    /// it after that (a new token), and the cleaner removes it, whatever the cap.
+    #[arg(
+        long,
+        env = "SHOP_SESSION_IDLE",
+        default_value_t = session::DEFAULT_IDLE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub session_idle: u64,
+    /// Seconds a login lasts, however active its session: then the user logs in
+    /// again (a stolen cookie works at most this long).
+    #[arg(
+        long,
+        env = "SHOP_SESSION_LIFETIME",
+        default_value_t = session::DEFAULT_ABSOLUTE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub session_lifetime: u64,
     /// Seconds between view rescales (trim `viewed:` and halve every count).
     #[arg(
         long,
@@ -324,6 +343,18 @@ pub struct WorkerSettings {
         value_parser = clap::value_parser!(u64).range(1..),
     )]
     pub rescale_keep: u64,
+}
+
+impl WorkerSettings {
+    /// The session lifetimes these settings give: the cleaner enforces them, and
+    /// so does every web server's touch (`serve` reads them from this section too).
+    pub fn lifetimes(&self) -> session::Lifetimes {
+        session::Lifetimes {
+            idle: Duration::from_secs(self.session_idle),
+            guest_idle: Duration::from_secs(self.guest_idle),
+            absolute: Duration::from_secs(self.session_lifetime),
+        }
+    }
 }
 
 /// Where Redis is when no URL is configured.
@@ -433,6 +464,9 @@ impl From<&WebSettings> for shop_web::WebConfig {
                 per_address: web.max_event_streams_per_address as usize,
                 lifetime: Duration::from_secs(web.event_stream_lifetime),
             },
+            // The lifetimes are the [workers] section's (`WorkerSettings::lifetimes`),
+            // which `serve` sets beside these.
+            session_lifetimes: session::Lifetimes::default(),
             demo_sale: web.demo_sale.then(|| {
                 ItemId::new(shop_app::sale::DEMO_ITEM).expect("the demo item's id is positive")
             }),
