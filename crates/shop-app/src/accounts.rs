@@ -1,7 +1,10 @@
 //! Logging in, signing up and logging out: the attempt counted against the login
-//! limits (Redis), the password checked or the account created (the database),
-//! then the session moved to a fresh token for the user with the guest's cart and
-//! history carried over (Redis), all in that order.
+//! limits (Redis; a device cookie lets it through a name that failures slowed
+//! down), the password checked or the account created (the database), the attempt
+//! settled (a failure stays counted against the name, a success is taken off and
+//! earns the browser its device cookie), then the session moved to a fresh token
+//! for the user with the guest's cart and history carried over (Redis), all in
+//! that order.
 //!
 //! The caller has parsed the form already (names and passwords within bounds, a
 //! new account's rules checked: `shop_domain::account`), and renders the answer.
@@ -25,13 +28,17 @@ pub enum Outcome {
         user: UserId,
         /// The session's new token, for the cookie.
         token: SessionToken,
+        /// The device cookie's value for this browser: with it, its later login
+        /// attempts on this account go through a limit that failures filled.
+        device: String,
     },
     /// A login with an unknown name or a wrong password (which, not said).
     WrongPassword,
     /// A sign-up for a name another account has.
     NameTaken,
-    /// Too many attempts from this address or for this name: try again after
-    /// `retry_after`. Nothing was checked.
+    /// Too many attempts from this address, or a name slowed down by failures
+    /// (and no device cookie for it): try again after `retry_after`. Nothing was
+    /// checked.
     TooMany {
         /// When the window that refused ends.
         retry_after: Duration,
@@ -49,6 +56,8 @@ pub struct Attempted<'a> {
     pub name: &'a str,
     /// The password.
     pub password: &'a str,
+    /// The client's device cookie, if it sent one.
+    pub device: Option<&'a str>,
     /// The form's one-time key bound to the presented cookie: a double submit gets
     /// the same new token (see `shop_cache::session::Sessions::login`).
     pub once: Option<&'a str>,
@@ -77,7 +86,10 @@ impl Accounts<'_> {
             .await?
         {
             Some(user) => self.logged_in(&attempt, user).await,
-            None => Ok(Outcome::WrongPassword),
+            None => {
+                self.limiter.failed(attempt.name).await?;
+                Ok(Outcome::WrongPassword)
+            }
         }
     }
 
@@ -99,7 +111,10 @@ impl Accounts<'_> {
                 .await?
             {
                 Some(user) => user,
-                None => return Ok(Outcome::NameTaken),
+                None => {
+                    self.limiter.failed(attempt.name).await?;
+                    return Ok(Outcome::NameTaken);
+                }
             },
         };
         self.logged_in(&attempt, user).await
@@ -116,19 +131,30 @@ impl Accounts<'_> {
     /// Counts the attempt against the limits: the refusal, if over.
     async fn count(&self, attempt: &Attempted<'_>) -> Result<Option<Outcome>, AppError> {
         Ok(
-            match self.limiter.attempt(attempt.address, attempt.name).await? {
+            match self
+                .limiter
+                .attempt(attempt.address, attempt.name, attempt.device)
+                .await?
+            {
                 Attempt::Allowed => None,
                 Attempt::Refused { retry_after } => Some(Outcome::TooMany { retry_after }),
             },
         )
     }
 
-    /// Moves the session to a fresh token for `user`, cart and history kept.
+    /// Moves the session to a fresh token for `user`, cart and history kept; the
+    /// attempt is taken off the name's count, and the browser gets its device
+    /// cookie.
     async fn logged_in(&self, attempt: &Attempted<'_>, user: UserId) -> Result<Outcome, AppError> {
+        let device = self.limiter.succeeded(attempt.name).await?;
         let token = self
             .sessions
             .login(attempt.session, user, attempt.once)
             .await?;
-        Ok(Outcome::LoggedIn { user, token })
+        Ok(Outcome::LoggedIn {
+            user,
+            token,
+            device,
+        })
     }
 }

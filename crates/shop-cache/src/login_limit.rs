@@ -10,12 +10,27 @@
 //!
 //! Fixed windows (`INCR` + `PEXPIRE` in one script): a client can burst up to twice
 //! a limit across a window boundary, which is fine for this purpose and costs one
-//! key per address or name and window. Refused attempts are counted too, so
-//! hammering keeps a client locked out. The account-name limit lets an attacker
-//! lock a known account out for a window: that is the usual trade, kept mild by
-//! counting per name only what is a guessing rate, not a lifetime total.
+//! key per address or name and window.
+//!
+//! - Per client address (and IPv6 /56 and /48): every attempt counts, refused ones
+//!   too, so hammering keeps a client locked out. This is what bounds the password
+//!   hashing one client can cause.
+//! - Per account name: only failures count (an attempt is counted when it is let
+//!   through and taken back when it logs in: [`LoginLimiter::succeeded`]), so a
+//!   user's own logins never lock them out. A name at its limit is not shut: a
+//!   browser that logged in to that account before (a device cookie the shop
+//!   signed: [`Devices`]) goes through, and anyone else gets one try per
+//!   slow-down interval (window / limit: 6 s by default) instead of a minute's
+//!   refusal. Before, 11 wrong tries a minute from anywhere kept an account's owner
+//!   out, with the right password, for as long as they went on; now an attacker
+//!   can only slow the owner's new devices down, and still gets no more than
+//!   about twice the limit of guesses a window.
 
 use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tokio::sync::OnceCell;
 
 use crate::keys::Keys;
 use crate::{CacheError, RedisConn, scripts};
@@ -25,10 +40,14 @@ use crate::{CacheError, RedisConn, scripts};
 pub struct LoginLimits {
     /// Attempts one client address may make per window.
     pub per_address: u32,
-    /// Attempts against one account name per window (from all addresses).
+    /// Failed attempts on one account name per window (from all addresses)
+    /// before it slows down.
     pub per_name: u32,
     /// The window.
     pub window: Duration,
+    /// How often a name at its limit lets one attempt through from a browser
+    /// without its device cookie; `None`: window / per_name.
+    pub slow_down: Option<Duration>,
 }
 
 impl Default for LoginLimits {
@@ -37,7 +56,17 @@ impl Default for LoginLimits {
             per_address: 20,
             per_name: 10,
             window: Duration::from_secs(60),
+            slow_down: None,
         }
+    }
+}
+
+impl LoginLimits {
+    /// The slow-down interval in force (at least a millisecond).
+    pub fn slow_down(&self) -> Duration {
+        self.slow_down
+            .unwrap_or(self.window / self.per_name.max(1))
+            .max(Duration::from_millis(1))
     }
 }
 
@@ -59,12 +88,23 @@ pub struct LoginLimiter {
     conn: RedisConn,
     keys: Keys,
     limits: LoginLimits,
+    devices: Devices,
 }
 
 impl LoginLimiter {
     /// A limiter with `limits`, its counters under `keys`.
     pub fn new(conn: RedisConn, keys: Keys, limits: LoginLimits) -> Self {
-        Self { conn, keys, limits }
+        Self {
+            devices: Devices::new(conn.clone(), keys.clone()),
+            conn,
+            keys,
+            limits,
+        }
+    }
+
+    /// The device cookies this limiter trusts.
+    pub fn devices(&self) -> &Devices {
+        &self.devices
     }
 
     /// The limits in force.
@@ -73,37 +113,191 @@ impl LoginLimiter {
     }
 
     /// Counts an attempt from `address` (none when unknown) on account `name`
-    /// (compared case-insensitively) and says whether it may go ahead.
-    pub async fn attempt(&self, address: Option<&str>, name: &str) -> Result<Attempt, CacheError> {
-        // One call per counter: they are separate keys (separate slots in a cluster).
-        let name = self
-            .keys
-            .login_attempts("name", &name.trim().to_lowercase());
-        let mut counters = vec![(name, self.limits.per_name)];
+    /// (compared case-insensitively) and says whether it may check its password.
+    /// `device` is the client's device cookie, if it sent one: the right one for
+    /// this name lets the attempt through a name at its limit. An allowed attempt
+    /// must be settled: [`LoginLimiter::succeeded`] or [`LoginLimiter::failed`].
+    pub async fn attempt(
+        &self,
+        address: Option<&str>,
+        name: &str,
+        device: Option<&str>,
+    ) -> Result<Attempt, CacheError> {
+        // The address first: a refused client does not touch the name's count.
         if let Some(address) = address {
-            counters.push((
+            let mut counters = vec![(
                 self.keys.login_attempts("ip", address),
                 self.limits.per_address,
-            ));
+            )];
             for (block, times) in wider_blocks(address) {
                 counters.push((
                     self.keys.login_attempts("ip", &block),
                     self.limits.per_address.saturating_mul(times),
                 ));
             }
+            // One call per counter: they are separate keys (separate slots in a
+            // cluster).
+            let calls = counters
+                .iter()
+                .map(|(key, limit)| count(&self.conn, key, *limit, self.limits.window));
+            let answers = futures::future::try_join_all(calls).await?;
+            // Refused if any counter refuses, for as long as the longest refusal.
+            if let Some(refused) = answers
+                .into_iter()
+                .filter(|a| *a != Attempt::Allowed)
+                .max_by_key(|a| match a {
+                    Attempt::Allowed => Duration::ZERO,
+                    Attempt::Refused { retry_after } => *retry_after,
+                })
+            {
+                return Ok(refused);
+            }
         }
-        let calls = counters
-            .iter()
-            .map(|(key, limit)| count(&self.conn, key, *limit, self.limits.window));
-        let answers = futures::future::try_join_all(calls).await?;
-        // Refused if any counter refuses, for as long as the longest refusal.
-        Ok(answers
-            .into_iter()
-            .max_by_key(|a| match a {
-                Attempt::Allowed => Duration::ZERO,
-                Attempt::Refused { retry_after } => *retry_after,
+        let name = normal(name);
+        let known_device = match device {
+            Some(cookie) => self.devices.recognises(cookie, &name).await?,
+            None => false,
+        };
+        let (counter, slot) = self.keys.login_name_limit(&name);
+        let (ok, wait_ms): (i64, i64) = scripts::LOGIN_NAME_GATE
+            .key(counter)
+            .key(slot)
+            .arg(self.limits.window.as_millis() as u64)
+            .arg(self.limits.per_name)
+            .arg(self.limits.slow_down().as_millis() as u64)
+            .arg(if known_device { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(if ok == 1 {
+            Attempt::Allowed
+        } else {
+            Attempt::Refused {
+                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
+            }
+        })
+    }
+
+    /// An allowed attempt on `name` logged in: its count is taken back (only
+    /// failures count against a name). Returns the device cookie's value for the
+    /// browser, which lets it through this name's limit from now on.
+    pub async fn succeeded(&self, name: &str) -> Result<String, CacheError> {
+        let name = normal(name);
+        self.settle(&name, true).await?;
+        self.devices.issue(&name).await
+    }
+
+    /// An allowed attempt on `name` failed (wrong password, a sign-up for a
+    /// taken name): it stays counted, and a name at its limit slows down.
+    pub async fn failed(&self, name: &str) -> Result<(), CacheError> {
+        self.settle(&normal(name), false).await
+    }
+
+    async fn settle(&self, name: &str, success: bool) -> Result<(), CacheError> {
+        let (counter, slot) = self.keys.login_name_limit(name);
+        scripts::LOGIN_NAME_SETTLE
+            .key(counter)
+            .key(slot)
+            .arg(if success { "1" } else { "0" })
+            .arg(self.limits.per_name)
+            .arg(self.limits.slow_down().as_millis() as u64)
+            .invoke_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}
+
+/// An account name as the limits count it: trimmed, any case.
+fn normal(name: &str) -> String {
+    name.trim().to_lowercase()
+}
+
+/// How long a device cookie is trusted after the login that issued it.
+pub const DEVICE_LIFETIME: Duration = Duration::from_secs(180 * 24 * 3600);
+
+/// Device cookies: a browser's proof that it logged in to an account before,
+/// `<issued unix time>.<HMAC-SHA256 of the name and that time, hex>`, signed with a
+/// random key kept in Redis (made by the first server that needs it, `SET NX`, so
+/// every web server signs and checks with the same one, and read once per
+/// process). It names no account and carries no session: it only lets its
+/// holder's login attempts through a name that failures slowed down, and only for
+/// the name it was issued for, for [`DEVICE_LIFETIME`]. Losing the key (a flushed
+/// Redis) only makes every browser a new device again.
+#[derive(Clone)]
+pub struct Devices {
+    conn: RedisConn,
+    keys: Keys,
+    key: std::sync::Arc<OnceCell<Vec<u8>>>,
+}
+
+impl Devices {
+    /// Device cookies signed with the key kept under `keys`.
+    pub fn new(conn: RedisConn, keys: Keys) -> Self {
+        Self {
+            conn,
+            keys,
+            key: Default::default(),
+        }
+    }
+
+    /// The signing key, made if there is none yet.
+    async fn key(&self) -> Result<&[u8], CacheError> {
+        let key = self
+            .key
+            .get_or_try_init(|| async {
+                let mut conn = self.conn.clone();
+                let made = format!(
+                    "{}{}",
+                    crate::domain::SessionToken::generate().expose(),
+                    crate::domain::SessionToken::generate().expose()
+                );
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(self.keys.device_key())
+                    .arg(&made)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                let key: Option<String> = redis::cmd("GET")
+                    .arg(self.keys.device_key())
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, CacheError>(key.unwrap_or(made).into_bytes())
             })
-            .unwrap_or(Attempt::Allowed))
+            .await?;
+        Ok(key)
+    }
+
+    fn mac(key: &[u8], name: &str, issued: u64) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+        mac.update(b"shop device\n");
+        mac.update(name.as_bytes());
+        mac.update(b"\n");
+        mac.update(issued.to_string().as_bytes());
+        mac
+    }
+
+    /// A device cookie's value for a browser that just logged in as `name`.
+    pub async fn issue(&self, name: &str) -> Result<String, CacheError> {
+        let issued = crate::clock::unix_now() as u64;
+        let tag = Self::mac(self.key().await?, &normal(name), issued).finalize();
+        Ok(format!("{issued}.{}", hex::encode(tag.into_bytes())))
+    }
+
+    /// Whether `cookie` is a device cookie this shop issued for `name`, within its
+    /// lifetime. Anything malformed is simply no.
+    pub async fn recognises(&self, cookie: &str, name: &str) -> Result<bool, CacheError> {
+        let Some((issued, tag)) = cookie.split_once('.') else {
+            return Ok(false);
+        };
+        let (Ok(issued), Ok(tag)) = (issued.parse::<u64>(), hex::decode(tag)) else {
+            return Ok(false);
+        };
+        let now = crate::clock::unix_now() as u64;
+        if issued > now + 60 || now - issued.min(now) > DEVICE_LIFETIME.as_secs() {
+            return Ok(false);
+        }
+        let mac = Self::mac(self.key().await?, &normal(name), issued);
+        // Compared in constant time.
+        Ok(mac.verify_slice(&tag).is_ok())
     }
 }
 

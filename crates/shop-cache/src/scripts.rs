@@ -94,6 +94,15 @@ pub static CART_REMOVE: LazyLock<Script> =
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));
 
+/// Lets a login attempt on one account name through (and counts it), or not.
+pub static LOGIN_NAME_GATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/login_name_gate.lua")));
+
+/// Settles a counted login attempt on one account name: a success uncounted, a
+/// failure starting the slow-down.
+pub static LOGIN_NAME_SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/login_name_settle.lua")));
+
 /// Raises a progress marker, never lowering it.
 pub static RAISE_TO: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_to.lua")));

@@ -327,7 +327,9 @@ impl SessionCleaner {
             no_guest_left &= take == oldest_guests.len();
             if take > 0 {
                 let picked = &oldest_guests[..take];
-                let guests = self.remove(&mut conn, shard, cap, Pick::Guests, picked).await?;
+                let guests = self
+                    .remove(&mut conn, shard, cap, Pick::Guests, picked)
+                    .await?;
                 no_guest_left &= guests.removed as usize == take;
                 done.add(guests);
             }
@@ -343,7 +345,10 @@ impl SessionCleaner {
         if no_guest_left && left > 0 {
             let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
             let picked = &oldest[..left.min(oldest.len())];
-            done.add(self.remove(&mut conn, shard, cap, Pick::Oldest, picked).await?);
+            done.add(
+                self.remove(&mut conn, shard, cap, Pick::Oldest, picked)
+                    .await?,
+            );
         }
         Ok(done)
     }

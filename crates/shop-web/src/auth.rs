@@ -120,7 +120,11 @@ async fn login(
         .log_in(parts.attempt(&session, name, password))
         .await?
     {
-        Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
+        Outcome::LoggedIn {
+            user,
+            token,
+            device,
+        } => Ok(logged_in(user, token, &device, &session, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::WrongPassword | Outcome::NameTaken => {
             if wants_json(&headers) {
@@ -153,6 +157,7 @@ fn credentials(form: &HashMap<String, String>) -> Result<(&str, &str, String), W
 struct AttemptParts {
     once: Option<String>,
     address: Option<String>,
+    device: Option<String>,
 }
 
 impl AttemptParts {
@@ -166,6 +171,7 @@ impl AttemptParts {
         Ok(Self {
             once: once_key(form, headers, session)?,
             address: client_address(peer, headers, state.config.trust_forwarded_for),
+            device: crate::session::device_cookie(headers, session.https),
         })
     }
 
@@ -181,6 +187,7 @@ impl AttemptParts {
             address: self.address.as_deref(),
             name,
             password,
+            device: self.device.as_deref(),
             once: self.once.as_deref(),
         }
     }
@@ -218,14 +225,27 @@ fn too_many(retry_after: std::time::Duration) -> WebError {
 }
 
 /// The answer to a login or sign-up that logged in: the session moves to its new
-/// token, and the answer is the user as JSON, or a redirect to `next`.
-fn logged_in(user: UserId, token: SessionToken, headers: &HeaderMap, next: &str) -> Response {
+/// token, the browser gets its device cookie, and the answer is the user as JSON,
+/// or a redirect to `next`.
+fn logged_in(
+    user: UserId,
+    token: SessionToken,
+    device: &str,
+    session: &Session,
+    headers: &HeaderMap,
+    next: &str,
+) -> Response {
     let mut resp = if wants_json(headers) {
         Json(json!({ "user": user.get() })).into_response()
     } else {
         Redirect::to(next).into_response()
     };
     resp.extensions_mut().insert(NewToken(token));
+    if let Ok(cookie) =
+        header::HeaderValue::from_str(&crate::session::device_set_cookie(device, session.https))
+    {
+        resp.headers_mut().append(header::SET_COOKIE, cookie);
+    }
     resp
 }
 
@@ -290,7 +310,11 @@ async fn signup(
         .sign_up(parts.attempt(&session, name, password))
         .await?
     {
-        Outcome::LoggedIn { user, token } => Ok(logged_in(user, token, &headers, &next)),
+        Outcome::LoggedIn {
+            user,
+            token,
+            device,
+        } => Ok(logged_in(user, token, &device, &session, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::NameTaken | Outcome::WrongPassword => refuse(
             StatusCode::CONFLICT,

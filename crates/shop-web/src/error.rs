@@ -103,7 +103,7 @@ impl WebError {
     /// 429: too many attempts; the answer says when to try again (`Retry-After`).
     pub fn too_many_requests(message: impl Into<String>, retry_after: std::time::Duration) -> Self {
         let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message);
-        e.retry_after = Some(retry_after.as_secs().max(1));
+        e.retry_after = Some(seconds_up(retry_after));
         e
     }
 
@@ -115,7 +115,7 @@ impl WebError {
         retry_after: std::time::Duration,
     ) -> Self {
         let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
-        e.retry_after = Some(retry_after.as_secs().max(1));
+        e.retry_after = Some(seconds_up(retry_after));
         e
     }
 
@@ -320,4 +320,10 @@ impl From<DbError> for WebError {
             ))
         }
     }
+}
+
+/// A `Retry-After` in whole seconds, rounded up (a client that waits what it is
+/// told is not early), at least 1.
+fn seconds_up(wait: std::time::Duration) -> u64 {
+    (wait.as_millis().div_ceil(1000) as u64).max(1)
 }

@@ -69,6 +69,9 @@ pub struct Session {
     pub token: SessionToken,
     /// The logged-in user, if any.
     pub user: Option<UserId>,
+    /// The request came over HTTPS (configured, or a trusted proxy said so): the
+    /// cookies a handler sets get `Secure` and the `__Host-` prefix.
+    pub https: bool,
 }
 
 impl Session {
@@ -184,6 +187,7 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
             req.extensions_mut().insert(Session {
                 token: token.clone(),
                 user: None,
+                https,
             });
             let resp = next.run(req).await;
             if let Some(item) = item
@@ -200,9 +204,10 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
             req.extensions_mut().insert(Session {
                 token: token.clone(),
                 user: None,
+                https,
             });
             let (resp, (session, renewed)) =
-                tokio::join!(next.run(req), identify(&state, token, Some(item)));
+                tokio::join!(next.run(req), identify(&state, token, Some(item), https));
             let found = resp.status() == StatusCode::OK;
             if renewed {
                 // The session had expired: the view counts as a new visitor's.
@@ -222,7 +227,7 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
             }
         }
         (Some(token), None) => {
-            let (session, renewed) = identify(&state, token, None).await;
+            let (session, renewed) = identify(&state, token, None, https).await;
             let issued = renewed.then(|| session.token.clone());
             req.extensions_mut().insert(session);
             (next.run(req).await, issued)
@@ -252,6 +257,7 @@ async fn identify(
     state: &SessionLayer,
     token: SessionToken,
     ahead: Option<ItemId>,
+    https: bool,
 ) -> (Session, bool) {
     let touch = match ahead {
         Some(item) => Touch::request().view_ahead(item),
@@ -262,6 +268,7 @@ async fn identify(
             Session {
                 token: SessionToken::generate(),
                 user: None,
+                https,
             },
             true,
         ),
@@ -269,12 +276,20 @@ async fn identify(
             Session {
                 user: touched.user(),
                 token,
+                https,
             },
             false,
         ),
         Err(error) => {
             session_error(state, &error);
-            (Session { token, user: None }, false)
+            (
+                Session {
+                    token,
+                    user: None,
+                    https,
+                },
+                false,
+            )
         }
     }
 }
@@ -283,6 +298,55 @@ async fn identify(
 fn session_error(state: &SessionLayer, error: &shop_cache::CacheError) {
     state.errors.fetch_add(1, Ordering::Relaxed);
     Cause::redis(error, "session store unavailable; serving as a guest").log();
+}
+
+/// The cookie holding a browser's device proof (see
+/// [`shop_cache::login_limit::Devices`]); over HTTPS [`SECURE_DEVICE_COOKIE`].
+pub const DEVICE_COOKIE: &str = "shop_device";
+/// [`DEVICE_COOKIE`] over HTTPS, with the same `__Host-` rules as the session's.
+pub const SECURE_DEVICE_COOKIE: &str = "__Host-shop_device";
+
+/// How long a browser keeps its device cookie: as long as the shop trusts it.
+const DEVICE_MAX_AGE: std::time::Duration = shop_cache::login_limit::DEVICE_LIFETIME;
+
+/// The device cookie's value the request carries, if any (under the name its
+/// transport uses). Bounded like the session cookie; its contents are checked by
+/// the login limiter.
+pub fn device_cookie(headers: &HeaderMap, https: bool) -> Option<String> {
+    let name = if https {
+        SECURE_DEVICE_COOKIE
+    } else {
+        DEVICE_COOKIE
+    };
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter(|v| v.len() <= MAX_COOKIE_HEADER)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(::cookie::Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == name && c.value().len() <= 100)
+        .map(|c| c.value().to_owned())
+}
+
+/// The `Set-Cookie` value of a device cookie: `HttpOnly`, `SameSite=Lax`, kept for
+/// [`shop_cache::login_limit::DEVICE_LIFETIME`]; over HTTPS `__Host-` and `Secure`.
+pub fn device_set_cookie(value: &str, https: bool) -> String {
+    let name = if https {
+        SECURE_DEVICE_COOKIE
+    } else {
+        DEVICE_COOKIE
+    };
+    ::cookie::Cookie::build((name, value))
+        .path("/")
+        .http_only(true)
+        .same_site(::cookie::SameSite::Lax)
+        .secure(https)
+        .max_age(::cookie::time::Duration::seconds(
+            DEVICE_MAX_AGE.as_secs() as i64
+        ))
+        .build()
+        .to_string()
 }
 
 /// The `Set-Cookie` value for a session token (built by the `cookie` crate): over

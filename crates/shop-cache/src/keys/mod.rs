@@ -395,6 +395,26 @@ impl Keys {
         self.rate_limit(&format!("login:{scope}"), value)
     }
 
+    /// The two keys of one account name's login limit, in one slot (a hash tag of
+    /// the name's digest) so one script reads and writes both: the counter of
+    /// attempts that were not successful logins in the current window (string),
+    /// and the slow-down slot (string, expiring) that lets one attempt through
+    /// every so often once the counter is full.
+    pub fn login_name_limit(&self, name: &str) -> (String, String) {
+        let d = digest(name);
+        (
+            format!("{}limit:login:name:{{n{d}}}", self.0.prefix),
+            format!("{}limit:login:slow:{{n{d}}}", self.0.prefix),
+        )
+    }
+
+    /// String: the key that signs device cookies (a browser's proof that it logged
+    /// in to an account before), random, made by the first web server that needs
+    /// it and shared by all.
+    pub fn device_key(&self) -> String {
+        format!("{}device-key", self.0.prefix)
+    }
+
     /// String: a rate-limit counter of one kind of request (`scope`, e.g. `buy`)
     /// by one client (`who`: an account id) in the current window; hashed.
     pub fn rate_limit(&self, scope: &str, who: &str) -> String {

@@ -60,6 +60,9 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.also_bought_decayed().to_owned(),
         k.also_bought_list_epochs(i),
         k.login_attempts("ip", "127.0.0.1"),
+        k.login_name_limit("alice").0,
+        k.login_name_limit("alice").1,
+        k.device_key(),
         k.also_bought(i),
         k.also_bought_index().to_owned(),
         k.schedule().to_owned(),
@@ -149,6 +152,10 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
     // a purge of one tag: its page set and its purge mark; tags spread.
     assert_eq!(tag(&k.page_tag("i42")), tag(&k.page_tag_purged("i42")));
     assert_ne!(tag(&k.page_tag("i42")), tag(&k.page_tag("i43")));
+    // a name's login limit: its counter and its slow-down slot; names spread.
+    let (count, slow) = k.login_name_limit("alice");
+    assert_eq!(tag(&count), tag(&slow));
+    assert_ne!(tag(&count), tag(&k.login_name_limit("bob").0));
     // Different items and sessions spread.
     assert_ne!(
         tag(&k.also_bought(i)),

@@ -114,45 +114,4 @@ async fn a_full_cart_refuses_new_lines_and_writes_nothing(fx: Fixture) {
         vec![(2, 5), (3, 1), (4, 1)]
     );
 }
-
-async fn login_attempts_are_limited_per_name_and_per_address(fx: Fixture) {
-    use shop_cache::login_limit::{Attempt, LoginLimiter, LoginLimits};
-    let limits = LoginLimits {
-        per_address: 5,
-        per_name: 3,
-        window: std::time::Duration::from_secs(60),
-    };
-    let limiter = LoginLimiter::new(fx.conn.clone(), fx.keys.clone(), limits);
-    for _ in 0..3 {
-        assert_eq!(
-            limiter.attempt(Some("10.0.0.1"), "alice").await.unwrap(),
-            Attempt::Allowed
-        );
-    }
-    // The name is spent, from any address, in any case.
-    let refused = limiter.attempt(Some("10.0.0.2"), " ALICE ").await.unwrap();
-    match refused {
-        Attempt::Refused { retry_after } => {
-            assert!(retry_after <= std::time::Duration::from_secs(60) && !retry_after.is_zero())
-        }
-        Attempt::Allowed => panic!("a fourth try on alice must be refused"),
-    }
-    // The first address has used 3 of 5: two more names, then it is refused too.
-    assert_eq!(
-        limiter.attempt(Some("10.0.0.1"), "bob").await.unwrap(),
-        Attempt::Allowed
-    );
-    assert_eq!(
-        limiter.attempt(Some("10.0.0.1"), "carol").await.unwrap(),
-        Attempt::Allowed
-    );
-    assert!(matches!(
-        limiter.attempt(Some("10.0.0.1"), "dave").await.unwrap(),
-        Attempt::Refused { .. }
-    ));
-    assert_eq!(
-        limiter.attempt(Some("10.0.0.3"), "erin").await.unwrap(),
-        Attempt::Allowed
-    );
-}
 }

@@ -61,7 +61,10 @@ async fn shopper(fx: &Fixture, sessions: &Sessions, user: u64) -> SessionToken {
         .login(&SessionToken::generate(), UserId::new(user).unwrap(), None)
         .await
         .unwrap();
-    sessions.touch(&t, Touch::request().view(item(1))).await.unwrap();
+    sessions
+        .touch(&t, Touch::request().view(item(1)))
+        .await
+        .unwrap();
     carts.set(&t, item(2), 1).await.unwrap();
     t
 }

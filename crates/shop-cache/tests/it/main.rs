@@ -9,6 +9,7 @@ mod cleaner;
 mod flash_sale;
 mod insights;
 mod lifetimes;
+mod login_limit;
 mod outage;
 mod page_store;
 mod row_cache;

@@ -154,6 +154,7 @@ async fn login_attempts_are_limited_with_429_before_any_hashing() {
             per_address: 100,
             per_name: 3,
             window: std::time::Duration::from_secs(60),
+            slow_down: None,
         },
         ..WebConfig::default()
     })
@@ -195,6 +196,99 @@ async fn login_attempts_are_limited_with_429_before_any_hashing() {
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
+/// The device cookie of `resp`, as a `Cookie` header's part.
+fn device_of(resp: &axum::response::Response) -> Option<String> {
+    resp.headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("shop_device="))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+}
+
+/// Before: 11 wrong tries a minute from anywhere kept an account's owner out with
+/// the right password (429 for a minute, renewed by every try). Now only failures
+/// count, the owner's browser (its device cookie) goes through, and a new browser
+/// is slowed down, not shut out.
+#[tokio::test]
+async fn a_locked_name_lets_its_owners_browser_in_and_slows_the_rest_down() {
+    let app = TestApp::with_config(WebConfig {
+        login_limits: shop_cache::login_limit::LoginLimits {
+            per_address: 1_000,
+            per_name: 10,
+            window: std::time::Duration::from_secs(60),
+            slow_down: Some(std::time::Duration::from_millis(300)),
+        },
+        ..WebConfig::default()
+    })
+    .await;
+    app.db
+        .create_user("bobby", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    // Bob's own logins never count: 15 in a row.
+    let mut device = None;
+    for n in 0..15 {
+        let resp = app
+            .post("/login", None, "name=bobby&password=right-pw", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "login {n}");
+        device = device_of(&resp);
+        let set = resp
+            .headers()
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .find(|v| v.starts_with("shop_device="))
+            .expect("a device cookie");
+        assert!(
+            set.contains("HttpOnly") && set.contains("Max-Age="),
+            "{set}"
+        );
+    }
+    let device = device.unwrap();
+    // An attacker's wrong tries: 10, then the name slows down.
+    for n in 0..10 {
+        let resp = app
+            .post("/login", None, "name=bobby&password=guess", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "try {n}");
+    }
+    let resp = app
+        .post("/login", None, "name=bobby&password=guess", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = resp.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        wait, 1,
+        "the slow-down's interval, rounded up, not the window"
+    );
+    // Bob's browser, with its device cookie: straight in.
+    let bobs = format!("{}; {device}", app.visitor().await);
+    let resp = app
+        .post("/login", Some(&bobs), "name=bobby&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    // A new browser with the right password: in within a few intervals.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let resp = app
+            .post("/login", None, "name=bobby&password=right-pw", true)
+            .await;
+        if resp.status() == StatusCode::OK {
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(std::time::Instant::now() < deadline, "never let in");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// IPv6: a subscriber rotating through the /64s of its /56 (or a site through the
 /// /56s of its /48) gets a few times one address's allowance, not 256 (or 65,536)
 /// times.
@@ -205,6 +299,7 @@ async fn ipv6_login_attempts_count_per_64_56_and_48() {
             per_address: 2,
             per_name: 1_000,
             window: std::time::Duration::from_secs(60),
+            slow_down: None,
         },
         trust_forwarded_for: true,
         ..WebConfig::default()

@@ -304,6 +304,7 @@ async fn sign_ups_count_against_the_login_limits() {
             per_address: 100,
             per_name: 2,
             window: std::time::Duration::from_secs(60),
+            slow_down: None,
         },
         ..WebConfig::default()
     })

@@ -94,7 +94,11 @@ async fn an_expired_session_gets_a_new_cookie_and_is_logged_out() {
             .await
             .unwrap();
         assert_eq!(user, None, "{path}: the login is gone from Redis");
-        assert_eq!(app.me(&logged).await["user"], serde_json::Value::Null, "{path}");
+        assert_eq!(
+            app.me(&logged).await["user"],
+            serde_json::Value::Null,
+            "{path}"
+        );
     }
 }
 

@@ -135,7 +135,9 @@ pub struct WebSettings {
           default_value_t = shop_cache::login_limit::LoginLimits::default().per_address,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub login_limit_address: u32,
-    /// Login attempts on one account name per minute, from all addresses.
+    /// Failed login attempts on one account name per minute, from all addresses,
+    /// before it slows down to one try per 60/N seconds (a browser that logged in
+    /// to that account before still goes through).
     #[arg(long, env = "SHOP_LOGIN_LIMIT_NAME",
           default_value_t = shop_cache::login_limit::LoginLimits::default().per_name,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
