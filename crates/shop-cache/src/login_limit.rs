@@ -239,31 +239,36 @@ impl Devices {
         }
     }
 
-    /// The signing key, made if there is none yet.
-    async fn key(&self) -> Result<&[u8], CacheError> {
-        let key = self
-            .key
-            .get_or_try_init(|| async {
-                let mut conn = self.conn.clone();
-                let made = format!(
-                    "{}{}",
-                    crate::domain::SessionToken::generate().expose(),
-                    crate::domain::SessionToken::generate().expose()
-                );
-                let _: Option<String> = redis::cmd("SET")
-                    .arg(self.keys.device_key())
-                    .arg(&made)
-                    .arg("NX")
-                    .query_async(&mut conn)
-                    .await?;
-                let key: Option<String> = redis::cmd("GET")
-                    .arg(self.keys.device_key())
-                    .query_async(&mut conn)
-                    .await?;
-                Ok::<_, CacheError>(key.unwrap_or(made).into_bytes())
-            })
+    /// The signing key: read once per process, and made (`make`) if there is
+    /// none yet. Checking a cookie never makes one (a client's made-up cookie
+    /// writes nothing); with no key, no cookie can be genuine.
+    async fn key(&self, make: bool) -> Result<Option<&[u8]>, CacheError> {
+        if let Some(key) = self.key.get() {
+            return Ok(Some(key));
+        }
+        let mut conn = self.conn.clone();
+        if make {
+            let made = format!(
+                "{}{}",
+                crate::domain::SessionToken::generate().expose(),
+                crate::domain::SessionToken::generate().expose()
+            );
+            let _: Option<String> = redis::cmd("SET")
+                .arg(self.keys.device_key())
+                .arg(&made)
+                .arg("NX")
+                .query_async(&mut conn)
+                .await?;
+        }
+        let stored: Option<String> = redis::cmd("GET")
+            .arg(self.keys.device_key())
+            .query_async(&mut conn)
             .await?;
-        Ok(key)
+        Ok(match stored {
+            // Another task may have set it meanwhile: the same value, from Redis.
+            Some(key) => Some(self.key.get_or_init(|| async { key.into_bytes() }).await),
+            None => None,
+        })
     }
 
     fn mac(key: &[u8], name: &str, issued: u64) -> Hmac<Sha256> {
@@ -278,7 +283,11 @@ impl Devices {
     /// A device cookie's value for a browser that just logged in as `name`.
     pub async fn issue(&self, name: &str) -> Result<String, CacheError> {
         let issued = crate::clock::unix_now() as u64;
-        let tag = Self::mac(self.key().await?, &normal(name), issued).finalize();
+        let Some(key) = self.key(true).await? else {
+            // Deleted between the SET NX and the GET: made again next time.
+            return Err(CacheError::Corrupt { what: "device-key" });
+        };
+        let tag = Self::mac(key, &normal(name), issued).finalize();
         Ok(format!("{issued}.{}", hex::encode(tag.into_bytes())))
     }
 
@@ -295,7 +304,10 @@ impl Devices {
         if issued > now + 60 || now - issued.min(now) > DEVICE_LIFETIME.as_secs() {
             return Ok(false);
         }
-        let mac = Self::mac(self.key().await?, &normal(name), issued);
+        let Some(key) = self.key(false).await? else {
+            return Ok(false);
+        };
+        let mac = Self::mac(key, &normal(name), issued);
         // Compared in constant time.
         Ok(mac.verify_slice(&tag).is_ok())
     }

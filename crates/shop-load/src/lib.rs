@@ -43,6 +43,10 @@ use rng::{Rng, Zipf};
 pub struct LoadConfig {
     /// The shop: `host:port`.
     pub target: String,
+    /// Where the shop serves `/metrics` (its operators' address, `host:port`),
+    /// read before and after the run for the page cache's counters; `None`: the
+    /// target's host on the next port (`shop serve`'s default).
+    pub metrics: Option<String>,
     /// Concurrent connections (closed loop: also concurrent shoppers in flight).
     pub connections: usize,
     /// Stop after this long...
@@ -73,6 +77,7 @@ impl Default for LoadConfig {
     fn default() -> Self {
         Self {
             target: "127.0.0.1:8080".to_owned(),
+            metrics: None,
             connections: 50,
             duration: Some(Duration::from_secs(10)),
             requests: None,
@@ -213,7 +218,11 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     if config.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         bail!("the rate must be a positive number of requests per second");
     }
-    let before = report::read_cache_stats(&config.target).await.ok();
+    let metrics = config
+        .metrics
+        .clone()
+        .unwrap_or_else(|| next_port(&config.target));
+    let before = report::read_cache_stats(&metrics).await.ok();
     let progress = if config.progress {
         let bar = match config.requests {
             Some(n) => indicatif::ProgressBar::new(n),
@@ -279,7 +288,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let elapsed = shared.started.elapsed();
     let _ = ticker.await;
     shared.progress.finish_and_clear();
-    let after = report::read_cache_stats(&config.target).await.ok();
+    let after = report::read_cache_stats(&metrics).await.ok();
     let cache = match (before, after) {
         (Some(b), Some(a)) => Some(a.since(&b)),
         _ => None,
@@ -492,5 +501,17 @@ fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
         Action::AddToCart if ok => shopper.cart_lines += 1,
         Action::Checkout if ok => shopper.cart_lines = 0,
         _ => {}
+    }
+}
+
+/// `host:port` with the port one higher: where `shop serve` puts its operators'
+/// listener by default. Unchanged when there is no port to raise.
+fn next_port(target: &str) -> String {
+    match target.rsplit_once(':') {
+        Some((host, port)) => match port.parse::<u16>() {
+            Ok(port) if port < u16::MAX => format!("{host}:{}", port + 1),
+            _ => target.to_owned(),
+        },
+        None => target.to_owned(),
     }
 }

@@ -112,6 +112,7 @@ impl TestAppBuilder {
         let state = AppState::new(db.clone(), conn.clone(), keys.clone(), self.config.clone());
         TestApp {
             router: shop_web::router(state.clone()),
+            internal: shop_web::internal_router(state.clone()),
             state,
             redis,
             test_db,
@@ -140,6 +141,9 @@ impl TestAppBuilder {
 pub struct TestApp {
     /// The whole application.
     pub router: Router,
+    /// What operators read (`/metrics`, the detailed `/healthz`), served on its
+    /// own listener by `shop serve`.
+    pub internal: Router,
     /// The router's state (the same parts the router uses).
     pub state: AppState,
     /// The database handle the router uses.
@@ -232,6 +236,15 @@ impl TestApp {
     /// One request through the router.
     pub async fn send(&self, req: Request<Body>) -> Response {
         send(&self.router, req).await
+    }
+
+    /// A GET to the operators' router ([`TestApp::internal`]).
+    pub async fn internal_get(&self, uri: &str) -> Response {
+        send(
+            &self.internal,
+            Request::get(uri).body(Body::empty()).unwrap(),
+        )
+        .await
     }
 
     /// A GET, with `cookie` if any.

@@ -1,7 +1,11 @@
 //! `GET /healthz`: whether this server can do its whole job, for load balancers,
 //! orchestrators and people.
 //!
-//! The answer is `{"redis": true|false, "database": "ok"|"degraded"|"read_only"|"down"}`:
+//! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
+//! (`"down"` too while Redis does not answer): which part failed is for the
+//! operators, on the internal listener ([`crate::internal_router`]), whose
+//! `/healthz` answers `{"status": .., "redis": true|false, "database": ..}`. The
+//! database's states:
 //! - `"ok"`: the database answers reads (`SELECT 1` on the read pool) and a write
 //!   commits now ([`shop_db::Db::probe_write`]: a one-row update on the write
 //!   connection, on SQLite with a 100 ms busy wait, after waiting at most 300 ms
@@ -46,10 +50,17 @@ pub const DEFAULT_WRITE_GRACE: Duration = Duration::from_secs(10);
 /// The longest any one probe may take before it counts as failed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The health route.
+/// The public health route: the status only.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .with_state(state)
+}
+
+/// The internal health route: the status and which part is failing.
+pub fn detailed_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz_detailed))
         .with_state(state)
 }
 
@@ -172,7 +183,35 @@ async fn check(state: &AppState) -> (bool, Database) {
 
 async fn healthz(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
-    let body = Json(json!({ "redis": redis, "database": database.as_str() }));
+    answer(
+        redis,
+        database,
+        json!({ "status": status(redis, database) }),
+    )
+}
+
+async fn healthz_detailed(State(state): State<AppState>) -> Response {
+    let (redis, database) = check(&state).await;
+    answer(
+        redis,
+        database,
+        json!({
+            "status": status(redis, database),
+            "redis": redis,
+            "database": database.as_str(),
+        }),
+    )
+}
+
+/// The one word the public answer gives: the database's state, or `"down"` while
+/// Redis does not answer.
+fn status(redis: bool, database: Database) -> &'static str {
+    if redis { database.as_str() } else { "down" }
+}
+
+/// 200 while this server can take orders, 503 with `Retry-After` otherwise.
+fn answer(redis: bool, database: Database, body: serde_json::Value) -> Response {
+    let body = Json(body);
     if redis && matches!(database, Database::Ok | Database::Degraded) {
         return (StatusCode::OK, body).into_response();
     }

@@ -5,8 +5,10 @@
 //! trace, errors as HTML pages for people ([`error::as_html_for_pages`]), the
 //! limits (panic catching, timeout, body size: [`http_limits`]), cross-site
 //! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
-//! on probes, `/metrics` or static files), then per route the metrics and,
+//! on probes or static files), then per route the metrics and,
 //! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
+//! `/metrics` and the detailed health check are on [`internal_router`], for a
+//! listener of their own.
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
 pub mod account;
@@ -317,6 +319,23 @@ impl AppState {
     }
 }
 
+/// What only operators may read, for a listener of its own on a private address
+/// (`shop serve --metrics-bind`, 127.0.0.1 by default): `/metrics` (Prometheus
+/// text: traffic, sessions, the page cache, the breaker, the daemons) and a
+/// `/healthz` that says which part is failing. On the public address these told
+/// anyone the shop's traffic and internals; the public `/healthz` now says only
+/// the status. No session, no page cache, the same hardening as the public router.
+pub fn internal_router(state: AppState) -> Router {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(metrics::metrics).with_state(state.clone()),
+        )
+        .merge(health::detailed_router(state))
+        .fallback(|| async { WebError::not_found("there is no such page") });
+    http_limits::harden(app, &http_limits::HttpLimits::default())
+}
+
 /// The whole application, wrapped last (outermost) in [`http_limits::harden`]:
 /// request timeout, body limit, panic catching and a request trace.
 pub fn router(state: AppState) -> Router {
@@ -336,14 +355,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(timed())
         .layer(from_fn_with_state(state.clone(), page_cache::admin_bypass))
         .layer(from_fn_with_state(state.session_layer(), session::track));
-    // Probes, scrapers and static files: no session (a monitoring system polling
-    // `/metrics` must not create a session per scrape).
+    // Probes and static files: no session (a load balancer polling `/healthz`
+    // must not create a session per probe). `/metrics` is not here: see
+    // [`internal_router`].
     let operations = Router::new()
         .merge(health::router(state.clone()))
-        .route(
-            "/metrics",
-            axum::routing::get(metrics::metrics).with_state(state.clone()),
-        )
         .merge(assets::router())
         .route_layer(timed());
     let app = visitors

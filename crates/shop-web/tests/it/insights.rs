@@ -75,6 +75,6 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
     let resp = app.post("/checkout", Some(&user), "key=k-ins", true).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(json(resp).await["outcome"], "placed");
-    let metrics = text(app.get("/metrics", None).await).await;
+    let metrics = text(app.internal_get("/metrics").await).await;
     assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
 }

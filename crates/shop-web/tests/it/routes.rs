@@ -47,7 +47,8 @@ async fn every_route_answers() {
         ("/api/me", 200, "application/json"),
         ("/api/inventory/1", 404, "application/json"),
         ("/healthz", 200, "application/json"),
-        ("/metrics", 200, "text/plain"),
+        // Operators' data is not on the public address (see `internal_router`).
+        ("/metrics", 404, "text/html"),
         ("/static/shop.js", 200, "text/javascript"),
         ("/static/shop.css", 200, "text/css"),
         ("/no-such-page", 404, "text/html"),
@@ -62,6 +63,32 @@ async fn every_route_answers() {
     }
     let resp = app.get("/account", Some(&cookie)).await;
     assert_eq!(resp.headers()[header::LOCATION], "/login?next=/account");
+}
+
+/// The public `/healthz` says the status and nothing else; `/metrics` and which
+/// part is failing are on the operators' router only.
+#[tokio::test]
+async fn operators_data_is_only_on_the_internal_router() {
+    let app = TestApp::start().await;
+    let public = json(app.get("/healthz", None).await).await;
+    assert_eq!(public, serde_json::json!({"status": "ok"}));
+    assert_eq!(
+        app.get("/metrics", None).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let resp = app.internal_get("/metrics").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(content_type(&resp).starts_with("text/plain"));
+    assert!(text(resp).await.contains("shop_sessions"));
+    let detailed = json(app.internal_get("/healthz").await).await;
+    assert_eq!(
+        detailed,
+        serde_json::json!({"status": "ok", "redis": true, "database": "ok"})
+    );
+    // Nothing else is served there: no pages, no sessions.
+    let resp = app.internal_get("/").await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert!(resp.headers().get(header::SET_COOKIE).is_none());
 }
 
 #[tokio::test]
@@ -107,7 +134,7 @@ async fn with_redis_down_pages_render_and_writes_say_503() {
         StatusCode::SERVICE_UNAVAILABLE
     );
     // The breaker says so on /metrics.
-    let metrics = text(app.get("/metrics", None).await).await;
+    let metrics = text(app.internal_get("/metrics").await).await;
     assert!(metrics.contains("shop_redis_failing_fast 1"), "{metrics}");
     assert!(
         metrics.contains("shop_redis_breaker_trips_total 1"),
@@ -124,7 +151,7 @@ async fn metrics_count_routes_cache_and_sessions() {
         app.get("/items/1", Some(&cookie)).await;
         app.flush_views().await;
     }
-    let body = text(app.get("/metrics", None).await).await;
+    let body = text(app.internal_get("/metrics").await).await;
     assert!(
         body.contains("shop_http_requests_total{route=\"/items/{id}\",status=\"200\"} 3"),
         "{body}"

@@ -191,7 +191,7 @@ async fn malformed_cookies_are_treated_as_none_and_an_unknown_token_starts_a_gue
 
 /// Keys that only a session writes.
 fn is_session_state(key: &str) -> bool {
-    ["recent:", "guests:", "login:"].contains(&key)
+    ["recent:", "guests:", "login:", "logins:"].contains(&key)
         || key.starts_with("cart:")
         || (key.starts_with("viewed:") && key != "viewed:")
 }

@@ -22,6 +22,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     };
     let config = shop_load::LoadConfig {
         target: args.target,
+        metrics: args.metrics,
         connections: args.connections as usize,
         duration,
         requests: args.requests,

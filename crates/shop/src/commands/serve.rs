@@ -139,6 +139,11 @@ async fn serve_with(
         .await
         .with_context(|| format!("cannot listen on {}", server.bind))?;
     let addr = listener.local_addr()?;
+    let metrics_bind = server.metrics_addr();
+    let metrics_listener = tokio::net::TcpListener::bind(metrics_bind)
+        .await
+        .with_context(|| format!("cannot listen on {metrics_bind} (--metrics-bind)"))?;
+    let metrics_addr = metrics_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
@@ -165,6 +170,9 @@ async fn serve_with(
         state.traffic_sampler(),
         shutdown.clone(),
     ));
+    // The operators' address first: a script that waits for the "serving at"
+    // line finds it there already.
+    println!("shop metrics at http://{metrics_addr}/metrics");
     println!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let files = server::raise_open_files_limit();
@@ -182,6 +190,16 @@ async fn serve_with(
         shutdown_grace: Duration::from_secs(server.shutdown_grace),
         max_connections: max_connections as usize,
     };
+    // The operators' listener: `/metrics` and the detailed `/healthz`, stopped
+    // with the rest.
+    let internal = tokio::spawn({
+        let app = shop_web::internal_router(state.clone());
+        let options = options.clone();
+        let stop = shutdown.clone();
+        async move {
+            server::serve(metrics_listener, app, &options, stop.cancelled_owned()).await;
+        }
+    });
     server::serve(listener, shop_web::router(state), &options, async move {
         shutdown::signal().await;
         tracing::info!("shutting down");
@@ -189,6 +207,7 @@ async fn serve_with(
     })
     .await;
     shutdown.cancel();
+    internal.await.context("the operators' listener panicked")?;
     flush_stop.cancel();
     flusher.await.context("the view flusher panicked")?;
     join_all(daemons).await

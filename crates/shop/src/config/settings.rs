@@ -50,6 +50,11 @@ pub struct ServerSettings {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, env = "SHOP_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
+    /// Where operators read `/metrics` and the detailed `/healthz` (never on the
+    /// public address). Default: 127.0.0.1 on the port after `--bind`'s (8081),
+    /// any free port when `--bind`'s is 0; the address is printed at start.
+    #[arg(long, env = "SHOP_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
     /// Start a private redis-server (under ./data/redis) even if one answers on the
     /// default address. Without REDIS_URL, one is started anyway when none answers.
     #[arg(long, env = "SHOP_MANAGED_REDIS")]
@@ -81,6 +86,19 @@ pub struct ServerSettings {
           default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+}
+
+impl ServerSettings {
+    /// The operators' listener's address: `--metrics-bind`, or its default.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_bind.unwrap_or_else(|| {
+            let port = match self.bind.port() {
+                0 | u16::MAX => 0,
+                port => port + 1,
+            };
+            SocketAddr::from(([127, 0, 0, 1], port))
+        })
+    }
 }
 
 /// The web tier's settings (`[web]`).

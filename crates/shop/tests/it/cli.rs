@@ -149,15 +149,25 @@ fn sale_start_refuses_an_unknown_item() {
 #[tokio::test]
 async fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     let shop = seeded(20).await;
-    let (server, addr) = shop.serve(&[]);
+    let (server, addr, metrics) = crate::e2e::serve_with_metrics(shop.shop(), &[]);
 
+    // The public health check says the status only; which part is failing, and
+    // /metrics, are on the operators' listener, on 127.0.0.1 and its own port.
     let health = request(&addr, "GET", "/healthz", None, None);
     assert_eq!(health.status, 200, "{}", health.body);
+    assert_eq!(health.body, r#"{"status":"ok"}"#);
+    assert_eq!(request(&addr, "GET", "/metrics", None, None).status, 404);
+    assert!(metrics.starts_with("127.0.0.1:"), "{metrics}");
+    assert_ne!(metrics, addr);
+    let detailed = request(&metrics, "GET", "/healthz", None, None);
     assert!(
-        health.body.contains("\"redis\":true") && health.body.contains("\"database\":\"ok\""),
+        detailed.body.contains("\"redis\":true") && detailed.body.contains("\"database\":\"ok\""),
         "{}",
-        health.body
+        detailed.body
     );
+    let scraped = request(&metrics, "GET", "/metrics", None, None);
+    assert_eq!(scraped.status, 200);
+    assert!(scraped.body.contains("shop_sessions"), "{}", scraped.body);
     let flash = request(&addr, "GET", "/flash", None, None);
     assert_eq!(flash.status, 200, "{}", flash.body);
     assert!(flash.body.contains("Flash sale"));
