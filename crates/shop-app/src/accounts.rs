@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shop_cache::domain::UserId;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
-use shop_cache::session::{SessionToken, Sessions};
+use shop_cache::session::{Device, SessionToken, Sessions};
 use shop_db::Db;
 
 use crate::AppError;
@@ -45,6 +45,40 @@ pub enum Outcome {
     },
 }
 
+/// A password change: who, from which session, the current and new passwords.
+#[derive(Debug, Clone, Copy)]
+pub struct PasswordChange<'a> {
+    /// The logged-in user.
+    pub user: UserId,
+    /// Their session, the one kept.
+    pub session: &'a SessionToken,
+    /// The client's address, counted against the per-address limit.
+    pub address: Option<&'a str>,
+    /// The client's device cookie, if it sent one.
+    pub device: Option<&'a str>,
+    /// The password now.
+    pub current: &'a str,
+    /// The password from now on (its rules already checked).
+    pub new: &'a str,
+}
+
+/// What a password change came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PasswordChanged {
+    /// Changed; this many other sessions of the user ended.
+    Changed {
+        /// Sessions ended.
+        ended: u64,
+    },
+    /// The current password was wrong: nothing changed.
+    WrongPassword,
+    /// Too many attempts: try again after `retry_after`. Nothing was checked.
+    TooMany {
+        /// When the window that refused ends.
+        retry_after: Duration,
+    },
+}
+
 /// One attempt's who and where.
 #[derive(Debug, Clone, Copy)]
 pub struct Attempted<'a> {
@@ -58,6 +92,9 @@ pub struct Attempted<'a> {
     pub password: &'a str,
     /// The client's device cookie, if it sent one.
     pub device: Option<&'a str>,
+    /// Where the client is (its browser, its network), for the user's list of
+    /// sessions.
+    pub from: &'a Device,
     /// The form's one-time key bound to the presented cookie: a double submit gets
     /// the same new token (see `shop_cache::session::Sessions::login`).
     pub once: Option<&'a str>,
@@ -87,7 +124,7 @@ impl Accounts<'_> {
         {
             Some(user) => self.logged_in(&attempt, user).await,
             None => {
-                self.limiter.failed(attempt.name).await?;
+                self.limiter.failed(attempt.name, attempt.device).await?;
                 Ok(Outcome::WrongPassword)
             }
         }
@@ -112,7 +149,7 @@ impl Accounts<'_> {
             {
                 Some(user) => user,
                 None => {
-                    self.limiter.failed(attempt.name).await?;
+                    self.limiter.failed(attempt.name, attempt.device).await?;
                     return Ok(Outcome::NameTaken);
                 }
             },
@@ -126,6 +163,48 @@ impl Accounts<'_> {
     pub async fn log_out(&self, session: &SessionToken) -> Result<SessionToken, AppError> {
         self.sessions.logout(session).await?;
         Ok(SessionToken::generate())
+    }
+
+    /// Changes a logged-in user's password: the current one checked (counted
+    /// against the login limits like a login: a stolen session cannot guess it
+    /// faster than a login could), the new one stored, then every other session
+    /// of the user ended. The caller has checked the new password's rules.
+    pub async fn change_password(
+        &self,
+        change: PasswordChange<'_>,
+    ) -> Result<PasswordChanged, AppError> {
+        let Some(name) = self.db.user_name(change.user).await? else {
+            return Ok(PasswordChanged::WrongPassword);
+        };
+        match self
+            .limiter
+            .attempt(change.address, &name, change.device)
+            .await?
+        {
+            Attempt::Allowed => {}
+            Attempt::Refused { retry_after } => {
+                return Ok(PasswordChanged::TooMany { retry_after });
+            }
+        }
+        if self.db.check_password(&name, change.current).await? != Some(change.user) {
+            self.limiter.failed(&name, change.device).await?;
+            return Ok(PasswordChanged::WrongPassword);
+        }
+        self.limiter.succeeded(&name).await?;
+        self.db.set_password(change.user, change.new).await?;
+        let ended = self
+            .sessions
+            .end_others(change.user, Some(change.session))
+            .await?;
+        tracing::info!(user = change.user.get(), ended, "password changed");
+        Ok(PasswordChanged::Changed { ended })
+    }
+
+    /// Sets a user's password from outside (an operator's `shop users
+    /// set-password`) and ends every session of the user. Returns how many ended.
+    pub async fn reset_password(&self, user: UserId, password: &str) -> Result<u64, AppError> {
+        self.db.set_password(user, password).await?;
+        Ok(self.sessions.end_others(user, None).await?)
     }
 
     /// Counts the attempt against the limits: the refusal, if over.
@@ -149,7 +228,7 @@ impl Accounts<'_> {
         let device = self.limiter.succeeded(attempt.name).await?;
         let token = self
             .sessions
-            .login(attempt.session, user, attempt.once)
+            .login_from(attempt.session, user, attempt.once, attempt.from)
             .await?;
         Ok(Outcome::LoggedIn {
             user,

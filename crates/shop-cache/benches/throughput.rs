@@ -239,15 +239,26 @@ async fn ceiling() {
     );
 }
 
-/// `n` sessions with a login, 3 viewed items and 2 cart lines each.
+/// `n` sessions with a login, 3 viewed items and 2 cart lines each, seen in the
+/// last `n` milliseconds, oldest first (recent enough that no lifetime has run
+/// out: the cleaner removes them for the cap, the path measured).
 async fn populate(conn: &mut MultiplexedConnection, keys: &Keys, n: usize) {
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - n as f64 / 1_000.0;
     for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
         let mut pipe = redis::pipe();
         for &i in chunk {
             let token = SessionToken::generate();
             pipe.hset(keys.login_of(&token), token.expose(), i + 1)
                 .ignore()
-                .zadd(keys.recent_of(&token), token.expose(), i as f64)
+                .zadd(
+                    keys.recent_of(&token),
+                    token.expose(),
+                    start + i as f64 / 1_000.0,
+                )
                 .ignore()
                 .zadd_multiple(keys.viewed_by(&token), &[(1.0, 1), (2.0, 2), (3.0, 3)])
                 .ignore()

@@ -19,12 +19,14 @@
 //!   through and taken back when it logs in: [`LoginLimiter::succeeded`]), so a
 //!   user's own logins never lock them out. A name at its limit is not shut: a
 //!   browser that logged in to that account before (a device cookie the shop
-//!   signed: [`Devices`]) goes through, and anyone else gets one try per
-//!   slow-down interval (window / limit: 6 s by default) instead of a minute's
-//!   refusal. Before, 11 wrong tries a minute from anywhere kept an account's owner
-//!   out, with the right password, for as long as they went on; now an attacker
-//!   can only slow the owner's new devices down, and still gets no more than
-//!   about twice the limit of guesses a window.
+//!   signed: [`Devices`]) goes through while its own failures on the name stay
+//!   under the limit, and anyone else gets one try per slow-down interval
+//!   (window / limit: 6 s by default, one slot per name shared by every client
+//!   without a device cookie) instead of a minute's refusal. Before, 11 wrong
+//!   tries a minute from anywhere kept an account's owner out, with the right
+//!   password, for as long as they went on; now an attacker can only make the
+//!   owner's new devices compete for the slow-down's tries, and still gets no
+//!   more than about twice the limit of guesses a window.
 
 use std::time::Duration;
 
@@ -162,6 +164,7 @@ impl LoginLimiter {
         let (ok, wait_ms): (i64, i64) = scripts::LOGIN_NAME_GATE
             .key(counter)
             .key(slot)
+            .key(self.keys.login_device_failures(&name, device.unwrap_or("")))
             .arg(self.limits.window.as_millis() as u64)
             .arg(self.limits.per_name)
             .arg(self.limits.slow_down().as_millis() as u64)
@@ -182,24 +185,39 @@ impl LoginLimiter {
     /// browser, which lets it through this name's limit from now on.
     pub async fn succeeded(&self, name: &str) -> Result<String, CacheError> {
         let name = normal(name);
-        self.settle(&name, true).await?;
+        self.settle(&name, true, None).await?;
         self.devices.issue(&name).await
     }
 
     /// An allowed attempt on `name` failed (wrong password, a sign-up for a
-    /// taken name): it stays counted, and a name at its limit slows down.
-    pub async fn failed(&self, name: &str) -> Result<(), CacheError> {
-        self.settle(&normal(name), false).await
+    /// taken name): it stays counted, and a name at its limit slows down. Made
+    /// with this account's device cookie (`device`), it counts against the
+    /// cookie too: at the limit, the cookie no longer lets its holder through.
+    pub async fn failed(&self, name: &str, device: Option<&str>) -> Result<(), CacheError> {
+        let name = normal(name);
+        let device = match device {
+            Some(cookie) if self.devices.recognises(cookie, &name).await? => Some(cookie),
+            _ => None,
+        };
+        self.settle(&name, false, device).await
     }
 
-    async fn settle(&self, name: &str, success: bool) -> Result<(), CacheError> {
+    async fn settle(
+        &self,
+        name: &str,
+        success: bool,
+        device: Option<&str>,
+    ) -> Result<(), CacheError> {
         let (counter, slot) = self.keys.login_name_limit(name);
         scripts::LOGIN_NAME_SETTLE
             .key(counter)
             .key(slot)
+            .key(self.keys.login_device_failures(name, device.unwrap_or("")))
             .arg(if success { "1" } else { "0" })
             .arg(self.limits.per_name)
             .arg(self.limits.slow_down().as_millis() as u64)
+            .arg(if device.is_some() { "1" } else { "0" })
+            .arg(self.limits.window.as_millis() as u64)
             .invoke_async::<()>(&mut self.conn.clone())
             .await?;
         Ok(())

@@ -94,6 +94,10 @@ pub static CART_REMOVE: LazyLock<Script> =
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));
 
+/// Ends one session of a user (as logout does), if it is still theirs.
+pub static END_SESSION: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/end_session.lua")));
+
 /// Lets a login attempt on one account name through (and counts it), or not.
 pub static LOGIN_NAME_GATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_name_gate.lua")));

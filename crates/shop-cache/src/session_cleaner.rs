@@ -310,6 +310,8 @@ impl SessionCleaner {
             let picked = &picked[..room.min(picked.len())];
             done.add(self.remove(&mut conn, shard, cap, pick, picked).await?);
         }
+        // What the lifetimes removed no longer counts against the cap.
+        let expired = done.removed as usize;
         let size = size.saturating_sub(done.removed);
         let excess = size.saturating_sub(cap) as usize;
         let room = (batch as usize).saturating_sub(done.removed as usize);
@@ -338,9 +340,8 @@ impl SessionCleaner {
         // oldest sessions. The step's batch holds: what went before is not taken
         // again.
         let taken = done.removed as usize;
-        let left = (size as usize)
-            .saturating_sub(cap as usize)
-            .saturating_sub(taken)
+        let left = excess
+            .saturating_sub(taken - expired)
             .min((batch as usize).saturating_sub(taken));
         if no_guest_left && left > 0 {
             let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
@@ -378,7 +379,15 @@ impl SessionCleaner {
                 .arg(member)
                 .arg(seen);
         }
-        let (removed, micros, mended): (u64, u64, u64) = call.invoke_async(conn).await?;
+        let (removed, micros, mended, owners): (u64, u64, u64, Vec<(String, String)>) =
+            call.invoke_async(conn).await?;
+        // The logged-in ones leave their users' lists of sessions (after the
+        // sessions are gone: see `session::user_sessions`).
+        let ended: Vec<_> = owners
+            .into_iter()
+            .filter_map(|(token, user)| Some((token.parse().ok()?, user.parse().ok()?)))
+            .collect();
+        crate::session::user_sessions::unindex(conn, &self.keys, &ended).await?;
         Ok(Cleaned {
             removed,
             mended,

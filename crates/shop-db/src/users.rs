@@ -366,6 +366,29 @@ impl Db {
         )
     }
 
+    /// Gives the user a new password (hashed on the same bounded pool as every
+    /// other); `false` if there is no such user. Committed before it returns.
+    pub async fn set_password(&self, id: UserId, password: &str) -> Result<bool, DbError> {
+        let hash = hash_password(password).await?;
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(id.to_i64())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The id of the user named `name`, if there is one.
+    pub async fn user_named(&self, name: &str) -> Result<Option<UserId>, DbError> {
+        let row = sqlx::query("SELECT id FROM users WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?;
+        row.map(|r| user_id(r.try_get("id")?)).transpose()
+    }
+
     /// The user's name, for pages.
     pub async fn user_name(&self, id: UserId) -> Result<Option<String>, DbError> {
         let row = sqlx::query("SELECT name FROM users WHERE id = $1")

@@ -29,6 +29,12 @@ pub fn check_new_account(name: &str, password: &str) -> Result<(), InvalidInput>
     if !name_ok {
         return Err(InvalidInput::UserName);
     }
+    check_new_password(password)
+}
+
+/// Checks a new password (a sign-up's, or a password change's): at least
+/// [`MIN_PASSWORD`] characters, at most [`MAX_PASSWORD`] bytes.
+pub fn check_new_password(password: &str) -> Result<(), InvalidInput> {
     if password.chars().count() < MIN_PASSWORD || password.len() > MAX_PASSWORD {
         return Err(InvalidInput::Password);
     }

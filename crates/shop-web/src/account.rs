@@ -1,4 +1,5 @@
-//! `/account`: the logged-in user's name and orders (the login page otherwise).
+//! `/account`: the logged-in user's name, orders and sessions (their devices,
+//! each with a "log out" form: [`crate::devices`]); the login page otherwise.
 
 use axum::Router;
 use axum::extract::State;
@@ -25,8 +26,10 @@ async fn account(State(state): State<AppState>, session: Session) -> Result<Resp
     };
     let name = state.db.user_name(user).await?.unwrap_or_default();
     let orders = state.db.orders_of(user, 50).await?;
+    let sessions = state.sessions.sessions_of(user).await?;
     let page = AccountPage {
         name,
+        sessions: crate::devices::session_views(&sessions, &session.token),
         orders: orders
             .into_iter()
             .map(|o| OrderView {

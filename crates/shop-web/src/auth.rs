@@ -25,7 +25,7 @@ use serde_json::json;
 use shop_app::accounts::{Attempted, Outcome};
 use shop_cache::domain::UserId;
 use shop_cache::domain::account::check_new_account;
-use shop_cache::session::SessionToken;
+use shop_cache::session::{Device, SessionToken};
 
 use crate::AppState;
 use crate::error::WebError;
@@ -55,16 +55,14 @@ impl<S: Send + Sync> FromRequestParts<S> for PeerAddr {
     }
 }
 
-/// The address login attempts are counted under: the peer's, or, when the shop is
-/// told it sits behind a reverse proxy, the last `X-Forwarded-For` entry (the one
-/// the proxy itself added; earlier entries are the client's to forge). IPv6
-/// addresses count per /64, the block one subscriber usually holds, so rotating
-/// addresses inside it buys no more attempts.
-pub fn client_address(
+/// The client's address: the peer's, or, when the shop is told it sits behind a
+/// reverse proxy, the last `X-Forwarded-For` entry (the one the proxy itself
+/// added; earlier entries are the client's to forge).
+pub fn client_ip(
     peer: Option<std::net::IpAddr>,
     headers: &HeaderMap,
     trust_forwarded_for: bool,
-) -> Option<String> {
+) -> Option<std::net::IpAddr> {
     let forwarded = trust_forwarded_for
         .then(|| {
             headers
@@ -80,14 +78,57 @@ pub fn client_address(
                 .ok()
         })
         .flatten();
-    let ip = forwarded.or(peer)?.to_canonical();
-    Some(match ip {
+    Some(forwarded.or(peer)?.to_canonical())
+}
+
+/// The address login attempts are counted under ([`client_ip`]). IPv6 addresses
+/// count per /64, the block one subscriber usually holds, so rotating addresses
+/// inside it buys no more attempts.
+pub fn client_address(
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+    trust_forwarded_for: bool,
+) -> Option<String> {
+    Some(match client_ip(peer, headers, trust_forwarded_for)? {
         std::net::IpAddr::V4(v4) => v4.to_string(),
         std::net::IpAddr::V6(v6) => {
             let s = v6.segments();
             format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
         }
     })
+}
+
+/// The network a client is in, as a user's list of sessions shows it: the
+/// address's /24 (IPv4) or /48 (IPv6), enough to tell "at home" from "abroad"
+/// without keeping anyone's address.
+pub fn client_network(ip: Option<std::net::IpAddr>) -> String {
+    match ip {
+        Some(std::net::IpAddr::V4(v4)) => {
+            let o = v4.octets();
+            format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+        }
+        Some(std::net::IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}::/48", s[0], s[1], s[2])
+        }
+        None => String::new(),
+    }
+}
+
+/// Where a request comes from, for the user's list of sessions.
+pub fn device_of(
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+    trust_forwarded_for: bool,
+) -> Device {
+    Device {
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
+        network: client_network(client_ip(peer, headers, trust_forwarded_for)),
+    }
 }
 
 /// The login and logout routes.
@@ -158,6 +199,7 @@ struct AttemptParts {
     once: Option<String>,
     address: Option<String>,
     device: Option<String>,
+    from: Device,
 }
 
 impl AttemptParts {
@@ -172,6 +214,7 @@ impl AttemptParts {
             once: once_key(form, headers, session)?,
             address: client_address(peer, headers, state.config.trust_forwarded_for),
             device: crate::session::device_cookie(headers, session.https),
+            from: device_of(peer, headers, state.config.trust_forwarded_for),
         })
     }
 
@@ -188,6 +231,7 @@ impl AttemptParts {
             name,
             password,
             device: self.device.as_deref(),
+            from: &self.from,
             once: self.once.as_deref(),
         }
     }
@@ -217,9 +261,12 @@ fn once_key(
 }
 
 /// 429: too many login attempts from this address or for this name.
-fn too_many(retry_after: std::time::Duration) -> WebError {
+pub(crate) fn too_many(retry_after: std::time::Duration) -> WebError {
     WebError::too_many_requests(
-        "too many attempts; wait a minute and try again",
+        format!(
+            "too many attempts; try again in {} s",
+            retry_after.as_millis().div_ceil(1000).max(1)
+        ),
         retry_after,
     )
 }

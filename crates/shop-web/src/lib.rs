@@ -19,6 +19,7 @@ pub mod browse;
 pub mod cart;
 pub mod catalogue;
 pub mod csrf;
+pub mod devices;
 pub mod error;
 pub mod event_streams;
 pub mod flash;
@@ -98,6 +99,9 @@ pub struct WebConfig {
     /// How long sessions live (the touch refuses a token past them; the cleaner,
     /// configured alike, removes such sessions).
     pub session_lifetimes: shop_cache::session::Lifetimes,
+    /// Most sessions one user may have: a login beyond it ends their least
+    /// recently seen one (0: no cap).
+    pub max_sessions_per_user: u32,
 }
 
 impl Default for WebConfig {
@@ -119,6 +123,7 @@ impl Default for WebConfig {
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
             session_lifetimes: shop_cache::session::Lifetimes::default(),
+            max_sessions_per_user: shop_cache::session::DEFAULT_MAX_PER_USER,
         }
     }
 }
@@ -213,7 +218,8 @@ impl AppState {
             sale_watcher: Mutex::new(Some(watcher)),
             db,
             sessions: Sessions::new(conn.clone(), keys.clone())
-                .with_lifetimes(config.session_lifetimes),
+                .with_lifetimes(config.session_lifetimes)
+                .with_max_per_user(config.max_sessions_per_user),
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
                 .with_max_lines(config.max_cart_lines),
             login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),
@@ -350,6 +356,7 @@ pub fn router(state: AppState) -> Router {
         .merge(cart::router(state.clone()))
         .merge(auth::router(state.clone()))
         .merge(me::router(state.clone()))
+        .merge(devices::router(state.clone()))
         .merge(insights::router(state.clone()))
         .merge(flash::router(state.clone()))
         .route_layer(timed())

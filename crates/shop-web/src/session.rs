@@ -22,8 +22,8 @@
 //!   before its handler, which finds the result as a [`Session`] extension.
 //! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
 //!   this layer writes every session `Set-Cookie`, outside any cached response.
-//! - It is mounted on the visitors' routes only: probes, `/metrics` and static files
-//!   never create sessions.
+//! - It is mounted on the visitors' routes only: probes and static files never
+//!   create sessions (`/metrics` is not on the visitors' router at all).
 //! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
 //!   not need a user still work.
 //!

@@ -267,6 +267,22 @@ pub struct OrderView {
     pub total: String,
 }
 
+/// One of the user's sessions on the account page (their devices).
+pub struct SessionView {
+    /// Its opaque id (not the token).
+    pub id: String,
+    /// Browser and system, from the User-Agent.
+    pub device: String,
+    /// The network it logged in from (a /24 or a /48).
+    pub network: String,
+    /// When it logged in, as a person reads it ("3 days ago").
+    pub created: String,
+    /// When it was last seen, likewise.
+    pub last_seen: String,
+    /// The session of this very request.
+    pub current: bool,
+}
+
 /// `GET /account`.
 #[derive(Template)]
 #[template(path = "account.html")]
@@ -275,6 +291,16 @@ pub struct AccountPage {
     pub name: String,
     /// Their orders, newest first.
     pub orders: Vec<OrderView>,
+    /// Their sessions, most recently seen first.
+    pub sessions: Vec<SessionView>,
+}
+
+/// `GET /account/password`.
+#[derive(Template)]
+#[template(path = "password.html")]
+pub struct PasswordPage {
+    /// What went wrong with the last try, if anything.
+    pub message: Option<String>,
 }
 
 /// `GET /flash`: the sale shell, the same for everyone.

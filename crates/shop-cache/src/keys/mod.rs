@@ -408,6 +408,19 @@ impl Keys {
         )
     }
 
+    /// String: the failed login attempts on `name` made with one device cookie
+    /// (`cookie`) in the current window, in the name's slot: a device cookie
+    /// lets its holder through the name's slow-down only while these stay under
+    /// the name's limit.
+    pub fn login_device_failures(&self, name: &str, cookie: &str) -> String {
+        format!(
+            "{}limit:login:dev:{{n{}}}:{}",
+            self.0.prefix,
+            digest(name),
+            digest(cookie)
+        )
+    }
+
     /// String: the key that signs device cookies (a browser's proof that it logged
     /// in to an account before), random, made by the first web server that needs
     /// it and shared by all.
@@ -513,6 +526,18 @@ impl Keys {
     /// Hash: reservation number -> `<user>:<idempotency key>`, for the reconciler.
     pub fn sale_held(&self, item: ItemId) -> String {
         self.sale_key("sale-held:", item)
+    }
+
+    /// Hash: session id -> the session (its token, when it logged in, its device):
+    /// every logged-in session of one user, the index behind "log out everywhere"
+    /// and the cap per user (see [`crate::session::user_sessions`]). On a cluster
+    /// it is under the user's own tag (`{u<id>}`), in another slot than the
+    /// sessions it lists.
+    pub fn user_sessions(&self, user: crate::domain::UserId) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}user-sessions:{user}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}user-sessions:{{u{user}}}", self.0.prefix),
+        }
     }
 
     /// Sorted set: item -> end of its sale (unix seconds): the sales loaded in Redis.

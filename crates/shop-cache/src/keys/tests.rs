@@ -16,6 +16,10 @@ fn default_layout_is_the_books() {
     assert_eq!(k.recent_in(s), "recent:");
     assert_eq!(k.guests_in(s), "guests:");
     assert_eq!(k.logins_in(s), "logins:");
+    assert_eq!(
+        k.user_sessions(crate::domain::UserId::new(5).unwrap()),
+        "user-sessions:5"
+    );
     assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.item_views(), "viewed:");
@@ -63,6 +67,8 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.login_name_limit("alice").0,
         k.login_name_limit("alice").1,
         k.device_key(),
+        k.login_device_failures("alice", "1.ab"),
+        k.user_sessions(crate::domain::UserId::new(5).unwrap()),
         k.also_bought(i),
         k.also_bought_index().to_owned(),
         k.schedule().to_owned(),
@@ -155,6 +161,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
     // a name's login limit: its counter and its slow-down slot; names spread.
     let (count, slow) = k.login_name_limit("alice");
     assert_eq!(tag(&count), tag(&slow));
+    assert_eq!(tag(&count), tag(&k.login_device_failures("alice", "1.ab")));
     assert_ne!(tag(&count), tag(&k.login_name_limit("bob").0));
     // Different items and sessions spread.
     assert_ne!(

@@ -22,9 +22,11 @@
 -- ARGV[4 + 2i] token i   ARGV[5 + 2i] its time when picked (last seen; for
 --   'login', when it logged in)
 -- Returns {how many sessions were removed, microseconds the script ran, how many
--- guest or login entries were dropped or set right}: the cleaner sizes its batches
--- by the time it blocks Redis (see session_cleaner.rs), and goes on at once after
--- a step that only mended entries.
+-- guest or login entries were dropped or set right, {token, user, token, user, ...}
+-- of the removed sessions that were logged in}: the cleaner sizes its batches by
+-- the time it blocks Redis (see session_cleaner.rs), goes on at once after a step
+-- that only mended entries, and takes the logged-in ones out of their users'
+-- indexes of sessions (user-sessions:, other slots on a cluster).
 local t0 = redis.call('TIME')
 local function took()
   local t = redis.call('TIME')
@@ -38,7 +40,7 @@ local expired_before = tonumber(t0[1]) - tonumber(ARGV[4])
 local login_before = tonumber(t0[1]) - tonumber(ARGV[5])
 local n = (#ARGV - 5) / 2
 if n < 1 or (excess <= 0 and mode == 'oldest') then
-  return {0, took(), 0}
+  return {0, took(), 0, {}}
 end
 local tokens = {}
 for i = 1, n do
@@ -109,11 +111,19 @@ if #stale_logins > 0 then
 end
 mended = mended + #stale + #stale_logins
 if #gone == 0 then
-  return {0, took(), mended}
+  return {0, took(), mended, {}}
+end
+local users = redis.call('HMGET', KEYS[2], unpack(gone))
+local owners = {}
+for i = 1, #gone do
+  if users[i] then
+    owners[#owners + 1] = gone[i]
+    owners[#owners + 1] = users[i]
+  end
 end
 redis.call('ZREM', KEYS[1], unpack(gone))
 redis.call('ZREM', KEYS[3], unpack(gone))
 redis.call('ZREM', KEYS[4], unpack(gone))
 redis.call('HDEL', KEYS[2], unpack(gone))
 redis.call('DEL', unpack(owned))
-return {#gone, took(), mended}
+return {#gone, took(), mended, owners}

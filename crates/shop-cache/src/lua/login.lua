@@ -7,6 +7,9 @@
 -- The old token need not be a session yet (sessions start lazily); the new one is
 -- logged in, so no guest.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
+-- Returns the user the old token was logged in as, or false: the caller takes the
+-- old token out of that user's index of sessions (user-sessions:, another slot on
+-- a cluster; see session/user_sessions.rs).
 local was = redis.call('HGET', KEYS[2], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -29,4 +32,4 @@ else
     redis.call('RENAME', KEYS[5], KEYS[6])
   end
 end
-return 1
+return was

@@ -8,7 +8,8 @@
 -- ARGV[6] seconds a guest may stay idle   ARGV[7] seconds a login lasts at most
 -- Returns {1 when this touch started the session, 0 when it was known, 2 when it
 -- had expired (removed here, nothing else done); user id or false}: the caller
--- learns who is asking in the same round trip.
+-- learns who is asking in the same round trip (for an expired session, who it was
+-- logged in as, so the caller takes it out of that user's index of sessions).
 -- A token the shop does not know starts a session: the shop hands out tokens without
 -- writing anything (a client that never sends its cookie back costs no key), so the
 -- first request that comes back with one is where its session begins.
@@ -70,7 +71,7 @@ else
       redis.call('ZREM', KEYS[6], ARGV[1])
       redis.call('HDEL', KEYS[2], ARGV[1])
       redis.call('DEL', KEYS[3], KEYS[5])
-      return {2, false}
+      return {2, user}
     end
   end
   redis.call('ZADD', KEYS[1], now, ARGV[1])

@@ -56,7 +56,9 @@ use crate::domain::{ItemId, UserId};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
+pub mod user_sessions;
 pub mod views;
+pub use user_sessions::{DEFAULT_MAX_PER_USER, Device, UserSession, session_id};
 use views::ViewBatch;
 pub use views::{Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
 
@@ -128,6 +130,8 @@ pub struct Sessions {
     conn: RedisConn,
     keys: Keys,
     lifetimes: Lifetimes,
+    /// Most sessions per user (0: no cap; see [`user_sessions`]).
+    max_per_user: u32,
     /// Shared by every clone: one batch of views per process.
     views: Arc<ViewBatch>,
 }
@@ -139,6 +143,7 @@ impl Sessions {
             conn,
             keys,
             lifetimes: Lifetimes::default(),
+            max_per_user: DEFAULT_MAX_PER_USER,
             views: Arc::default(),
         }
     }
@@ -183,8 +188,21 @@ impl Sessions {
         user: UserId,
         once: Option<&str>,
     ) -> Result<SessionToken, CacheError> {
+        self.login_from(old, user, once, &Device::default()).await
+    }
+
+    /// [`Sessions::login`] from `device`, which the user's list of sessions shows
+    /// (see [`user_sessions`]): every login is in that list, and a login past the
+    /// cap of sessions per user ends the user's least recently seen session.
+    pub async fn login_from(
+        &self,
+        old: &SessionToken,
+        user: UserId,
+        once: Option<&str>,
+        device: &Device,
+    ) -> Result<SessionToken, CacheError> {
         let Some(form_key) = once else {
-            return self.rotate(old, user).await;
+            return self.rotate(old, user, device).await;
         };
         // The one-time key is claimed before the move and holds its result after,
         // so a second submit of the same form (arriving with another session: the
@@ -203,7 +221,7 @@ impl Sessions {
             .query_async(&mut conn)
             .await?;
         if claimed.is_some() {
-            let new = match self.rotate(old, user).await {
+            let new = match self.rotate(old, user, device).await {
                 Ok(new) => new,
                 Err(e) => {
                     // Released, so the retry the user makes is not kept waiting.
@@ -241,14 +259,22 @@ impl Sessions {
             }
             break; // that session ended since: log in afresh
         }
-        self.rotate(old, user).await
+        self.rotate(old, user, device).await
     }
 
-    /// The move itself: a fresh token in the old one's shard, one script.
-    async fn rotate(&self, old: &SessionToken, user: UserId) -> Result<SessionToken, CacheError> {
+    /// The move itself: a fresh token in the old one's shard, one script; around
+    /// it, the user's index of sessions (the new token listed first, the old one
+    /// taken out after: see [`user_sessions`]) and the cap per user.
+    async fn rotate(
+        &self,
+        old: &SessionToken,
+        user: UserId,
+        device: &Device,
+    ) -> Result<SessionToken, CacheError> {
         // In the same shard as the old token, so the move is one script in one slot.
         let new = self.keys.fresh_token_beside(old);
-        scripts::LOGIN
+        self.index(user, &new, device).await?;
+        let was: Option<String> = scripts::LOGIN
             .key(self.keys.recent_of(old))
             .key(self.keys.login_of(old))
             .key(self.keys.viewed_by(old))
@@ -260,24 +286,39 @@ impl Sessions {
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
-            .invoke_async::<()>(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.clone())
             .await?;
+        if let Some(was) = was.and_then(|raw| raw.parse::<UserId>().ok()) {
+            self.unindex(&[(old.clone(), was)]).await?;
+        }
+        self.enforce_cap(user, &new).await?;
         Ok(new)
     }
 
     /// Ends a session: its login, last-seen entries, history and cart are removed
-    /// together, so the token is worth nothing afterwards.
+    /// together, so the token is worth nothing afterwards; then it leaves its
+    /// user's list of sessions.
     pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
-        redis::pipe()
+        let (user,): (Option<String>,) = redis::pipe()
             .atomic()
+            .hget(self.keys.login_of(token), token.expose())
             .hdel(self.keys.login_of(token), token.expose())
+            .ignore()
             .zrem(self.keys.recent_of(token), token.expose())
+            .ignore()
             .zrem(self.keys.guests_of(token), token.expose())
+            .ignore()
             .zrem(self.keys.logins_of(token), token.expose())
+            .ignore()
             .del(self.keys.viewed_by(token))
+            .ignore()
             .del(self.keys.cart(token))
-            .exec_async(&mut self.conn.clone())
+            .ignore()
+            .query_async(&mut self.conn.clone())
             .await?;
+        if let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok()) {
+            self.unindex(&[(token.clone(), user)]).await?;
+        }
         Ok(())
     }
 

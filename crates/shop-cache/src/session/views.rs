@@ -142,6 +142,10 @@ impl Sessions {
             .invoke_async(&mut self.conn.clone())
             .await?;
         if started == 2 {
+            // Removed by the script: out of its user's list of sessions too.
+            if let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok()) {
+                self.unindex(&[(token.clone(), user)]).await?;
+            }
             return Ok(Touched::Expired);
         }
         if let Some((item, Count::Now)) = touch.view {

@@ -351,7 +351,8 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
             .arg(member)
             .arg(seen);
     }
-    let (removed, _micros, _mended): (u64, u64, u64) = call.invoke_async(&mut raw).await.unwrap();
+    let (removed, _micros, _mended, _owners): (u64, u64, u64, Vec<String>) =
+        call.invoke_async(&mut raw).await.unwrap();
     assert_eq!(removed, 1, "only the session not seen since the pick");
     let live = recent(&fx).await;
     assert!(

@@ -25,7 +25,7 @@ fn limiter(fx: &Fixture, per_address: u32, per_name: u32, slow_down: Duration) -
 async fn fail(limiter: &LoginLimiter, address: &str, name: &str) -> Attempt {
     let attempt = limiter.attempt(Some(address), name, None).await.unwrap();
     if attempt == Attempt::Allowed {
-        limiter.failed(name).await.unwrap();
+        limiter.failed(name, None).await.unwrap();
     }
     attempt
 }
@@ -79,7 +79,7 @@ async fn failures_slow_a_name_down_to_one_try_per_interval(fx: Fixture) {
         assert!(Instant::now() < deadline, "the slow-down never let a try through");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    limiter.failed("alice").await.unwrap();
+    limiter.failed("alice", None).await.unwrap();
     if through.elapsed() < slow / 2 {
         assert!(matches!(
             limiter.attempt(Some("10.0.2.11"), "alice", None).await.unwrap(),
@@ -109,6 +109,19 @@ async fn a_device_cookie_lets_its_own_account_through_a_locked_name(fx: Fixture)
         Attempt::Allowed
     );
     limiter.succeeded("bob").await.unwrap();
+    // A device cookie is no licence to guess: its own failures count, and at the
+    // limit it lets its holder through no more.
+    for _ in 0..2 {
+        assert_eq!(
+            limiter.attempt(Some("10.0.3.1"), "bob", Some(&device)).await.unwrap(),
+            Attempt::Allowed
+        );
+        limiter.failed("bob", Some(&device)).await.unwrap();
+    }
+    assert!(matches!(
+        limiter.attempt(Some("10.0.3.1"), "bob", Some(&device)).await.unwrap(),
+        Attempt::Refused { .. }
+    ));
     // The cookie is bob's only; a changed one, or one of another shop, is nothing.
     fail(&limiter, "10.0.3.30", "carol").await;
     fail(&limiter, "10.0.3.31", "carol").await;

@@ -14,6 +14,7 @@ mod outage;
 mod page_store;
 mod row_cache;
 mod session;
+mod user_sessions;
 
 use shop_cache::RedisConn;
 use shop_cache::keys::{Keys, Layout};

@@ -6,6 +6,7 @@ mod browse;
 mod cart;
 mod catalogue;
 mod db_faults;
+mod devices;
 mod example;
 mod flash;
 mod fuzz;

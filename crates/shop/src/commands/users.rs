@@ -1,9 +1,20 @@
-//! `shop users`: adding accounts and admins.
+//! `shop users`: adding accounts and admins, and setting a password (which logs
+//! the account out everywhere).
 
 use anyhow::Context;
 
 use crate::config::UsersCommand;
-use crate::connect::connect_db;
+use crate::connect::{connect_db, connect_redis};
+
+/// The password on the first line of standard input (so it never shows in the
+/// process list or the shell's history).
+fn password_from_stdin() -> anyhow::Result<String> {
+    let mut password = String::new();
+    std::io::stdin()
+        .read_line(&mut password)
+        .context("reading the password from standard input")?;
+    Ok(password.trim_end_matches(['\r', '\n']).to_owned())
+}
 
 /// Runs `shop users`.
 pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
@@ -13,20 +24,43 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             admin,
             database,
         } => {
-            let mut password = String::new();
-            std::io::stdin()
-                .read_line(&mut password)
-                .context("reading the password from standard input")?;
-            let password = password.trim_end_matches(['\r', '\n']);
-            shop_cache::domain::account::check_new_account(&name, password)?;
+            let password = password_from_stdin()?;
+            shop_cache::domain::account::check_new_account(&name, &password)?;
             let db = connect_db(&database).await?;
-            if db.create_user(&name, password).await?.is_none() {
+            if db.create_user(&name, &password).await?.is_none() {
                 anyhow::bail!("the name {name:?} is taken");
             }
             if admin {
                 db.grant_admin(&name).await?;
             }
             println!("added {name}{}", if admin { " (admin)" } else { "" });
+            Ok(())
+        }
+        UsersCommand::SetPassword {
+            name,
+            database,
+            redis,
+        } => {
+            let password = password_from_stdin()?;
+            shop_cache::domain::account::check_new_password(&password)?;
+            let db = connect_db(&database).await?;
+            let Some(user) = db.user_named(&name).await? else {
+                anyhow::bail!("there is no user {name:?}");
+            };
+            let (conn, keys) = connect_redis(&redis).await?;
+            let sessions = shop_cache::session::Sessions::new(conn.clone(), keys.clone());
+            let limiter = shop_cache::login_limit::LoginLimiter::new(
+                conn,
+                keys,
+                shop_cache::login_limit::LoginLimits::default(),
+            );
+            let accounts = shop_app::accounts::Accounts {
+                db: &db,
+                sessions: &sessions,
+                limiter: &limiter,
+            };
+            let ended = accounts.reset_password(user, &password).await?;
+            println!("{name}'s password is set; {ended} session(s) logged out");
             Ok(())
         }
         UsersCommand::GrantAdmin { name, database } => {

@@ -248,6 +248,19 @@ pub enum UsersCommand {
         #[command(flatten)]
         database: DatabaseSettings,
     },
+    /// Give an account a new password, read from the first line of standard
+    /// input (the sign-up page's rules), and log it out everywhere: every session
+    /// of the account ends (`printf '%s\n' "$PW" | shop users set-password NAME`).
+    SetPassword {
+        /// The account's name.
+        name: String,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// Redis settings (where the account's sessions are).
+        #[command(flatten)]
+        redis: RedisSettings,
+    },
     /// Make an existing account an admin (it may open `/ops`).
     GrantAdmin {
         /// The account's name.

@@ -160,6 +160,12 @@ pub struct WebSettings {
           default_value_t = shop_cache::login_limit::LoginLimits::default().per_name,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub login_limit_name: u32,
+    /// Most sessions one user may have at once; a login beyond it ends their
+    /// least recently seen session (0: no cap).
+    #[arg(long, env = "SHOP_MAX_SESSIONS_PER_USER",
+          default_value_t = shop_cache::session::DEFAULT_MAX_PER_USER,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub max_sessions_per_user: u32,
     /// The shop is behind a reverse proxy that appends the client's address to
     /// X-Forwarded-For: count login attempts per that address (its last entry).
     #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
@@ -487,6 +493,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             // The lifetimes are the [workers] section's (`WorkerSettings::lifetimes`),
             // which `serve` sets beside these.
             session_lifetimes: session::Lifetimes::default(),
+            max_sessions_per_user: web.max_sessions_per_user,
             demo_sale: web.demo_sale.then(|| {
                 ItemId::new(shop_app::sale::DEMO_ITEM).expect("the demo item's id is positive")
             }),

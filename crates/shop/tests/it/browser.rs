@@ -583,3 +583,91 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     assert!(stop(server).success());
     drop(driver);
 }
+
+/// A shopper whose phone is lost logs it out from the account page: the page
+/// lists both devices, marks this one, and the phone's next request is logged out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = seeded(20).await;
+    shop.db
+        .create_user("lia", "lia-password-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let (server, addr) = shop.serve(&[]);
+    // The phone: logged in over plain HTTP, its own cookie.
+    let login = crate::e2e::request_with(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=lia&password=lia-password-1"),
+        &[
+            ("Accept", "application/json"),
+            (
+                "User-Agent",
+                "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile",
+            ),
+        ],
+    );
+    assert_eq!(login.status, 200, "{}", login.body);
+    let phone = login
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mine = crate::e2e::request(&addr, "GET", "/api/me/sessions", Some(&phone), None);
+    let listed: serde_json::Value = serde_json::from_str(&mine.body).unwrap();
+    let phone_id = listed["sessions"][0]["id"].as_str().unwrap().to_owned();
+
+    let (client, _profile) = chromium(&driver).await;
+    let base = format!("http://{addr}");
+    client.goto(&base).await.unwrap();
+    client
+        .goto(&format!("{base}/login?next=/account"))
+        .await
+        .unwrap();
+    fill(&client, "form[action=\"/login\"] input[name=name]", "lia").await;
+    fill(
+        &client,
+        "form[action=\"/login\"] input[name=password]",
+        "lia-password-1",
+    )
+    .await;
+    click(&client, "form[action=\"/login\"] button").await;
+    wait_path(&client, "/account").await;
+    let table = wait_text(&client, "table.sessions", |t| t.contains("Android")).await;
+    assert!(table.contains("Chrome on Android"), "{table}");
+    assert!(table.contains("(this device)"), "{table}");
+    assert_eq!(
+        client
+            .find_all(Locator::Css("tr.session"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    screenshot(&client, "devices.png").await;
+    click(
+        &client,
+        &format!("form[action=\"/api/me/sessions/{phone_id}/end\"] button"),
+    )
+    .await;
+    wait_text(&client, "table.sessions", |t| !t.contains("Android")).await;
+    wait_path(&client, "/account").await;
+    let me = crate::e2e::request(&addr, "GET", "/api/me", Some(&phone), None);
+    assert!(me.body.contains("\"user\":null"), "{}", me.body);
+    let violations = csp_violations(&client).await;
+    assert!(
+        violations.is_empty(),
+        "blocked by the policy: {violations:?}"
+    );
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}

@@ -190,6 +190,53 @@ fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `shop users set-password NAME`: a new password from standard input, and every
+/// session of the account logged out (a stolen session dies with the old password).
+#[tokio::test]
+async fn users_set_password_logs_the_account_out_everywhere() {
+    use std::io::Write as _;
+    let shop = seeded(10).await;
+    let phone = shop.logged_in("jo").await;
+    let laptop = shop.log_in("jo").await;
+    let other = shop.logged_in("kim").await;
+    let set = |name: &str, password: &str| {
+        let mut child = shop
+            .shop()
+            .args(["users", "set-password", name])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let short = set("jo", "short");
+    assert!(!short.status.success());
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 10"));
+    let nobody = set("nobody", "long-enough-password");
+    assert!(String::from_utf8_lossy(&nobody.stderr).contains("no user \"nobody\""));
+    assert_eq!(
+        shop.me(&phone).await["user"]["name"],
+        "jo",
+        "nothing changed yet"
+    );
+
+    let out = stdout(&set("jo", "long-enough-password"));
+    assert!(out.contains("2 session(s) logged out"), "{out}");
+    for cookie in [&phone, &laptop] {
+        assert_eq!(shop.me(cookie).await["user"], serde_json::Value::Null);
+    }
+    assert_eq!(shop.me(&other).await["user"]["name"], "kim");
+    assert!(
+        shop.db
+            .check_password("jo", "long-enough-password")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
 #[tokio::test]
 async fn users_add_and_grant_admin() {
     let db = TestDb::sqlite();

@@ -6,7 +6,7 @@ use crate::shop;
 #[tokio::test]
 async fn two_seconds_of_load_give_a_well_formed_report() {
     let test_shop = seeded(200).await;
-    let (server, addr) = test_shop.serve(&[]);
+    let (server, addr, metrics) = crate::e2e::serve_with_metrics(test_shop.shop(), &[]);
     let cwd = &test_shop.cwd;
 
     let json = cwd.path().join("report.json");
@@ -16,6 +16,8 @@ async fn two_seconds_of_load_give_a_well_formed_report() {
             "load",
             "--target",
             &addr,
+            "--metrics",
+            &metrics,
             "--duration",
             "2",
             "--connections",

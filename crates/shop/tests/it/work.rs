@@ -32,9 +32,14 @@ fn wait_with_deadline(mut child: Child, limit: Duration) -> Output {
 async fn work_runs_the_cleaner_and_the_rescaler_and_stops_on_sigterm() {
     let app = TestApp::start().await;
     let mut raw = app.redis.conn().await;
+    // Seen in the last minute (older would be past the idle lifetime).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     for i in 0..50 {
         let token = format!("tok{i:019}");
-        let _: () = raw.zadd("s:recent:", &token, i).await.unwrap();
+        let _: () = raw.zadd("s:recent:", &token, now - 60 + i).await.unwrap();
         let _: () = raw.hset(format!("s:cart:{token}"), "1", 1).await.unwrap();
     }
     let views: Vec<(f64, u64)> = (1..=30).map(|i| (-(i as f64) * 2.0, i)).collect();
