@@ -50,7 +50,7 @@ const MAX_AGENT: usize = 256;
 /// Where a session was started from, as the devices page shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Device {
-    /// The browser's `User-Agent` (trimmed to [`MAX_AGENT`] characters).
+    /// The browser's `User-Agent` (trimmed to 256 characters).
     pub user_agent: String,
     /// The client's network, not its address: an IPv4 /24 or an IPv6 /48.
     pub network: String,
