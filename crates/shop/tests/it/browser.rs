@@ -614,13 +614,7 @@ async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
         ],
     );
     assert_eq!(login.status, 200, "{}", login.body);
-    let phone = login
-        .header("set-cookie")
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let phone = login.set_cookie("shop_session").unwrap();
     let mine = crate::e2e::request(&addr, "GET", "/api/me/sessions", Some(&phone), None);
     let listed: serde_json::Value = serde_json::from_str(&mine.body).unwrap();
     let phone_id = listed["sessions"][0]["id"].as_str().unwrap().to_owned();

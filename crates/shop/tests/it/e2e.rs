@@ -21,6 +21,16 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The `name=value` of the cookie `name` the answer sets, if it sets one.
+    pub fn set_cookie(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let pair = v.trim().split(';').next()?;
+            (k.eq_ignore_ascii_case("set-cookie") && pair.starts_with(&format!("{name}=")))
+                .then(|| pair.to_owned())
+        })
+    }
+
     pub fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
