@@ -60,15 +60,21 @@ pub struct PasswordChange<'a> {
     pub current: &'a str,
     /// The password from now on (its rules already checked).
     pub new: &'a str,
+    /// Where the client is, for the new token's entry in the list of sessions.
+    pub from: &'a Device,
 }
 
 /// What a password change came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PasswordChanged {
-    /// Changed; this many other sessions of the user ended.
+    /// Changed (committed); other sessions of the user ended.
     Changed {
-        /// Sessions ended.
-        ended: u64,
+        /// How many other sessions ended; `None` when they could not all be
+        /// ended (Redis failing): the user should log them out themselves.
+        ended: Option<u64>,
+        /// The asking session's new token (the old one is worth nothing now), if
+        /// the move succeeded.
+        token: Option<SessionToken>,
     },
     /// The current password was wrong: nothing changed.
     WrongPassword,
@@ -112,17 +118,33 @@ pub struct Accounts<'a> {
 }
 
 impl Accounts<'_> {
-    /// Logs in with a name and password.
+    /// Logs in with a name and password. A password change that lands while the
+    /// password is being checked (argon2 takes tens of milliseconds) wins: the
+    /// login sees the user's password epoch move and is undone, so a change ends
+    /// every session the old password opens, this one included.
     pub async fn log_in(&self, attempt: Attempted<'_>) -> Result<Outcome, AppError> {
         if let Some(refused) = self.count(&attempt).await? {
             return Ok(refused);
         }
+        let epoch = match self.db.user_named(attempt.name).await? {
+            Some(user) => Some(self.sessions.password_epoch(user).await?),
+            None => None,
+        };
         match self
             .db
             .check_password(attempt.name, attempt.password)
             .await?
         {
-            Some(user) => self.logged_in(&attempt, user).await,
+            Some(user) => {
+                let outcome = self.logged_in(&attempt, user).await?;
+                if let Outcome::LoggedIn { token, .. } = &outcome
+                    && epoch != Some(self.sessions.password_epoch(user).await?)
+                {
+                    self.sessions.logout(token).await?;
+                    return Ok(Outcome::WrongPassword);
+                }
+                Ok(outcome)
+            }
             None => {
                 self.limiter.failed(attempt.name, attempt.device).await?;
                 Ok(Outcome::WrongPassword)
@@ -192,19 +214,56 @@ impl Accounts<'_> {
         }
         self.limiter.succeeded(&name).await?;
         self.db.set_password(change.user, change.new).await?;
+        // Committed: from here on the answer is "changed", whatever fails after.
         let ended = self
+            .end_after_change(change.user, Some(change.session))
+            .await;
+        // The session asking moves to a new token too: the cookie most likely to
+        // have been stolen is this one.
+        let token = match self
             .sessions
-            .end_others(change.user, Some(change.session))
-            .await?;
-        tracing::info!(user = change.user.get(), ended, "password changed");
-        Ok(PasswordChanged::Changed { ended })
+            .login_from(change.session, change.user, None, change.from)
+            .await
+        {
+            Ok(token) => Some(token),
+            Err(error) => {
+                tracing::warn!(%error, "a password change could not rotate its own session");
+                None
+            }
+        };
+        tracing::info!(user = change.user.get(), ?ended, "password changed");
+        Ok(PasswordChanged::Changed { ended, token })
+    }
+
+    /// After a committed change: the epoch moved, then the user's sessions but
+    /// `keep` ended, tried twice. `None` when they could not all be ended (Redis
+    /// failing): the password is changed all the same, and the user is told to
+    /// log out the other devices themselves.
+    async fn end_after_change(&self, user: UserId, keep: Option<&SessionToken>) -> Option<u64> {
+        for _ in 0..2 {
+            let ended = async {
+                self.sessions.password_changed(user).await?;
+                self.sessions.end_others(user, keep).await
+            };
+            match ended.await {
+                Ok(n) => return Some(n),
+                Err(error) => {
+                    tracing::error!(%error, user = user.get(), "a password change could not end the other sessions");
+                }
+            }
+        }
+        None
     }
 
     /// Sets a user's password from outside (an operator's `shop users
     /// set-password`) and ends every session of the user. Returns how many ended.
-    pub async fn reset_password(&self, user: UserId, password: &str) -> Result<u64, AppError> {
+    pub async fn reset_password(
+        &self,
+        user: UserId,
+        password: &str,
+    ) -> Result<Option<u64>, AppError> {
         self.db.set_password(user, password).await?;
-        Ok(self.sessions.end_others(user, None).await?)
+        Ok(self.end_after_change(user, None).await)
     }
 
     /// Counts the attempt against the limits: the refusal, if over.

@@ -318,6 +318,11 @@ impl Devices {
         let (Ok(issued), Ok(tag)) = (issued.parse::<u64>(), hex::decode(tag)) else {
             return Ok(false);
         };
+        // One spelling per cookie (no `+`, leading zeros or upper-case hex): the
+        // failures counted against a cookie are keyed on what the client sends.
+        if cookie != format!("{issued}.{}", hex::encode(&tag)) {
+            return Ok(false);
+        }
         let now = crate::clock::unix_now() as u64;
         if issued > now + 60 || now - issued.min(now) > DEVICE_LIFETIME.as_secs() {
             return Ok(false);

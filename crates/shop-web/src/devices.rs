@@ -12,8 +12,10 @@
 //!   not one of the user's sessions.
 //! - `POST /api/me/sessions/end-others`: "log out everywhere else".
 //! - `GET`/`POST /account/password`: the current password (checked on the same
-//!   bounded hashing pool as logins, and counted against the login limits), the
-//!   new one (the sign-up rules); every other session ends.
+//!   bounded hashing pool as logins, and counted against the login limits; a
+//!   wrong one is 403), the new one (the sign-up rules); every other session
+//!   ends, a login racing the change included, and the session asking moves to a
+//!   new token (a new cookie).
 //!
 //! A form post answers with a redirect (back to `/account`), the same post with
 //! `Accept: application/json` with JSON. Every route needs a logged-in user: 401
@@ -41,6 +43,11 @@ use crate::templates::{self, PasswordPage, SessionView};
 
 /// Passwords longer than this are refused before any hashing (as at login).
 const MAX_FIELD: usize = 200;
+
+/// What a user is told when their password changed but their other sessions
+/// could not all be ended (Redis failing).
+const LEFT_LOGGED_IN: &str = "Your password is changed, but your other devices could not all be \
+     logged out just now: use \"Log out everywhere else\" on your account page.";
 
 /// The routes.
 pub fn router(state: AppState) -> Router {
@@ -248,6 +255,7 @@ async fn change_password(
     }
     let address = client_address(peer, &headers, state.config.trust_forwarded_for);
     let device = crate::session::device_cookie(&headers, session.https);
+    let from = crate::auth::device_of(peer, &headers, state.config.trust_forwarded_for);
     let change = PasswordChange {
         user,
         session: &session.token,
@@ -255,15 +263,37 @@ async fn change_password(
         device: device.as_deref(),
         current,
         new,
+        from: &from,
     };
     match state.accounts().change_password(change).await? {
-        PasswordChanged::Changed { ended } => Ok(done(
-            &headers,
-            json!({ "changed": true, "ended": ended }),
-            "/account",
-        )),
+        PasswordChanged::Changed { ended, token } => {
+            let mut resp = match ended {
+                Some(ended) => done(
+                    &headers,
+                    json!({ "changed": true, "ended": ended }),
+                    "/account",
+                ),
+                // Changed, but the other devices could not all be logged out: the
+                // user is told, and can do it from the account page.
+                None if wants_json(&headers) => Json(json!({
+                    "changed": true,
+                    "ended": null,
+                    "message": LEFT_LOGGED_IN,
+                }))
+                .into_response(),
+                None => templates::render(&PasswordPage {
+                    message: Some(LEFT_LOGGED_IN.to_owned()),
+                })?
+                .into_response(),
+            };
+            if let Some(token) = token {
+                resp.extensions_mut().insert(NewToken(token));
+            }
+            Ok(resp)
+        }
+        // 403, not 401: the user is logged in; the password they gave is wrong.
         PasswordChanged::WrongPassword => refuse(
-            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
             "bad_password",
             "That is not your current password.",
         ),

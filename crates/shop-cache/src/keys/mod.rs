@@ -540,6 +540,16 @@ impl Keys {
         }
     }
 
+    /// String: how many times the user's password has changed (a counter, absent
+    /// until the first change), beside their list of sessions: a login whose
+    /// password check raced a change sees it move, and is undone.
+    pub fn password_epoch(&self, user: crate::domain::UserId) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}password-epoch:{user}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}password-epoch:{{u{user}}}", self.0.prefix),
+        }
+    }
+
     /// Sorted set: item -> end of its sale (unix seconds): the sales loaded in Redis.
     pub fn sales(&self) -> String {
         format!("{}sales:", self.0.prefix)

@@ -18,6 +18,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.logins_in(s), "logins:");
     assert_eq!(
         k.user_sessions(crate::domain::UserId::new(5).unwrap()),
+        k.password_epoch(crate::domain::UserId::new(5).unwrap()),
         "user-sessions:5"
     );
     assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");

@@ -169,8 +169,9 @@ impl Sessions {
     }
 
     /// Logs `user` in: returns a fresh token (so a token planted before login is
-    /// worthless after it), in one atomic step. The old token is gone from every
-    /// structure.
+    /// worthless after it); the move itself is one atomic script, around which the
+    /// user's list of sessions is kept ([`user_sessions`]). The old token is gone
+    /// from every structure.
     ///
     /// - From a guest session, or one already logged in as `user`, the cart and the
     ///   viewed history move to the new token.
@@ -288,10 +289,18 @@ impl Sessions {
             .arg(user)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        if let Some(was) = was.and_then(|raw| raw.parse::<UserId>().ok()) {
-            self.unindex(&[(old.clone(), was)]).await?;
+        // The login is done: what follows tidies up, and a failure of it must not
+        // turn a login that happened into an error (the browser would keep a
+        // token that is no session). A leftover entry is dropped at the next
+        // listing; the cap is applied again at the next login.
+        if let Some(was) = was.and_then(|raw| raw.parse::<UserId>().ok())
+            && let Err(error) = self.unindex(&[(old.clone(), was)]).await
+        {
+            tracing::warn!(%error, "a login could not take the old session out of its list");
         }
-        self.enforce_cap(user, &new).await?;
+        if let Err(error) = self.enforce_cap(user, &new).await {
+            tracing::warn!(%error, "a login could not apply the cap of sessions per user");
+        }
         Ok(new)
     }
 

@@ -166,6 +166,77 @@ impl Sessions {
         Ok(())
     }
 
+    /// Lists in their users' indexes the logged-in sessions that are not listed:
+    /// those of before the index (an upgrade: `shop migrate`, run once every web
+    /// server runs a build that keeps the index). Their device is unknown and
+    /// their login time the one in `logins:` (else now). Returns how many it
+    /// listed. Safe while the shop runs: an entry for a session that ends
+    /// meanwhile is a leftover, dropped at the next listing.
+    pub async fn index_logins(&self) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let mut listed = 0;
+        for shard in self.keys.shards() {
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                    .arg(self.keys.login_in(shard))
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await?;
+                let page: Vec<(SessionToken, UserId)> = page
+                    .into_iter()
+                    .filter_map(|(t, u)| Some((t.parse().ok()?, u.parse().ok()?)))
+                    .collect();
+                if !page.is_empty() {
+                    let mut since = redis::cmd("ZMSCORE");
+                    since.arg(self.keys.logins_in(shard));
+                    for (token, _) in &page {
+                        since.arg(token.expose());
+                    }
+                    let since: Vec<Option<f64>> = since.query_async(&mut conn).await?;
+                    let now = crate::clock::unix_now();
+                    let mut pipe = redis::pipe();
+                    for ((token, user), since) in page.iter().zip(since) {
+                        pipe.hset_nx(
+                            self.keys.user_sessions(*user),
+                            session_id(token),
+                            entry(token, since.unwrap_or(now), &Device::default()),
+                        );
+                    }
+                    let added: Vec<u64> = pipe.query_async(&mut conn).await?;
+                    listed += added.iter().sum::<u64>();
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
+    }
+
+    /// How many times the user's password has changed (0 before the first).
+    pub async fn password_epoch(&self, user: UserId) -> Result<u64, CacheError> {
+        let epoch: Option<u64> = redis::cmd("GET")
+            .arg(self.keys.password_epoch(user))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(epoch.unwrap_or(0))
+    }
+
+    /// Records a change of the user's password (after it committed, before the
+    /// other sessions are ended): a login that checked the old password and is
+    /// still on its way sees the epoch move and undoes itself.
+    pub async fn password_changed(&self, user: UserId) -> Result<(), CacheError> {
+        redis::cmd("INCR")
+            .arg(self.keys.password_epoch(user))
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// Takes ended sessions out of their users' indexes.
     pub(super) async fn unindex(&self, ended: &[(SessionToken, UserId)]) -> Result<(), CacheError> {
         unindex(&self.conn, &self.keys, ended).await
@@ -268,23 +339,41 @@ impl Sessions {
         if sessions.is_empty() {
             return Ok(0);
         }
-        let calls = sessions.iter().map(|s| {
-            let t = &s.token;
-            let shard = self.keys.shard_of(t);
-            let mut call = scripts::END_SESSION.prepare_invoke();
-            call.key(self.keys.recent_in(shard))
-                .key(self.keys.login_in(shard))
-                .key(self.keys.guests_in(shard))
-                .key(self.keys.logins_in(shard))
-                .key(self.keys.viewed_by_member(shard, t.expose()))
-                .key(self.keys.cart_member(shard, t.expose()))
-                .arg(t.expose())
-                .arg(user);
-            let mut conn = self.conn.clone();
-            async move { call.invoke_async::<u64>(&mut conn).await }
-        });
-        let ended: u64 = futures::future::try_join_all(calls).await?.iter().sum();
-        let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
+        // At most a chunk of scripts in flight at once: a cap of 0 (none) lets a
+        // list grow.
+        let mut results: Vec<u64> = Vec::with_capacity(sessions.len());
+        for chunk in sessions.chunks(64) {
+            let calls = chunk.iter().map(|s| {
+                let t = &s.token;
+                let shard = self.keys.shard_of(t);
+                let mut call = scripts::END_SESSION.prepare_invoke();
+                call.key(self.keys.recent_in(shard))
+                    .key(self.keys.login_in(shard))
+                    .key(self.keys.guests_in(shard))
+                    .key(self.keys.logins_in(shard))
+                    .key(self.keys.viewed_by_member(shard, t.expose()))
+                    .key(self.keys.cart_member(shard, t.expose()))
+                    .arg(t.expose())
+                    .arg(user);
+                let mut conn = self.conn.clone();
+                async move { call.invoke_async::<u64>(&mut conn).await }
+            });
+            results.extend(futures::future::try_join_all(calls).await?);
+        }
+        let ended: u64 = results.iter().sum();
+        // An entry goes if its session ended here, or if it is no login in
+        // flight (its session is gone): an entry whose session is about to go
+        // live stays.
+        let now = crate::clock::unix_now();
+        let ids: Vec<&str> = sessions
+            .iter()
+            .zip(&results)
+            .filter(|(s, ended)| **ended == 1 || now - s.created >= IN_FLIGHT)
+            .map(|(s, _)| s.id.as_str())
+            .collect();
+        if ids.is_empty() {
+            return Ok(ended);
+        }
         redis::cmd("HDEL")
             .arg(self.keys.user_sessions(user))
             .arg(&ids)

@@ -122,6 +122,19 @@ async fn a_device_cookie_lets_its_own_account_through_a_locked_name(fx: Fixture)
         limiter.attempt(Some("10.0.3.1"), "bob", Some(&device)).await.unwrap(),
         Attempt::Refused { .. }
     ));
+    // Another spelling of the same cookie is no fresh count: it is no cookie.
+    let (issued, tag) = device.split_once('.').unwrap();
+    for variant in [
+        format!("{issued}.{}", tag.to_uppercase()),
+        format!("0{issued}.{tag}"),
+        format!("+{issued}.{tag}"),
+    ] {
+        assert!(!limiter.devices().recognises(&variant, "bob").await.unwrap(), "{variant}");
+        assert!(matches!(
+            limiter.attempt(Some("10.0.3.1"), "bob", Some(&variant)).await.unwrap(),
+            Attempt::Refused { .. }
+        ));
+    }
     // The cookie is bob's only; a changed one, or one of another shop, is nothing.
     fail(&limiter, "10.0.3.30", "carol").await;
     fail(&limiter, "10.0.3.31", "carol").await;

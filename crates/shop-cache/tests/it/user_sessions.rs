@@ -2,8 +2,6 @@
 //! ends a session (logout, the cleaner, an expired touch, ending from the devices
 //! page), exact on both layouts; the cap per user; leftovers repaired.
 
-use std::time::Duration;
-
 use redis::AsyncCommands;
 use shop_cache::domain::UserId;
 use shop_cache::session::{Device, SessionToken, Sessions, Touch, Touched, session_id};
@@ -178,11 +176,40 @@ async fn leftovers_of_a_crash_are_dropped_when_listed_and_logins_in_flight_are_n
     let mut left = left;
     left.sort();
     assert_eq!(left, ids(&[&live[0], &pending]), "the leftover went, the login in flight stayed");
-    // "Log out everywhere" does not reach a login in flight (it has no session to
-    // end yet), and ends the rest.
+    // "Log out everywhere" ends the live session, and leaves the entry of the
+    // login in flight (its session, about to go live, stays listed).
     assert_eq!(sessions.end_others(dave, None).await.unwrap(), 1);
-    tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(sessions.check_token(&live[0]).await.unwrap(), None);
+    let left: Vec<String> = raw.hkeys(fx.keys.user_sessions(dave)).await.unwrap();
+    assert_eq!(left, vec![session_id(&pending)]);
+    // Ending it by id before it is live does not take its entry either.
+    assert!(!sessions.end_session(dave, &session_id(&pending)).await.unwrap());
+    let left: Vec<String> = raw.hkeys(fx.keys.user_sessions(dave)).await.unwrap();
+    assert_eq!(left, vec![session_id(&pending)]);
+}
+
+async fn an_upgrade_lists_the_logged_in_sessions_of_before(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let erin = user(9);
+    // Logged in by a build without the index: login: and recent: only.
+    let mut raw = fx.raw().await;
+    let old: Vec<SessionToken> = (0..3).map(|_| SessionToken::generate()).collect();
+    for t in &old {
+        let _: () = raw.hset(fx.keys.login_of(t), t.expose(), 9).await.unwrap();
+        let _: () = raw.zadd(fx.keys.recent_of(t), t.expose(), shop_cache_now()).await.unwrap();
+    }
+    let guest = SessionToken::generate();
+    sessions.touch(&guest, Touch::request()).await.unwrap();
+    let new = logins(&sessions, erin, 1).await;
+    assert_eq!(listed(&sessions, erin).await, ids(&[&new[0]]), "before: unlisted");
+    assert_eq!(sessions.index_logins().await.unwrap(), 3);
+    assert_eq!(sessions.index_logins().await.unwrap(), 0, "once");
+    assert_eq!(listed(&sessions, erin).await, ids(&[&old[0], &old[1], &old[2], &new[0]]));
+    // Now "log out everywhere" reaches them.
+    assert_eq!(sessions.end_others(erin, Some(&new[0])).await.unwrap(), 3);
+    for t in &old {
+        assert_eq!(sessions.check_token(t).await.unwrap(), None);
+    }
 }
 }
 

@@ -128,7 +128,8 @@ async fn a_password_change_leaves_only_the_current_session() {
         let other = app.logged_in("gus").await;
         let here = app.log_in("gus").await;
         let change = |current: &str, new: &str| format!("current={current}&new={new}");
-        // Wrong current password: 401, nothing changed or ended.
+        // Wrong current password: 403 (logged in, but not that password),
+        // nothing changed or ended.
         let resp = app
             .post(
                 "/account/password",
@@ -137,7 +138,7 @@ async fn a_password_change_leaves_only_the_current_session() {
                 true,
             )
             .await;
-        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{kind}");
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{kind}");
         assert_eq!(who(&app, &other).await, "gus", "{kind}");
         // A new password against the sign-up rules: 400.
         let resp = app
@@ -170,9 +171,18 @@ async fn a_password_change_leaves_only_the_current_session() {
             )
             .await;
         assert_eq!(resp.status(), StatusCode::OK, "{kind}");
+        // The session asking moves to a new token: the old cookie is worthless.
+        let moved = cookie_of(&resp).expect("a new cookie");
         assert_eq!(json(resp).await["ended"], 1, "{kind}");
         assert_eq!(who(&app, &other).await, serde_json::Value::Null, "{kind}");
+        assert_eq!(who(&app, &here).await, serde_json::Value::Null, "{kind}");
+        let here = moved;
         assert_eq!(who(&app, &here).await, "gus", "{kind}");
+        assert_eq!(
+            sessions(&app, &here).await.len(),
+            1,
+            "{kind}: only this one"
+        );
         assert_eq!(
             app.db.check_password("gus", PASSWORD).await.unwrap(),
             None,

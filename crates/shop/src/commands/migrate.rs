@@ -6,7 +6,11 @@
 //! that never expired (`viewers:<item>` and `buyers:<item>` without a week; the
 //! counts are per week now and expire by themselves), and listing the guest
 //! sessions of before guests were tracked in `guests:` (so they expire and are
-//! cleaned before shoppers, as new guests are).
+//! cleaned before shoppers, as new guests are), and listing the logged-in
+//! sessions of before each user's list of sessions (`user-sessions:<user>`), so
+//! "log out everywhere", a password change and the cap reach them too. Run it
+//! once every web server runs the new build (an older one logs in without
+//! listing).
 
 use shop_cache::insights::Insights;
 use shop_cache::session::Sessions;
@@ -23,7 +27,10 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
         .remove_unwindowed_counts()
         .await?;
     println!("redis: removed {removed} insight counts of the old, unexpiring layout");
-    let listed = Sessions::new(conn, keys).index_guests().await?;
+    let sessions = Sessions::new(conn, keys);
+    let listed = sessions.index_guests().await?;
     println!("redis: listed {listed} guest sessions in guests:");
+    let listed = sessions.index_logins().await?;
+    println!("redis: listed {listed} logged-in sessions in their users' lists of sessions");
     Ok(())
 }

@@ -59,9 +59,16 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
                 sessions: &sessions,
                 limiter: &limiter,
             };
-            let ended = accounts.reset_password(user, &password).await?;
-            println!("{name}'s password is set; {ended} session(s) logged out");
-            Ok(())
+            match accounts.reset_password(user, &password).await? {
+                Some(ended) => {
+                    println!("{name}'s password is set; {ended} session(s) logged out");
+                    Ok(())
+                }
+                None => anyhow::bail!(
+                    "{name}'s password is set, but their sessions could not all be logged \
+                     out (Redis failing): run the command again once Redis answers"
+                ),
+            }
         }
         UsersCommand::GrantAdmin { name, database } => {
             let db = connect_db(&database).await?;
