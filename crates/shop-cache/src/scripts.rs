@@ -94,6 +94,10 @@ pub static CART_REMOVE: LazyLock<Script> =
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));
 
+/// Lists a session in its user's index and counts the index, in one call.
+pub static INDEX_SESSION: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/index_session.lua")));
+
 /// Ends one session of a user (as logout does), if it is still theirs.
 pub static END_SESSION: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/end_session.lua")));

@@ -274,7 +274,7 @@ impl Sessions {
     ) -> Result<SessionToken, CacheError> {
         // In the same shard as the old token, so the move is one script in one slot.
         let new = self.keys.fresh_token_beside(old);
-        self.index(user, &new, device).await?;
+        let listed = self.index(user, &new, device).await?;
         let was: Option<String> = scripts::LOGIN
             .key(self.keys.recent_of(old))
             .key(self.keys.login_of(old))
@@ -298,7 +298,7 @@ impl Sessions {
         {
             tracing::warn!(%error, "a login could not take the old session out of its list");
         }
-        if let Err(error) = self.enforce_cap(user, &new).await {
+        if let Err(error) = self.enforce_cap(user, &new, listed).await {
             tracing::warn!(%error, "a login could not apply the cap of sessions per user");
         }
         Ok(new)

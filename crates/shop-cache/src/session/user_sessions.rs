@@ -151,19 +151,20 @@ impl Sessions {
     }
 
     /// Lists `token` as `user`'s, before its session exists (see the module docs).
+    /// Returns how many entries the user's index holds now (live or not), which
+    /// decides whether the login must look at the cap.
     pub(super) async fn index(
         &self,
         user: UserId,
         token: &SessionToken,
         device: &Device,
-    ) -> Result<(), CacheError> {
-        redis::cmd("HSET")
-            .arg(self.keys.user_sessions(user))
+    ) -> Result<usize, CacheError> {
+        Ok(scripts::INDEX_SESSION
+            .key(self.keys.user_sessions(user))
             .arg(session_id(token))
             .arg(entry(token, crate::clock::unix_now(), device))
-            .exec_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
+            .invoke_async(&mut self.conn.clone())
+            .await?)
     }
 
     /// Lists in their users' indexes the logged-in sessions that are not listed:
@@ -382,23 +383,19 @@ impl Sessions {
         Ok(ended)
     }
 
-    /// Applies the cap of sessions per user after a login on `keep`: the least
-    /// recently seen sessions beyond it end (never `keep`). Returns how many.
+    /// Applies the cap of sessions per user after a login on `keep`, whose index
+    /// held `listed` entries: the least recently seen sessions beyond it end
+    /// (never `keep`). Returns how many.
     pub(super) async fn enforce_cap(
         &self,
         user: UserId,
         keep: &SessionToken,
+        listed: usize,
     ) -> Result<u64, CacheError> {
         let most = self.max_per_user as usize;
-        if most == 0 {
-            return Ok(0);
-        }
-        // One cheap count first: the full listing only when there may be too many.
-        let listed: usize = redis::cmd("HLEN")
-            .arg(self.keys.user_sessions(user))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        if listed <= most {
+        // The count came with the index entry: the full listing only when there
+        // may be too many.
+        if most == 0 || listed <= most {
             return Ok(0);
         }
         let live = self.sessions_of(user).await?;
