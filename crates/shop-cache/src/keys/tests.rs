@@ -18,8 +18,11 @@ fn default_layout_is_the_books() {
     assert_eq!(k.logins_in(s), "logins:");
     assert_eq!(
         k.user_sessions(crate::domain::UserId::new(5).unwrap()),
-        k.password_epoch(crate::domain::UserId::new(5).unwrap()),
         "user-sessions:5"
+    );
+    assert_eq!(
+        k.password_epoch(crate::domain::UserId::new(5).unwrap()),
+        "password-epoch:5"
     );
     assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
@@ -70,6 +73,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.device_key(),
         k.login_device_failures("alice", "1.ab"),
         k.user_sessions(crate::domain::UserId::new(5).unwrap()),
+        k.password_epoch(crate::domain::UserId::new(5).unwrap()),
         k.also_bought(i),
         k.also_bought_index().to_owned(),
         k.schedule().to_owned(),
