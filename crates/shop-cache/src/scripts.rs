@@ -66,11 +66,12 @@ pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 pub static SCHEDULE_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/schedule_row.lua")));
 
-/// A row refresher's claim of the earliest due row.
+/// A row refresher's claim of the earliest due rows (up to a batch).
 pub static CLAIM_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/claim_row.lua")));
 
-/// A row refresher's store, removal or retry after reading the database.
+/// A row refresher's stores, removals or retries after reading the database, for
+/// a batch in one call.
 pub static FINISH_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/finish_row.lua")));
 

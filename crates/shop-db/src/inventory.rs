@@ -38,28 +38,59 @@ pub struct Sale {
     pub end: i64,
 }
 
+/// The most ids one batch query names (well under SQLite's 32,766 parameters).
+pub const ROWS_PER_QUERY: usize = 500;
+
+/// What an inventory row is read with (a `WHERE` follows).
+const INVENTORY_SELECT: &str = "SELECT i.id, i.title, i.price_cents, v.stock, v.sale_price_cents, \
+     v.sale_start, v.sale_end FROM items i JOIN inventory v ON v.item_id = i.id";
+
+/// An inventory row from a row of [`INVENTORY_SELECT`].
+fn inventory_from(row: &sqlx::any::AnyRow) -> Result<InventoryRow, DbError> {
+    Ok(InventoryRow {
+        item_id: ItemId::from_i64(row.try_get("id")?)
+            .map_err(|_| DbError::Corrupt { what: "items.id" })?,
+        title: row.try_get("title")?,
+        price_cents: row.try_get("price_cents")?,
+        stock: row.try_get("stock")?,
+        sale_price_cents: row.try_get("sale_price_cents")?,
+        sale_start: row.try_get("sale_start")?,
+        sale_end: row.try_get("sale_end")?,
+    })
+}
+
 impl Db {
     /// The item's inventory row, or `None` if the item does not exist.
     pub async fn inventory_row(&self, id: ItemId) -> Result<Option<InventoryRow>, DbError> {
-        let row = sqlx::query(
-            "SELECT i.id, i.title, i.price_cents, v.stock, v.sale_price_cents, v.sale_start, v.sale_end \
-             FROM items i JOIN inventory v ON v.item_id = i.id WHERE i.id = $1",
-        )
-        .bind(id.to_i64())
-        .fetch_optional(&self.read)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        Ok(Some(InventoryRow {
-            item_id: id,
-            title: row.try_get("title")?,
-            price_cents: row.try_get("price_cents")?,
-            stock: row.try_get("stock")?,
-            sale_price_cents: row.try_get("sale_price_cents")?,
-            sale_start: row.try_get("sale_start")?,
-            sale_end: row.try_get("sale_end")?,
-        }))
+        let row = sqlx::query(&format!("{INVENTORY_SELECT} WHERE i.id = $1"))
+            .bind(id.to_i64())
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(inventory_from).transpose()
+    }
+
+    /// The inventory rows of `ids` that exist, as the JSON objects the row cache
+    /// stores, by id: one query per [`ROWS_PER_QUERY`] ids (the row refresher's
+    /// batch read; a query per row cost a round trip each).
+    pub async fn inventory_json_many(
+        &self,
+        ids: &[ItemId],
+    ) -> Result<std::collections::HashMap<ItemId, String>, DbError> {
+        let mut found = std::collections::HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(ROWS_PER_QUERY) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
+            let sql = format!("{INVENTORY_SELECT} WHERE i.id IN ({})", marks.join(", "));
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id.to_i64());
+            }
+            for row in query.fetch_all(&self.read).await? {
+                let row = inventory_from(&row)?;
+                let json = serde_json::to_string(&row).expect("an inventory row always serializes");
+                found.insert(row.item_id, json);
+            }
+        }
+        Ok(found)
     }
 
     /// The row as the JSON object the row cache stores.

@@ -1,7 +1,9 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
-//! One row-cache refresh (claim the due row, read it from SQLite, store it,
-//! reschedule) by the shop's refresher, next to the book's `cache_rows` round, in the
-//! same run, against a private redis-server and a seeded SQLite file.
+//! Row-cache refreshes (claim the due rows, read them from SQLite, store them,
+//! reschedule) by the shop's refresher, one row a step and in the daemon's batches
+//! of 100 (one claim, one `IN` query, one store for them all), next to the book's
+//! `cache_rows` round, in the same run, against a private redis-server and a seeded
+//! SQLite file. Throughput is in rows.
 //! Run: `cargo bench -p shop --bench row_refresh`.
 
 use std::time::Duration;
@@ -10,7 +12,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use shop_cache::book;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
-use shop_cache::row_cache::{RefreshStep, Refresher, RowCache};
+use shop_cache::row_cache::{DEFAULT_BATCH, RefreshStep, Refresher, RowCache};
 use shop_db::Db;
 use shop_testkit::{TestDb, TestRedis};
 
@@ -38,6 +40,11 @@ fn row_refresh(c: &mut Criterion) {
         Keys::default(),
         shop_app::rows::row_source(db.clone()),
     );
+    let batched = Refresher::new(
+        conn.clone(),
+        Keys::default(),
+        shop_app::rows::row_source(db.clone()),
+    );
     let source = shop_app::rows::row_source(db);
 
     let mut g = c.benchmark_group("row_refresh");
@@ -51,6 +58,14 @@ fn row_refresh(c: &mut Criterion) {
             ));
         })
     });
+    g.throughput(Throughput::Elements(DEFAULT_BATCH as u64));
+    g.bench_function("shop_batch_of_100", |b| {
+        b.to_async(&rt).iter(|| async {
+            let done = batched.step_batch().await.unwrap();
+            assert_eq!(done.refreshed, DEFAULT_BATCH as u64);
+        })
+    });
+    g.throughput(Throughput::Elements(1));
     g.bench_function("book_cache_rows_round", |b| {
         b.to_async(&rt).iter(|| async {
             let mut conn = conn.clone();

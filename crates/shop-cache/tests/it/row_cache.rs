@@ -425,16 +425,17 @@ async fn a_row_scheduled_again_after_an_unscheduled_claim_stays(fx: Fixture) {
     let rows = RowCache::new(fx.conn.clone(), fx.keys.clone());
     rows.unschedule(item(6)).await.unwrap();
     let mut raw = fx.raw().await;
-    let claimed: (String, String, String) = CLAIM_ROW
+    let claimed: Vec<String> = CLAIM_ROW
         .key(fx.keys.schedule())
         .key(fx.keys.delay())
         .arg(30)
+        .arg(1)
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(claimed, ("claimed".into(), "6".into(), "0".into()));
+    assert_eq!(claimed, vec!["claimed", "6", "0"]);
     rows.schedule(item(6), 60.0).await.unwrap();
-    let kept: i64 = FINISH_ROW
+    let kept: Vec<i64> = FINISH_ROW
         .key(fx.keys.schedule())
         .key(fx.keys.delay())
         .key(fx.keys.inventory(item(6)))
@@ -444,7 +445,7 @@ async fn a_row_scheduled_again_after_an_unscheduled_claim_stays(fx: Fixture) {
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(kept, 3, "scheduled again: kept");
+    assert_eq!(kept, vec![3], "scheduled again: kept");
     let listed = rows.list().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].delay, Some(60.0));
@@ -579,5 +580,86 @@ async fn the_daemon_keeps_a_row_fresh_and_drops_it_when_unscheduled(fx: Fixture)
     shutdown.cancel();
     task.await.unwrap();
     assert!(fx.all_keys().await.is_empty(), "{:?}", fx.all_keys().await);
+}
+}
+
+both_layouts! {
+#[multi_thread]
+async fn two_batch_refreshers_over_300_rows_refresh_each_once(fx: Fixture) {
+    const ROWS: u64 = 300;
+    let rows = RowCache::new(fx.conn.clone(), fx.keys.clone());
+    for n in 1..=ROWS {
+        rows.schedule(item(n), 60.0).await.unwrap();
+    }
+    let table = Table::with_rows(ROWS);
+    let run = |r: Refresher<_>| async move {
+        let mut refreshed = 0;
+        loop {
+            let done = r.step_batch().await.unwrap();
+            assert_eq!((done.removed, done.failed), (0, 0), "{done:?}");
+            refreshed += done.refreshed;
+            if done.idle.is_some() {
+                return refreshed;
+            }
+        }
+    };
+    let (a, b) = tokio::join!(
+        tokio::spawn(run(refresher(&fx, &table).with_batch(32))),
+        tokio::spawn(run(refresher(&fx, &table).with_batch(32)))
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a + b, ROWS, "{a} + {b}");
+    for n in 1..=ROWS {
+        assert_eq!(table.loads(item(n)), 1, "row {n} read once");
+        assert_eq!(
+            rows.get(item(n)).await.unwrap(),
+            Some(json(item(n), 10 * n as i64))
+        );
+    }
+    let listed = rows.list().await.unwrap();
+    assert_eq!(listed.len(), ROWS as usize, "schedule: lost nothing");
+    let t = now();
+    assert!(listed.iter().all(|r| r.next_at > t + 50.0 && r.delay == Some(60.0)));
+}
+
+async fn a_batch_stores_removes_and_keeps_as_each_row_needs(fx: Fixture) {
+    let rows = RowCache::new(fx.conn.clone(), fx.keys.clone());
+    for n in 1..=10 {
+        rows.schedule(item(n), 60.0).await.unwrap();
+    }
+    let table = Table::with_rows(10);
+    let refresher = refresher(&fx, &table).with_batch(100);
+    // A first pass stores all ten.
+    let done = refresher.step_batch().await.unwrap();
+    assert_eq!((done.refreshed, done.removed, done.failed), (10, 0, 0));
+    // Then: row 3 unscheduled (delay 0), row 5 gone from the table, row 9's delay
+    // missing altogether (the book's crash), and all due again.
+    rows.unschedule(item(3)).await.unwrap();
+    let _: () = fx.raw().await.zadd(fx.keys.schedule(), 3, 0).await.unwrap();
+    table.delete(item(5));
+    let mut raw = fx.raw().await;
+    let _: () = raw.zrem(fx.keys.delay(), 9).await.unwrap();
+    for n in 1..=10u64 {
+        let _: () = raw.zadd(fx.keys.schedule(), n, 0).await.unwrap();
+    }
+    let done = refresher.step_batch().await.unwrap();
+    assert_eq!((done.refreshed, done.removed, done.failed), (7, 3, 0), "{done:?}");
+    for n in 1..=10 {
+        let kept = rows.get(item(n)).await.unwrap();
+        assert_eq!(kept.is_some(), ![3, 5, 9].contains(&n), "row {n}");
+    }
+    // The source failing: every copy kept, every row retried after the back-off.
+    for n in [1u64, 2, 4, 6, 7, 8, 10] {
+        let _: () = raw.zadd(fx.keys.schedule(), n, 0).await.unwrap();
+    }
+    table.fail(true);
+    let done = refresher.step_batch().await.unwrap();
+    assert_eq!((done.refreshed, done.removed, done.failed), (0, 0, 7), "{done:?}");
+    for n in [1, 2, 4, 6, 7, 8, 10] {
+        assert!(rows.get(item(n)).await.unwrap().is_some(), "row {n} kept");
+    }
+    let listed = rows.list().await.unwrap();
+    let t = now();
+    assert!(listed.iter().all(|r| r.next_at > t + RETRY_BACKOFF.as_secs_f64() / 2.0), "{listed:?}");
 }
 }

@@ -252,3 +252,55 @@ async fn a_database_outage_keeps_the_old_copy_and_the_schedule() {
         assert_eq!(stock_of(&s.rows.get(item(2)).await.unwrap().unwrap()), 77);
     }
 }
+
+/// The daemon's batch step over the real database: up to 600 rows claimed at once
+/// and read in chunked `IN` queries (500 ids each), on every database; a row
+/// deleted from the database leaves the cache in the same batch.
+#[tokio::test]
+async fn batches_of_rows_are_read_in_chunked_queries_and_stored() {
+    for (test_db, db) in seeded(1_000).await {
+        let kind = test_db.kind();
+        let s = setup().await;
+        for n in 1..=1_000 {
+            s.rows.schedule(item(n), 60.0).await.unwrap();
+        }
+        let source = shop_app::rows::row_source(db.clone());
+        let found = source
+            .load_many(&(1..=600).map(item).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 600, "{kind}");
+        assert_eq!(
+            found[&item(42)],
+            db.inventory_json(item(42)).await.unwrap().unwrap(),
+            "{kind}: the same JSON as one row's read"
+        );
+        let mut wanted: Vec<ItemId> = vec![item(5), item(99_999)];
+        wanted.extend((700..=710).map(item));
+        assert_eq!(
+            source.load_many(&wanted).await.unwrap().len(),
+            12,
+            "{kind}: unknown ids are left out"
+        );
+        let refresher = refresher_over(&s, &db).with_batch(600);
+        let first = refresher.step_batch().await.unwrap();
+        assert_eq!(
+            (first.refreshed, first.removed, first.failed),
+            (600, 0, 0),
+            "{kind}"
+        );
+        let second = refresher.step_batch().await.unwrap();
+        assert_eq!(second.refreshed, 400, "{kind}");
+        assert!(
+            refresher.step_batch().await.unwrap().idle.is_some(),
+            "{kind}"
+        );
+        for n in [1, 600, 601, 1_000] {
+            assert_eq!(
+                s.rows.get(item(n)).await.unwrap(),
+                db.inventory_json(item(n)).await.unwrap(),
+                "{kind}: row {n}"
+            );
+        }
+    }
+}
