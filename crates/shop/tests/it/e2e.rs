@@ -116,7 +116,7 @@ pub trait Binary {
     /// `shop` pointed at the app's Redis, database and working directory.
     fn shop(&self) -> Command;
     /// `shop serve` on a free port, with `extra` flags; returns it and its address.
-    fn serve(&self, extra: &[&str]) -> (Child, String);
+    fn serve(&self, extra: &[&str]) -> (Served, String);
     /// `shop sale start ITEM --stock STOCK --price-cents 100`.
     fn sale_start(&self, item: &str, stock: &str);
 }
@@ -126,7 +126,7 @@ impl Binary for TestApp {
         self.command(env!("CARGO_BIN_EXE_shop"))
     }
 
-    fn serve(&self, extra: &[&str]) -> (Child, String) {
+    fn serve(&self, extra: &[&str]) -> (Served, String) {
         serve(self.shop(), extra)
     }
 
@@ -157,14 +157,14 @@ pub fn succeed(cmd: &mut Command) -> std::process::Output {
 
 /// Starts `cmd` as `shop serve` on a free port; returns it and its address. No
 /// demo sale unless `extra` asks for one (tests start the sales they look at).
-pub fn serve(cmd: Command, extra: &[&str]) -> (Child, String) {
+pub fn serve(cmd: Command, extra: &[&str]) -> (Served, String) {
     let (child, addr, _) = serve_with_metrics(cmd, extra);
     (child, addr)
 }
 
 /// [`serve`], also returning the address of its operators' listener (`/metrics`),
 /// which `serve` prints before its own.
-pub fn serve_with_metrics(mut cmd: Command, extra: &[&str]) -> (Child, String, String) {
+pub fn serve_with_metrics(mut cmd: Command, extra: &[&str]) -> (Served, String, String) {
     cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
     if !extra.contains(&"--demo-sale") {
         cmd.args(["--demo-sale", "false"]);
@@ -190,10 +190,50 @@ pub fn serve_with_metrics(mut cmd: Command, extra: &[&str]) -> (Child, String, S
     if let Some(stderr) = child.stderr.take() {
         std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
     }
-    (child, addr, metrics)
+    (Served(Some(child)), addr, metrics)
 }
 
-pub fn stop(child: Child) -> ExitStatus {
+/// A `shop serve` a test started: killed (and its private Redis with it, by the
+/// server's own shutdown) when the test ends without stopping it, a failed
+/// assertion included, so a failing test leaves no server running behind it.
+pub struct Served(Option<Child>);
+
+impl std::ops::Deref for Served {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("a running server")
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a running server")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            // SIGTERM first, so a managed Redis is stopped by the server itself.
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Stops a server with SIGTERM and waits (at most 15 s) for it to exit.
+pub fn stop(mut served: Served) -> ExitStatus {
+    let child = served.0.take().expect("a running server");
     let ok = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

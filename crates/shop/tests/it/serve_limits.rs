@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -26,7 +26,7 @@ const GRACE: Duration = Duration::from_secs(2);
 /// Scheduling, process start-up and teardown on a loaded two-core machine.
 const MARGIN: Duration = Duration::from_secs(3);
 
-fn serve_quick(shop: &TestApp) -> (Child, String) {
+fn serve_quick(shop: &TestApp) -> (crate::e2e::Served, String) {
     shop.serve(&[
         "--no-workers",
         "--header-timeout",
@@ -78,7 +78,7 @@ fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, Instan
 
 /// Sends SIGTERM and waits for the process to exit; returns its status and how
 /// long it took, or fails after `limit`.
-fn terminate(mut child: Child, limit: Duration) -> (ExitStatus, Duration) {
+fn terminate(mut child: crate::e2e::Served, limit: Duration) -> (ExitStatus, Duration) {
     let sent = Instant::now();
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
