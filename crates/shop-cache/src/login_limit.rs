@@ -84,6 +84,19 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// A limit script's answer, `{allowed 1/0, milliseconds to wait}`.
+    fn from_script(ok: i64, wait_ms: i64) -> Self {
+        if ok == 1 {
+            Attempt::Allowed
+        } else {
+            Attempt::Refused {
+                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
+            }
+        }
+    }
+}
+
 /// Counts login attempts. Clone it freely.
 #[derive(Clone)]
 pub struct LoginLimiter {
@@ -171,13 +184,7 @@ impl LoginLimiter {
             .arg(if known_device { "1" } else { "0" })
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(if ok == 1 {
-            Attempt::Allowed
-        } else {
-            Attempt::Refused {
-                retry_after: Duration::from_millis(wait_ms.max(1) as u64),
-            }
-        })
+        Ok(Attempt::from_script(ok, wait_ms))
     }
 
     /// An allowed attempt on `name` logged in: its count is taken back (only
@@ -350,13 +357,7 @@ async fn count(
         .arg(limit)
         .invoke_async(&mut conn.clone())
         .await?;
-    Ok(if ok == 1 {
-        Attempt::Allowed
-    } else {
-        Attempt::Refused {
-            retry_after: Duration::from_millis(wait_ms.max(1) as u64),
-        }
-    })
+    Ok(Attempt::from_script(ok, wait_ms))
 }
 
 /// The wider blocks an IPv6 /64 (as the web tier names it: `2001:db8:1:2::/64`)

@@ -193,13 +193,39 @@ fn credentials(form: &HashMap<String, String>) -> Result<(&str, &str, String), W
     Ok((name, password, next))
 }
 
+/// Who is trying a password (a login, a sign-up, a password change), as the
+/// login limits and the list of sessions see them.
+pub(crate) struct Client {
+    /// The address the limits count (IPv6 per /64).
+    pub address: Option<String>,
+    /// The device cookie it sent, if any.
+    pub device: Option<String>,
+    /// Its browser and network, for the list of sessions.
+    pub from: Device,
+}
+
+impl Client {
+    /// The client of a request.
+    pub fn of(
+        state: &AppState,
+        headers: &HeaderMap,
+        session: &Session,
+        peer: Option<std::net::IpAddr>,
+    ) -> Self {
+        let trust = state.config.trust_forwarded_for;
+        Self {
+            address: client_address(peer, headers, trust),
+            device: crate::session::device_cookie(headers, session.https),
+            from: device_of(peer, headers, trust),
+        }
+    }
+}
+
 /// What a login or sign-up attempt carries besides the name and password: the
-/// form's one-time key and the client's address as the limits count it.
+/// form's one-time key and the client.
 struct AttemptParts {
     once: Option<String>,
-    address: Option<String>,
-    device: Option<String>,
-    from: Device,
+    client: Client,
 }
 
 impl AttemptParts {
@@ -212,9 +238,7 @@ impl AttemptParts {
     ) -> Result<Self, WebError> {
         Ok(Self {
             once: once_key(form, headers, session)?,
-            address: client_address(peer, headers, state.config.trust_forwarded_for),
-            device: crate::session::device_cookie(headers, session.https),
-            from: device_of(peer, headers, state.config.trust_forwarded_for),
+            client: Client::of(state, headers, session, peer),
         })
     }
 
@@ -227,11 +251,11 @@ impl AttemptParts {
     ) -> Attempted<'a> {
         Attempted {
             session: &session.token,
-            address: self.address.as_deref(),
+            address: self.client.address.as_deref(),
             name,
             password,
-            device: self.device.as_deref(),
-            from: &self.from,
+            device: self.client.device.as_deref(),
+            from: &self.client.from,
             once: self.once.as_deref(),
         }
     }

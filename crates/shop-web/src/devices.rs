@@ -35,7 +35,7 @@ use shop_cache::domain::account::check_new_password;
 use shop_cache::session::{SessionToken, UserSession, session_id};
 
 use crate::AppState;
-use crate::auth::{PeerAddr, client_address};
+use crate::auth::{Client, PeerAddr};
 use crate::error::WebError;
 use crate::request::{log_in_first, wants_json};
 use crate::session::{NewToken, Session};
@@ -253,17 +253,15 @@ async fn change_password(
     if let Err(invalid) = check_new_password(new) {
         return refuse(StatusCode::BAD_REQUEST, "bad_request", &invalid.to_string());
     }
-    let address = client_address(peer, &headers, state.config.trust_forwarded_for);
-    let device = crate::session::device_cookie(&headers, session.https);
-    let from = crate::auth::device_of(peer, &headers, state.config.trust_forwarded_for);
+    let client = Client::of(&state, &headers, &session, peer);
     let change = PasswordChange {
         user,
         session: &session.token,
-        address: address.as_deref(),
-        device: device.as_deref(),
+        address: client.address.as_deref(),
+        device: client.device.as_deref(),
         current,
         new,
-        from: &from,
+        from: &client.from,
     };
     match state.accounts().change_password(change).await? {
         PasswordChanged::Changed { ended, token } => {

@@ -104,6 +104,12 @@ pub fn token(headers: &HeaderMap) -> Option<SessionToken> {
 
 /// [`token`] from the cookie called `name`.
 pub fn token_named(headers: &HeaderMap, name: &str) -> Option<SessionToken> {
+    cookie_value(headers, name)?.parse().ok()
+}
+
+/// The value of the first cookie called `name` in the `Cookie` headers, if any;
+/// oversized headers are not even looked at.
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()
@@ -112,7 +118,7 @@ pub fn token_named(headers: &HeaderMap, name: &str) -> Option<SessionToken> {
         .flat_map(::cookie::Cookie::split_parse)
         .filter_map(Result::ok)
         .find(|c| c.name() == name)
-        .and_then(|c| c.value().parse().ok())
+        .map(|c| c.value().to_owned())
 }
 
 /// What the session layer needs, and nothing of the rest of the shop, so any
@@ -318,15 +324,7 @@ pub fn device_cookie(headers: &HeaderMap, https: bool) -> Option<String> {
     } else {
         DEVICE_COOKIE
     };
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter(|v| v.len() <= MAX_COOKIE_HEADER)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(::cookie::Cookie::split_parse)
-        .filter_map(Result::ok)
-        .find(|c| c.name() == name && c.value().len() <= 100)
-        .map(|c| c.value().to_owned())
+    cookie_value(headers, name).filter(|v| v.len() <= 100)
 }
 
 /// The `Set-Cookie` value of a device cookie: `HttpOnly`, `SameSite=Lax`, kept for

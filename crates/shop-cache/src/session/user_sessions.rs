@@ -26,8 +26,6 @@
 //! Sessions the book's own `update_token` logs in are not indexed (the book has no
 //! such index); everything the shop does is.
 
-use std::fmt::Write as _;
-
 use sha2::{Digest, Sha256};
 
 use super::{SessionToken, Sessions};
@@ -85,10 +83,7 @@ pub fn session_id(token: &SessionToken) -> String {
         .chain_update(b"shop session id\n")
         .chain_update(token.expose().as_bytes())
         .finalize();
-    digest[..12].iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(&digest[..12])
 }
 
 /// An index entry: `token \t created \t network \t user agent` (tabs and line
@@ -265,18 +260,11 @@ impl Sessions {
             pipe.hget(self.keys.login_of(&s.token), s.token.expose())
                 .zscore(self.keys.recent_of(&s.token), s.token.expose());
         }
+        // Each session's owner and last-seen time, pairs from the flat answer.
         let found: Vec<(Option<String>, Option<f64>)> = if listed.is_empty() {
             Vec::new()
         } else {
-            let flat: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-            flat.chunks(2)
-                .map(|pair| {
-                    (
-                        redis::from_redis_value(pair[0].clone()).unwrap_or(None),
-                        redis::from_redis_value(pair[1].clone()).unwrap_or(None),
-                    )
-                })
-                .collect()
+            pipe.query_async(&mut conn).await?
         };
         let now = crate::clock::unix_now();
         let me = user.to_string();

@@ -412,6 +412,29 @@ async fn click(client: &fantoccini::Client, css: &str) {
         .unwrap();
 }
 
+/// Logs in through the login form, as a person does, and waits to land on `next`.
+async fn log_in_as(
+    client: &fantoccini::Client,
+    base: &str,
+    name: &str,
+    password: &str,
+    next: &str,
+) {
+    client
+        .goto(&format!("{base}/login?next={next}"))
+        .await
+        .unwrap();
+    fill(client, "form[action=\"/login\"] input[name=name]", name).await;
+    fill(
+        client,
+        "form[action=\"/login\"] input[name=password]",
+        password,
+    )
+    .await;
+    click(client, "form[action=\"/login\"] button").await;
+    wait_path(client, next).await;
+}
+
 /// Waits for the browser to land on a page whose path (and `?query`, if any)
 /// starts with `prefix`; that path and query.
 async fn wait_path(client: &fantoccini::Client, prefix: &str) -> String {
@@ -542,19 +565,7 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
         writeln!(child.stdin.take().unwrap(), "boss-password-1").unwrap();
     }
     assert!(child.wait().unwrap().success());
-    client
-        .goto(&format!("{base}/login?next=/ops"))
-        .await
-        .unwrap();
-    fill(&client, "form[action=\"/login\"] input[name=name]", "boss").await;
-    fill(
-        &client,
-        "form[action=\"/login\"] input[name=password]",
-        "boss-password-1",
-    )
-    .await;
-    click(&client, "form[action=\"/login\"] button").await;
-    wait_path(&client, "/ops").await;
+    log_in_as(&client, &base, "boss", "boss-password-1", "/ops").await;
     assert_eq!(text_of(&client, "h1").await, "Operations");
     let sessions: u64 = text_of(&client, "#sessions").await.parse().unwrap();
     assert!(sessions >= 1);
@@ -622,19 +633,7 @@ async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
     let (client, _profile) = chromium(&driver).await;
     let base = format!("http://{addr}");
     client.goto(&base).await.unwrap();
-    client
-        .goto(&format!("{base}/login?next=/account"))
-        .await
-        .unwrap();
-    fill(&client, "form[action=\"/login\"] input[name=name]", "lia").await;
-    fill(
-        &client,
-        "form[action=\"/login\"] input[name=password]",
-        "lia-password-1",
-    )
-    .await;
-    click(&client, "form[action=\"/login\"] button").await;
-    wait_path(&client, "/account").await;
+    log_in_as(&client, &base, "lia", "lia-password-1", "/account").await;
     let table = wait_text(&client, "table.sessions", |t| t.contains("Android")).await;
     assert!(table.contains("Chrome on Android"), "{table}");
     assert!(table.contains("(this device)"), "{table}");

@@ -174,42 +174,40 @@ async fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     assert!(stop(server).success());
 }
 
-/// `shop users add NAME` with `password` on standard input.
-fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
+/// Runs `cmd` with `line` on its standard input (as a password is given).
+fn with_stdin(cmd: &mut std::process::Command, line: &str) -> Output {
     use std::io::Write as _;
-    let mut child = shop()
-        .args(["users", "add", name])
-        .args(extra)
-        .env("DATABASE_URL", db.url())
+    let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// `shop users add NAME` with `password` on standard input.
+fn add_user(db: &TestDb, name: &str, password: &str, extra: &[&str]) -> Output {
+    with_stdin(
+        shop()
+            .args(["users", "add", name])
+            .args(extra)
+            .env("DATABASE_URL", db.url()),
+        password,
+    )
 }
 
 /// `shop users set-password NAME`: a new password from standard input, and every
 /// session of the account logged out (a stolen session dies with the old password).
 #[tokio::test]
 async fn users_set_password_logs_the_account_out_everywhere() {
-    use std::io::Write as _;
     let shop = seeded(10).await;
     let phone = shop.logged_in("jo").await;
     let laptop = shop.log_in("jo").await;
     let other = shop.logged_in("kim").await;
     let set = |name: &str, password: &str| {
-        let mut child = shop
-            .shop()
-            .args(["users", "set-password", name])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
-        child.wait_with_output().unwrap()
+        with_stdin(shop.shop().args(["users", "set-password", name]), password)
     };
     let short = set("jo", "short");
     assert!(!short.status.success());
