@@ -151,3 +151,91 @@ impl Daemon for Rescaler {
         Ok(check_every(self.interval))
     }
 }
+
+/// How often a process reads its copy of the ranking's top ([`TopItems`]).
+pub const TOP_REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// How old a copy of the top may be and still decide anything: past it (Redis
+/// unreachable, the refresher stopped), the page cache asks Redis again per view.
+pub const TOP_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// This process's copy of the items ranked below a limit in `viewed:` (the page
+/// cache's gate, the book's `can_cache`), read once a second by
+/// [`TopItemsRefresher`] instead of a `ZRANK` per view: on a cluster `viewed:` is
+/// one key on one node, and a command per page view there was its hottest path.
+/// An item that enters or leaves the top is seen within a second (its page is
+/// cached, or not, a second late); the copy is trusted for [`TOP_MAX_AGE`] only.
+#[derive(Clone)]
+pub struct TopItems {
+    conn: RedisConn,
+    keys: Keys,
+    limit: u64,
+    copy: std::sync::Arc<std::sync::RwLock<TopCopy>>,
+}
+
+#[derive(Default)]
+struct TopCopy {
+    items: std::collections::HashSet<ItemId>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl TopItems {
+    /// The top `limit` of the ranking under `keys`; empty (and not trusted) until
+    /// the first [`TopItems::refresh`].
+    pub fn new(conn: RedisConn, keys: Keys, limit: u64) -> Self {
+        Self {
+            conn,
+            keys,
+            limit,
+            copy: Default::default(),
+        }
+    }
+
+    /// Reads the top again (one `ZRANGE`); returns how many items it holds.
+    pub async fn refresh(&self) -> Result<usize, CacheError> {
+        if self.limit == 0 {
+            self.replace(Default::default());
+            return Ok(0);
+        }
+        let raw: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.item_views())
+            .arg(0)
+            .arg(self.limit - 1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let items: std::collections::HashSet<ItemId> =
+            raw.iter().filter_map(|item| item.parse().ok()).collect();
+        let n = items.len();
+        self.replace(items);
+        Ok(n)
+    }
+
+    fn replace(&self, items: std::collections::HashSet<ItemId>) {
+        let mut copy = self.copy.write().unwrap_or_else(|e| e.into_inner());
+        *copy = TopCopy {
+            items,
+            read_at: Some(std::time::Instant::now()),
+        };
+    }
+
+    /// Whether `item` ranks below the limit, by the copy; `None` when the copy is
+    /// missing or older than [`TOP_MAX_AGE`] (ask Redis).
+    pub fn contains(&self, item: ItemId) -> Option<bool> {
+        let copy = self.copy.read().unwrap_or_else(|e| e.into_inner());
+        let fresh = copy.read_at.is_some_and(|at| at.elapsed() < TOP_MAX_AGE);
+        fresh.then(|| copy.items.contains(&item))
+    }
+}
+
+/// The daemon that keeps a [`TopItems`] copy current, every
+/// [`TOP_REFRESH_EVERY`]; each web server runs one.
+pub struct TopItemsRefresher(pub TopItems);
+
+impl Daemon for TopItemsRefresher {
+    const NAME: &'static str = "top-items";
+    type Error = CacheError;
+
+    async fn tick(&mut self) -> Result<Duration, CacheError> {
+        self.0.refresh().await?;
+        Ok(TOP_REFRESH_EVERY)
+    }
+}

@@ -195,6 +195,68 @@ impl PageKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A key read back from a message: exactly 64 lower-case hex digits.
+    fn parse(hex: &str) -> Option<Self> {
+        (hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| Self(hex.to_owned()))
+    }
+}
+
+/// What the web servers' in-process page tiers hear on [`Keys::page_events`]: a
+/// copy of a page they may hold is no longer the one to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageEvent {
+    /// These pages were purged (published by [`PageStore::purge`] after their
+    /// tombstones are written, before it returns).
+    Purged(Vec<PageKey>),
+    /// A new version of this page was stored, by the [`PageStore::origin`] `by`
+    /// (its own tier keeps the version it stored).
+    Stored {
+        /// The page.
+        key: PageKey,
+        /// Which process stored it.
+        by: u64,
+    },
+}
+
+impl PageEvent {
+    /// The message: `P <hash> <hash> ...` or `S <origin> <hash>`.
+    pub fn encode(&self) -> String {
+        match self {
+            PageEvent::Purged(keys) => {
+                let mut out = String::with_capacity(2 + keys.len() * 65);
+                out.push('P');
+                for key in keys {
+                    out.push(' ');
+                    out.push_str(key.as_str());
+                }
+                out
+            }
+            PageEvent::Stored { key, by } => format!("S {by} {}", key.as_str()),
+        }
+    }
+
+    /// Reads what [`PageEvent::encode`] wrote; `None` for anything else.
+    pub fn decode(message: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(message).ok()?;
+        let mut words = text.split(' ');
+        match words.next()? {
+            "P" => words
+                .map(PageKey::parse)
+                .collect::<Option<Vec<_>>>()
+                .map(PageEvent::Purged),
+            "S" => {
+                let by = words.next()?.parse().ok()?;
+                let key = PageKey::parse(words.next()?)?;
+                words
+                    .next()
+                    .is_none()
+                    .then_some(PageEvent::Stored { key, by })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A cached response: what is needed to replay it, body compressed.
@@ -239,8 +301,9 @@ fn encode_entry(page: &StoredPage, fresh_until_ms: u64) -> Vec<u8> {
     out
 }
 
-/// Unix time in milliseconds, on this process's clock.
-fn now_ms() -> u64 {
+/// Unix time in milliseconds, on this process's clock (what an entry's "fresh
+/// until" is counted in).
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -427,11 +490,19 @@ pub struct PageStore {
     ttl: Duration,
     rank_limit: u64,
     grace: StaleGrace,
+    /// This process's copy of the ranking's top, when it keeps one
+    /// ([`PageStore::with_top`]).
+    top: Option<crate::analytics::TopItems>,
+    /// Names this store (and its clones) in the [`PageEvent::Stored`] it sends.
+    origin: u64,
 }
 
 impl PageStore {
     /// Pages under `keys`, kept for `ttl`, for items ranked below `rank_limit`.
     pub fn new(conn: RedisConn, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
+        let mut origin = [0u8; 8];
+        // A clash of two random 64-bit origins only costs a tier one invalidation.
+        let _ = getrandom::fill(&mut origin);
         Self {
             conn,
             state: None,
@@ -439,7 +510,30 @@ impl PageStore {
             ttl,
             rank_limit,
             grace: StaleGrace::default(),
+            top: None,
+            origin: u64::from_be_bytes(origin),
         }
+    }
+
+    /// The gate read from `top`, this process's copy of the ranking (refreshed by a
+    /// [`crate::analytics::TopItemsRefresher`]), instead of a `ZRANK` per lookup:
+    /// while the copy is fresh, an item page costs Redis only its `GET`, and a page
+    /// of an item outside the top nothing at all. A stale or missing copy falls
+    /// back to the `ZRANK`.
+    pub fn with_top(mut self, top: crate::analytics::TopItems) -> Self {
+        self.top = Some(top);
+        self
+    }
+
+    /// Names this process's stores in [`PageEvent::Stored`].
+    pub fn origin(&self) -> u64 {
+        self.origin
+    }
+
+    /// The channel of the [`PageEvent`]s, and the Redis that carries it (the state
+    /// Redis: it never evicts, and every web server shares it).
+    pub fn events(&self) -> (RedisConn, String) {
+        (self.state(), self.keys.page_events())
     }
 
     /// Pages in `cache` when the shop has a cache Redis (with what purges rely on
@@ -501,10 +595,26 @@ impl PageStore {
     /// Reads the page stored under `key`; with `item`, only if the item ranks below
     /// the limit. The rank and the page come back in one round trip.
     pub async fn lookup(&self, key: &PageKey, item: Option<ItemId>) -> Result<Lookup, CacheError> {
+        Ok(self.lookup_entry(key, item).await?.0)
+    }
+
+    /// [`PageStore::lookup`], with until when (unix ms) a found page is fresh, for
+    /// a copy kept in process (never kept longer than Redis keeps it).
+    pub async fn lookup_entry(
+        &self,
+        key: &PageKey,
+        item: Option<ItemId>,
+    ) -> Result<(Lookup, u64), CacheError> {
         let page_key = self.keys.page(key.as_str());
         let mut conn = self.conn.clone();
+        let known = match (item, &self.top) {
+            (Some(item), Some(top)) => top.contains(item),
+            _ => None,
+        };
         let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.state) {
+            _ if known == Some(false) => return Ok((Lookup::NotPopular, 0)),
             (None, _) => (Some(0), conn.get(page_key).await?),
+            (Some(_), _) if known == Some(true) => (Some(0), conn.get(page_key).await?),
             (Some(item), None) => {
                 redis::pipe()
                     .cmd("ZRANK")
@@ -524,39 +634,41 @@ impl PageStore {
             }
         };
         if rank.is_none_or(|r| r >= self.rank_limit) {
-            return Ok(Lookup::NotPopular);
+            return Ok((Lookup::NotPopular, 0));
         }
         Ok(match page.and_then(|bytes| decode_entry(&bytes)) {
             Some(Ok((page, fresh_until))) => {
                 let now = now_ms();
                 if now < fresh_until {
-                    Lookup::Hit(page)
+                    (Lookup::Hit(page), fresh_until)
                 } else {
-                    Lookup::Stale {
-                        page,
-                        expired: Duration::from_millis(now - fresh_until),
-                    }
+                    let expired = Duration::from_millis(now - fresh_until);
+                    (Lookup::Stale { page, expired }, fresh_until)
                 }
             }
             Some(Err(_)) => {
                 tracing::warn!("unreadable cached page; rendering it again");
-                Lookup::Miss
+                (Lookup::Miss, 0)
             }
-            None => Lookup::Miss,
+            None => (Lookup::Miss, 0),
         })
     }
 
     /// The fresh page stored under `key`, if any, with no popularity check (for
     /// waiters polling for a page another process is rendering).
     pub async fn get(&self, key: &PageKey) -> Result<Option<StoredPage>, CacheError> {
+        Ok(self.get_entry(key).await?.map(|(page, _)| page))
+    }
+
+    /// [`PageStore::get`] with until when (unix ms) the page is fresh.
+    pub async fn get_entry(&self, key: &PageKey) -> Result<Option<(StoredPage, u64)>, CacheError> {
         let bytes: Option<Vec<u8>> = redis::cmd("GET")
             .arg(self.keys.page(key.as_str()))
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(bytes
             .and_then(|b| decode_entry(&b)?.ok())
-            .filter(|(_, fresh_until)| now_ms() < *fresh_until)
-            .map(|(page, _)| page))
+            .filter(|(_, fresh_until)| now_ms() < *fresh_until))
     }
 
     /// Starts a render: reads the purge epoch. Call it before the render reads the
@@ -611,11 +723,33 @@ impl PageStore {
             .arg(ticket.epoch)
             .invoke_async(&mut conn)
             .await?;
-        Ok(if stored == 1 {
-            Stored::Yes
-        } else {
-            Stored::Refused
-        })
+        if stored != 1 {
+            return Ok(Stored::Refused);
+        }
+        // Every other server's tier drops the version it may hold.
+        let event = PageEvent::Stored {
+            key: key.clone(),
+            by: self.origin,
+        };
+        self.publish(&[event]).await?;
+        Ok(Stored::Yes)
+    }
+
+    /// Sends `events` to every web server's tier, in one round trip.
+    async fn publish(&self, events: &[PageEvent]) -> Result<(), CacheError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let channel = self.keys.page_events();
+        let mut pipe = redis::pipe();
+        for event in events {
+            pipe.cmd("PUBLISH")
+                .arg(&channel)
+                .arg(event.encode())
+                .ignore();
+        }
+        pipe.exec_async(&mut self.state()).await?;
+        Ok(())
     }
 
     /// A call of `script` over one tag's two keys (its index and its purge mark,
@@ -668,6 +802,15 @@ impl PageStore {
             }
             pipe.exec_async(&mut conn).await?;
         }
+        // Then every web server's tier drops its copies, before the purge returns
+        // (a tier that missed this, its subscription lost, empties itself).
+        let events: Vec<PageEvent> = hashes
+            .chunks(PURGE_CHUNK)
+            .map(|chunk| {
+                PageEvent::Purged(chunk.iter().map(|hash| PageKey((*hash).clone())).collect())
+            })
+            .collect();
+        self.publish(&events).await?;
         Ok(pages.len() as u64)
     }
 
@@ -781,6 +924,33 @@ mod tests {
         let page = StoredPage::new(200, vec![("etag".into(), b"\"v7\"".to_vec())], b"x");
         assert_eq!(page.etag(), "\"v7\"");
         assert!(page.headers().is_empty());
+    }
+
+    #[test]
+    fn page_events_round_trip_and_garbage_is_refused() {
+        let a = PageRequest::new("/items/1", None).key();
+        let b = PageRequest::new("/items/2", None).key();
+        for event in [
+            PageEvent::Purged(vec![a.clone(), b.clone()]),
+            PageEvent::Purged(vec![]),
+            PageEvent::Stored {
+                key: a.clone(),
+                by: 7,
+            },
+        ] {
+            assert_eq!(PageEvent::decode(event.encode().as_bytes()), Some(event));
+        }
+        for bad in [
+            "",
+            "X",
+            "P nothex",
+            "S 7",
+            "S x 00",
+            &format!("S 1 {} extra", a.as_str()),
+            &format!("P {}", a.as_str().to_uppercase()),
+        ] {
+            assert_eq!(PageEvent::decode(bad.as_bytes()), None, "{bad}");
+        }
     }
 
     #[test]

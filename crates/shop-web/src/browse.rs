@@ -45,7 +45,8 @@ pub fn router(state: AppState) -> Router {
             params: vec!["after"],
             ..PageCacheConfig::default()
         },
-    );
+    )
+    .with_tier(state.tier.clone());
     state
         .metrics
         .register_page_cache("listing", listing_cache.stats());

@@ -19,7 +19,8 @@ const HOME_ITEMS: u64 = 24;
 
 /// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
-    let item_cache = PageCacheLayer::new(state.pages.clone(), PageCacheConfig::default());
+    let item_cache = PageCacheLayer::new(state.pages.clone(), PageCacheConfig::default())
+        .with_tier(state.tier.clone());
     state
         .metrics
         .register_page_cache("item", item_cache.stats());

@@ -72,7 +72,8 @@ pub fn router(state: AppState) -> Router {
             pages: Pages::Shared,
             ..PageCacheConfig::default()
         },
-    );
+    )
+    .with_tier(state.tier.clone());
     state
         .metrics
         .register_page_cache("flash", shell_cache.stats());

@@ -40,7 +40,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
 use shop_cache::RedisConn;
-use shop_cache::analytics::Analytics;
+use shop_cache::analytics::{Analytics, TopItems, TopItemsRefresher};
 use shop_cache::cart::Carts;
 use shop_cache::flash_sale::{Board, FlashSales, SaleWatcher};
 use shop_cache::insights::Insights;
@@ -102,6 +102,9 @@ pub struct WebConfig {
     /// Most sessions one user may have: a login beyond it ends their least
     /// recently seen one (0: no cap).
     pub max_sessions_per_user: u32,
+    /// Bytes of pages each process keeps in its own memory in front of Redis
+    /// ([`page_cache::tier`]); 0: no in-process tier.
+    pub page_tier_bytes: u64,
 }
 
 impl Default for WebConfig {
@@ -124,6 +127,7 @@ impl Default for WebConfig {
             event_streams: event_streams::StreamLimits::default(),
             session_lifetimes: shop_cache::session::Lifetimes::default(),
             max_sessions_per_user: shop_cache::session::DEFAULT_MAX_PER_USER,
+            page_tier_bytes: page_cache::tier::DEFAULT_TIER_BYTES,
         }
     }
 }
@@ -167,6 +171,13 @@ pub struct AppParts {
     pub insights: Insights,
     /// Where whole pages are cached.
     pub pages: PageStore,
+    /// This process's copy of the ranking's top, the page cache's gate (kept by
+    /// the [`TopItemsRefresher`] a server runs; until then, and whenever it is
+    /// stale, the gate asks Redis).
+    pub top_items: TopItems,
+    /// This process's pages in memory, in front of `pages` (kept coherent by the
+    /// [`page_cache::TierFeed`] a server runs: [`AppState::tier_feed`]).
+    pub tier: Option<Arc<page_cache::PageTier>>,
     /// Login attempt counters.
     pub login_limiter: LoginLimiter,
     /// Flash-sale buys per account.
@@ -202,6 +213,7 @@ impl AppState {
         keys: Keys,
         config: WebConfig,
     ) -> Self {
+        let top_items = TopItems::new(conn.clone(), keys.clone(), config.rank_limit);
         let pages = PageStore::in_cache_or_state(
             cache,
             conn.clone(),
@@ -209,7 +221,10 @@ impl AppState {
             config.page_ttl,
             config.rank_limit,
         )
-        .with_stale(config.page_stale);
+        .with_stale(config.page_stale)
+        .with_top(top_items.clone());
+        let tier = (config.page_tier_bytes > 0)
+            .then(|| page_cache::PageTier::new(config.page_tier_bytes, &pages));
         let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);
         let (watcher, sale_board) = SaleWatcher::new(flash.clone());
         Self::from_parts(AppParts {
@@ -236,6 +251,8 @@ impl AppState {
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone()),
             pages,
+            top_items,
+            tier,
             metrics: Arc::default(),
             traffic: Arc::default(),
             streams: Arc::default(),
@@ -254,6 +271,7 @@ impl AppState {
         session::SessionLayer {
             errors: self.metrics.session_errors.clone(),
             trust_forwarded_proto: self.config.trust_forwarded_for,
+            write_behind: true,
             ..session::SessionLayer::new(self.sessions.clone(), self.config.secure_cookies)
         }
     }
@@ -312,6 +330,18 @@ impl AppState {
     /// server runs one).
     pub fn traffic_sampler(&self) -> ops::TrafficSampler {
         ops::TrafficSampler::new(self.metrics.clone(), self.traffic.clone())
+    }
+
+    /// The daemon that keeps [`AppParts::top_items`] current (a server runs one).
+    pub fn top_items_refresher(&self) -> TopItemsRefresher {
+        TopItemsRefresher(self.top_items.clone())
+    }
+
+    /// The daemon that keeps [`AppParts::tier`] coherent (a server runs one; the
+    /// tier serves nothing until it has subscribed). `None` without a tier.
+    pub fn tier_feed(&self) -> Option<page_cache::TierFeed> {
+        let tier = self.tier.clone()?;
+        Some(page_cache::TierFeed::new(tier, &self.pages))
     }
 
     /// The daemon that keeps [`AppParts::sale_board`] current, the first time it is

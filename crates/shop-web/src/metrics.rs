@@ -311,6 +311,36 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         redis.fast_failures(),
         redis.cluster_rebuilds(),
     );
+    // The in-process page tier (see page_cache::tier) and the held-back touches.
+    if let Some(tier) = &state.tier {
+        let stats = tier.stats();
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# TYPE shop_page_tier_total counter\n\
+             shop_page_tier_total{{result=\"hit\"}} {}\n\
+             shop_page_tier_total{{result=\"fallback\"}} {}\n\
+             shop_page_tier_total{{result=\"fill\"}} {}\n\
+             shop_page_tier_total{{result=\"refused\"}} {}\n\
+             shop_page_tier_total{{result=\"event\"}} {}\n\
+             shop_page_tier_total{{result=\"emptied\"}} {}\n\
+             # TYPE shop_page_tier_subscribed gauge\nshop_page_tier_subscribed {}\n\
+             # TYPE shop_page_tier_bytes gauge\nshop_page_tier_bytes {}",
+            count(&stats.hits),
+            count(&stats.fallbacks),
+            count(&stats.fills),
+            count(&stats.refused),
+            count(&stats.events),
+            count(&stats.emptied),
+            u8::from(tier.is_trusted()),
+            tier.bytes(),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# TYPE shop_touches_held gauge\nshop_touches_held {}",
+        state.sessions.pending_touches()
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -51,9 +51,14 @@
 //! ([`PageStore::purge`]). A render takes its purge ticket before it calls the
 //! handler, so a page rendered from data older than a purge is never stored.
 //!
+//! In front of Redis, an in-process tier ([`tier`], [`PageCacheLayer::with_tier`])
+//! serves the pages this process served recently with no round trip at all, kept
+//! coherent across the web servers by pub/sub, and serves what it holds while
+//! Redis cannot answer.
+//!
 //! This file is the layer (which requests qualify, lookup, fill, store); the
 //! single flight is in `flight`, HTTP negotiation (gzip, `If-None-Match`, `HEAD`,
-//! what may be stored) in `negotiate`.
+//! what may be stored) in `negotiate`, the in-process tier in `tier`.
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};
@@ -93,9 +98,11 @@ use crate::error::Cause;
 
 mod flight;
 mod negotiate;
+pub mod tier;
 
 use flight::{Flights, Role};
 use negotiate::{Ask, serve, storable};
+pub use tier::{PageTier, TierFeed};
 
 /// The response header naming what the cache did.
 pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -250,8 +257,19 @@ impl PageCacheLayer {
                 config,
                 flights: Arc::default(),
                 stats: Arc::new(PageCacheStats::default()),
+                tier: None,
             }),
         }
+    }
+
+    /// The same layer with `tier` in front of Redis (one tier per process, shared
+    /// by its layers; kept coherent by its [`TierFeed`]). Call before the layer is
+    /// cloned into a router.
+    pub fn with_tier(mut self, tier: Option<Arc<PageTier>>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.tier = tier;
+        }
+        self
     }
 
     /// The layer's counters (shared by every service it wraps).
@@ -305,6 +323,7 @@ struct Shared {
     config: PageCacheConfig,
     flights: Arc<Flights>,
     stats: Arc<PageCacheStats>,
+    tier: Option<Arc<PageTier>>,
 }
 
 impl Shared {
@@ -318,15 +337,23 @@ impl Shared {
             return labelled(call(inner, req).await, "BYPASS");
         };
         let ask = Ask::of(&req);
-        match self.store.lookup(&key, item).await {
-            Ok(Lookup::Hit(page)) => match serve(&page, &ask) {
+        if let Some(entry) = self.tier.as_ref().and_then(|tier| tier.fresh(&key))
+            && let Ok(resp) = entry.page.respond(&ask)
+        {
+            bump(&self.stats.hits);
+            return labelled(resp, "HIT");
+        }
+        let since = self.tier_generation();
+        match self.store.lookup_entry(&key, item).await {
+            Ok((Lookup::Hit(page), fresh_until)) => match serve(&page, &ask) {
                 Ok(resp) => {
+                    self.keep(&key, &page, fresh_until, since);
                     bump(&self.stats.hits);
                     labelled(resp, "HIT")
                 }
                 Err(_) => self.fill(key, item, req, ask, inner).await,
             },
-            Ok(Lookup::Stale { page, expired }) => {
+            Ok((Lookup::Stale { page, expired }, _)) => {
                 let grace = self.store.grace();
                 if expired < grace.while_revalidate
                     && let Ok(resp) = serve(&page, &ask)
@@ -348,17 +375,41 @@ impl Shared {
                 }
                 resp
             }
-            Ok(Lookup::Miss) => self.fill(key, item, req, ask, inner).await,
-            Ok(Lookup::NotPopular) => {
+            Ok((Lookup::Miss, _)) => self.fill(key, item, req, ask, inner).await,
+            Ok((Lookup::NotPopular, _)) => {
                 bump(&self.stats.bypasses);
                 labelled(call(inner, req).await, "BYPASS")
             }
             Err(error) => {
                 bump(&self.stats.errors);
+                if let Some(entry) = self.tier.as_ref().and_then(|tier| tier.fallback(&key))
+                    && let Ok(resp) = entry.page.respond(&ask)
+                {
+                    // Redis cannot answer: the copy this process holds beats a
+                    // render per request (stale-if-error, for Redis).
+                    if !error.is_failing_fast() {
+                        Cause::redis(&error, "page cache lookup failed; serving the tier's copy")
+                            .log();
+                    }
+                    bump(&self.stats.stale);
+                    return labelled(resp, "STALE");
+                }
                 bump(&self.stats.bypasses);
                 Cause::redis(&error, "page cache lookup failed; rendering").log();
                 labelled(call(inner, req).await, "BYPASS")
             }
+        }
+    }
+
+    /// The tier's generation before a Redis read (0 without a tier).
+    fn tier_generation(&self) -> u64 {
+        self.tier.as_ref().map_or(0, |tier| tier.generation())
+    }
+
+    /// Puts a page read from (or stored to) Redis in the tier, if there is one.
+    fn keep(&self, key: &PageKey, page: &StoredPage, fresh_until: u64, since: u64) {
+        if let Some(tier) = &self.tier {
+            tier.insert(key, page, fresh_until, since);
         }
     }
 
@@ -455,9 +506,11 @@ impl Shared {
                     Ok(Some(lock)) => Some(lock),
                     Ok(None) => {
                         // Another process is rendering it: wait for its page.
-                        if let Some(page) = self.poll_for(&key).await
+                        let since = self.tier_generation();
+                        if let Some((page, fresh_until)) = self.poll_for(&key).await
                             && let Ok(resp) = serve(&page, &ask)
                         {
+                            self.keep(&key, &page, fresh_until, since);
                             leader.publish(Arc::new(page));
                             bump(&self.stats.hits);
                             return labelled(resp, "HIT");
@@ -512,12 +565,12 @@ impl Shared {
     }
 
     /// Polls Redis for a page another process is rendering, up to the wait limit.
-    async fn poll_for(&self, key: &PageKey) -> Option<StoredPage> {
+    async fn poll_for(&self, key: &PageKey) -> Option<(StoredPage, u64)> {
         let deadline = tokio::time::Instant::now() + self.config.wait;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(self.config.poll).await;
-            match self.store.get(key).await {
-                Ok(Some(page)) => return Some(page),
+            match self.store.get_entry(key).await {
+                Ok(Some(found)) => return Some(found),
                 Ok(None) => {}
                 Err(error) => {
                     bump(&self.stats.errors);
@@ -544,6 +597,7 @@ impl Shared {
         S::Future: Send,
     {
         bump(&self.stats.misses);
+        let since = self.tier_generation();
         // Before the handler reads anything: a purge after this refuses the store.
         let ticket = match self.store.begin_render().await {
             Ok(ticket) => Some(ticket),
@@ -589,10 +643,14 @@ impl Shared {
             })
             .collect();
         let page = Arc::new(StoredPage::new(parts.status.as_u16(), headers, &bytes));
+        let fresh_until = shop_cache::page_cache::now_ms() + self.store.ttl().as_millis() as u64;
         let stored = match ticket {
             Some(ticket) => self.store_page(key, &page, &tags, &ticket).await,
             None => false,
         };
+        if stored {
+            self.keep(key, &page, fresh_until, since);
+        }
         // Served from what was stored, so a hit and a miss look the same; if that
         // fails (it cannot, the page was just built), fall back to the handler's bytes.
         let resp =

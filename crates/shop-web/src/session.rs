@@ -15,11 +15,15 @@
 //!   the session, and the request goes on as a new visitor's, with a new token.
 //! - Item page views (`GET /items/{id}`; not `HEAD`) count only when the page
 //!   answered 200, so made-up ids enter neither the `viewed:` ranking nor the
-//!   history. The item page itself needs no user (its HTML is shared), so its touch
-//!   is sent at the same time as the page's own lookup (one round trip of waiting
-//!   instead of two), with the item in the history; the answer then counts the view,
-//!   or takes the item out of the history again. Every other request is touched
-//!   before its handler, which finds the result as a [`Session`] extension.
+//!   history. The item page itself needs no user (its HTML is shared), so its
+//!   touch waits for nothing: with [`SessionLayer::write_behind`] (the shop's) it
+//!   is held back and written with the view by the process's flusher within a
+//!   tenth of a second ([`Sessions::touch_later`]), so a page from the in-process
+//!   tier costs no Redis round trip; without it, it is sent at the same time as
+//!   the page's own lookup, with the item in the history, and the answer then
+//!   counts the view or takes the item out of the history again. Every other
+//!   request is touched before its handler, which finds the result as a
+//!   [`Session`] extension.
 //! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
 //!   this layer writes every session `Set-Cookie`, outside any cached response.
 //! - It is mounted on the visitors' routes only: probes and static files never
@@ -138,6 +142,12 @@ pub struct SessionLayer {
     pub item_of: fn(&str) -> Option<ItemId>,
     /// Counts requests served as guests because the session store failed.
     pub errors: Arc<AtomicU64>,
+    /// Item pages' touches are held back and written by the process's
+    /// [`shop_cache::session::ViewFlusher`] (which must run: the shop's servers
+    /// run it) instead of travelling with the page. A session past its lifetime
+    /// is then ended by that write, and its next request that waits for its
+    /// session (the page's own `/api/me`) gets the new cookie.
+    pub write_behind: bool,
 }
 
 impl SessionLayer {
@@ -149,6 +159,7 @@ impl SessionLayer {
             trust_forwarded_proto: false,
             item_of: crate::page_cache::item_path,
             errors: Arc::default(),
+            write_behind: false,
         }
     }
 
@@ -203,8 +214,36 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
             }
             (resp, Some(token))
         }
-        // The item page needs nobody's identity: its touch goes out at the same
-        // time as the page (whose lookup is its own round trip), the view held
+        // The item page needs nobody's identity: its touch is held back and
+        // written with the next batch.
+        (Some(token), Some(item)) if state.write_behind => {
+            req.extensions_mut().insert(Session {
+                token: token.clone(),
+                user: None,
+                https,
+            });
+            let resp = next.run(req).await;
+            let found = resp.status() == StatusCode::OK;
+            if state.sessions.touch_later(&token, found.then_some(item)) {
+                (resp, None)
+            } else {
+                // This process holds as many touches as it may (Redis is not
+                // taking them): this one is written now, or lost with the request.
+                let touch = match found {
+                    true => Touch::request().view(item),
+                    false => Touch::request(),
+                };
+                match state.sessions.touch(&token, touch).await {
+                    Ok(Touched::Expired) => (resp, Some(SessionToken::generate())),
+                    Ok(_) => (resp, None),
+                    Err(error) => {
+                        session_error(&state, &error);
+                        (resp, None)
+                    }
+                }
+            }
+        }
+        // Otherwise its touch goes out at the same time as the page (whose lookup is its own round trip), the view held
         // until the answer says whether the page was found.
         (Some(token), Some(item)) => {
             req.extensions_mut().insert(Session {

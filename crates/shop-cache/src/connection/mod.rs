@@ -86,6 +86,9 @@ const RECONNECT_RETRIES: usize = 1;
 pub struct RedisConn {
     inner: Inner,
     breaker: Arc<Breaker>,
+    /// Where a subscription goes: the node's URL, or the cluster's seeds (any node
+    /// hears every `PUBLISH` of a cluster).
+    subscribe_to: Arc<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -123,6 +126,39 @@ impl RedisConn {
     pub fn fast_failures(&self) -> u64 {
         self.breaker.fast_failures.load(Ordering::Relaxed)
     }
+
+    /// A connection of its own subscribed to `channel`, on the node (or the first
+    /// cluster node that answers): pub/sub needs a connection that does nothing
+    /// else. It is not reconnected: the caller learns from the stream's end that
+    /// messages may have been missed, and subscribes again.
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+    ) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), CacheError> {
+        let mut last = None;
+        for url in self.subscribe_to.iter() {
+            let attempt = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut pubsub =
+                    tokio::time::timeout(CONNECTION_TIMEOUT, client.get_async_pubsub())
+                        .await
+                        .map_err(|_| {
+                            redis::RedisError::from(std::io::Error::from(
+                                std::io::ErrorKind::TimedOut,
+                            ))
+                        })??;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, redis::RedisError>(pubsub.split())
+            };
+            match attempt.await {
+                Ok(split) => return Ok(split),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(CacheError::Redis(last.unwrap_or_else(|| {
+            std::io::Error::other("no Redis to subscribe to").into()
+        })))
+    }
 }
 
 /// Connects to `url` (`redis://host:port/db` or `unix:///path/to/socket`) with the
@@ -156,20 +192,24 @@ pub async fn connect_pooled(
             next: Default::default(),
         })),
         breaker: Arc::new(Breaker::new(BACKOFF)),
+        subscribe_to: Arc::new(vec![url.to_owned()]),
     })
 }
 
 /// Connects to the Redis Cluster that `seeds` (`host:port` or `redis://host:port`,
 /// any of its nodes) belong to, with the shop's timeouts. Fails if none answers now.
 pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> {
-    let urls = seeds.iter().map(|seed| {
-        if seed.contains("://") {
-            seed.clone()
-        } else {
-            format!("redis://{seed}")
-        }
-    });
-    let client = redis::cluster::ClusterClient::builder(urls)
+    let urls: Vec<String> = seeds
+        .iter()
+        .map(|seed| {
+            if seed.contains("://") {
+                seed.clone()
+            } else {
+                format!("redis://{seed}")
+            }
+        })
+        .collect();
+    let client = redis::cluster::ClusterClient::builder(urls.clone())
         .connection_timeout(CONNECTION_TIMEOUT)
         .response_timeout(RESPONSE_TIMEOUT)
         .retries(CLUSTER_RETRIES)
@@ -186,6 +226,7 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
             rebuilds: AtomicU64::new(0),
         })),
         breaker: Arc::new(Breaker::new(BACKOFF)),
+        subscribe_to: Arc::new(urls),
     })
 }
 

@@ -462,6 +462,14 @@ impl Keys {
         format!("{}purge-epoch", self.0.prefix)
     }
 
+    /// Pub/sub channel (no key): what each purge and each store of a page tells
+    /// every web server's in-process page tier (see `page_cache::PageEvent`). On a
+    /// cluster a plain `PUBLISH` reaches every node, so one channel serves both
+    /// layouts.
+    pub fn page_events(&self) -> String {
+        format!("{}page-events", self.0.prefix)
+    }
+
     fn tag_key(&self, name: &str, tag: &str) -> String {
         match self.0.layout {
             Layout::Book => format!("{}{name}{tag}", self.0.prefix),

@@ -1,15 +1,20 @@
--- One page view or request of a session (the book's update_token), atomically.
--- KEYS[1] recent: (the session's shard)   KEYS[2] login: (same)   KEYS[3] viewed:<token>
--- KEYS[4] guests: (same shard)   KEYS[5] cart:<token>   KEYS[6] logins: (same shard)
+-- Requests of one or more sessions of one shard (the book's update_token), each
+-- atomically, all in one call: a single request's touch is a batch of one, and the
+-- view flusher sends the touches it held back (write-behind) a batch per shard.
+-- KEYS[1] recent: (the sessions' shard)   KEYS[2] login: (same)   KEYS[3] guests: (same)
+-- KEYS[4] logins: (same)   then for session i (from 1): KEYS[3 + 2i] viewed:<token>,
+-- KEYS[4 + 2i] cart:<token>
+-- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
+-- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
+-- then for each session in order: token, user id or '', the number of item views n,
+-- and n item ids (oldest first)
 -- The item's global count (viewed:) and its distinct viewers are not written here:
 -- the caller counts views in batches (see session/views.rs, ViewFlusher).
--- ARGV[1] token   ARGV[2] user id or ''   ARGV[3] item id or ''   ARGV[4] history length
--- ARGV[5] seconds a session with a login or a cart may stay idle
--- ARGV[6] seconds a guest may stay idle   ARGV[7] seconds a login lasts at most
--- Returns {1 when this touch started the session, 0 when it was known, 2 when it
--- had expired (removed here, nothing else done); user id or false}: the caller
--- learns who is asking in the same round trip (for an expired session, who it was
--- logged in as, so the caller takes it out of that user's index of sessions).
+-- Returns, for each session in order, {1 when this touch started the session, 0 when
+-- it was known, 2 when it had expired (removed here, nothing else done); user id or
+-- false}, flattened: the caller learns who is asking in the same round trip (for an
+-- expired session, who it was logged in as, so the caller takes it out of that
+-- user's index of sessions).
 -- A token the shop does not know starts a session: the shop hands out tokens without
 -- writing anything (a client that never sends its cookie back costs no key), so the
 -- first request that comes back with one is where its session begins.
@@ -33,60 +38,86 @@
 -- when the caller lacks it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local user = false
-local cart = 0
-local started = 1
-if ARGV[2] ~= '' then
-  -- The book's update_token with a user: a login now, whatever came before.
-  user = ARGV[2]
-  started = redis.call('ZADD', KEYS[1], now, ARGV[1])
-  redis.call('HSET', KEYS[2], ARGV[1], user)
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZADD', KEYS[6], 'NX', now, ARGV[1])
-else
-  local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  user = redis.call('HGET', KEYS[2], ARGV[1])
+local recent, login, guests, logins = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local keep = tonumber(ARGV[1])
+local idle_max, guest_max, login_max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local function touch(token, given, viewed, cart_key)
+  local user = false
+  local started = 1
+  if given ~= '' then
+    -- The book's update_token with a user: a login now, whatever came before.
+    user = given
+    started = redis.call('ZADD', recent, now, token)
+    redis.call('HSET', login, token, user)
+    redis.call('ZREM', guests, token)
+    redis.call('ZADD', logins, 'NX', now, token)
+    return started, user
+  end
+  local seen = redis.call('ZSCORE', recent, token)
+  local cart = 0
+  user = redis.call('HGET', login, token)
   if not user then
-    cart = redis.call('EXISTS', KEYS[5])
+    cart = redis.call('EXISTS', cart_key)
   end
   if seen then
     started = 0
     local idle = now - tonumber(seen)
     local expired
     if user then
-      local since = redis.call('ZSCORE', KEYS[6], ARGV[1])
+      local since = redis.call('ZSCORE', logins, token)
       if not since then
-        redis.call('ZADD', KEYS[6], now, ARGV[1])
+        redis.call('ZADD', logins, now, token)
       end
-      expired = idle > tonumber(ARGV[5])
-        or (since and now - tonumber(since) > tonumber(ARGV[7]))
+      expired = idle > idle_max or (since and now - tonumber(since) > login_max)
     elseif cart == 1 then
-      expired = idle > tonumber(ARGV[5])
+      expired = idle > idle_max
     else
-      expired = idle > tonumber(ARGV[6])
+      expired = idle > guest_max
     end
     if expired then
-      redis.call('ZREM', KEYS[1], ARGV[1])
-      redis.call('ZREM', KEYS[4], ARGV[1])
-      redis.call('ZREM', KEYS[6], ARGV[1])
-      redis.call('HDEL', KEYS[2], ARGV[1])
-      redis.call('DEL', KEYS[3], KEYS[5])
-      return {2, user}
+      redis.call('ZREM', recent, token)
+      redis.call('ZREM', guests, token)
+      redis.call('ZREM', logins, token)
+      redis.call('HDEL', login, token)
+      redis.call('DEL', viewed, cart_key)
+      return 2, user
     end
   end
-  redis.call('ZADD', KEYS[1], now, ARGV[1])
+  redis.call('ZADD', recent, now, token)
   if not user and cart == 0 then
-    redis.call('ZADD', KEYS[4], now, ARGV[1])
+    redis.call('ZADD', guests, now, token)
   end
+  return started, user
 end
-if ARGV[3] ~= '' then
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local seq = 1
-  if last[2] then
-    seq = math.floor(tonumber(last[2])) + 1
+
+local out = {}
+local a = 5
+local i = 0
+while a <= #ARGV do
+  i = i + 1
+  local token, given, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local viewed, cart_key = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  local started, user = touch(token, given, viewed, cart_key)
+  if started ~= 2 and n > 0 then
+    local last = redis.call('ZRANGE', viewed, -1, -1, 'WITHSCORES')
+    local seq = 0
+    if last[2] then
+      seq = math.floor(tonumber(last[2]))
+    end
+    local grew = false
+    for v = 1, n do
+      seq = seq + 1
+      if redis.call('ZADD', viewed, seq, ARGV[a + 2 + v]) == 1 then
+        grew = true
+      end
+    end
+    if grew then
+      redis.call('ZREMRANGEBYRANK', viewed, 0, -(keep + 1))
+    end
   end
-  if redis.call('ZADD', KEYS[3], seq, ARGV[3]) == 1 then
-    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[4]) + 1))
-  end
+  out[#out + 1] = started
+  out[#out + 1] = user
+  a = a + 3 + n
 end
-return {started, user}
+return out

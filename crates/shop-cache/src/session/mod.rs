@@ -134,6 +134,9 @@ pub struct Sessions {
     max_per_user: u32,
     /// Shared by every clone: one batch of views per process.
     views: Arc<ViewBatch>,
+    /// Shared by every clone: the touches this process holds back
+    /// ([`Sessions::touch_later`]).
+    held: Arc<views::HeldTouches>,
 }
 
 impl Sessions {
@@ -145,6 +148,7 @@ impl Sessions {
             lifetimes: Lifetimes::default(),
             max_per_user: DEFAULT_MAX_PER_USER,
             views: Arc::default(),
+            held: Arc::default(),
         }
     }
 

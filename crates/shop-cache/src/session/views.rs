@@ -119,28 +119,24 @@ impl Sessions {
     /// batch for `viewed:`). Returns the user the token is logged in as, so no second
     /// call to [`Sessions::check_token`] is needed.
     pub async fn touch(&self, token: &SessionToken, touch: Touch) -> Result<Touched, CacheError> {
-        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let item = touch.view.map(|(item, _)| item);
-        let mut call = scripts::TOUCH.prepare_invoke();
-        // The shard is hashed once per request, not once per key.
-        let shard = self.keys.shard_of(token);
-        call.key(self.keys.recent_in(shard))
-            .key(self.keys.login_in(shard))
-            .key(self.keys.viewed_by_member(shard, token.expose()))
-            .key(self.keys.guests_in(shard))
-            .key(self.keys.cart_member(shard, token.expose()))
-            .key(self.keys.logins_in(shard));
-        let lifetimes = &self.lifetimes;
-        let (started, user): (i64, Option<String>) = call
-            .arg(token.expose())
-            .arg(opt(touch.user.map(UserId::get)))
-            .arg(opt(item.map(ItemId::get)))
-            .arg(super::HISTORY_LEN)
-            .arg(lifetimes.idle().as_secs())
-            .arg(lifetimes.guest_idle().as_secs())
-            .arg(lifetimes.absolute().as_secs())
-            .invoke_async(&mut self.conn.clone())
+        let items: &[ItemId] = match &item {
+            Some(item) => std::slice::from_ref(item),
+            None => &[],
+        };
+        let answers = self
+            .touch_shard(
+                self.keys.shard_of(token),
+                &[HeldTouch {
+                    token,
+                    user: touch.user,
+                    items,
+                }],
+            )
             .await?;
+        let Some((started, user)) = answers.into_iter().next() else {
+            return Err(CacheError::Corrupt { what: "recent:" });
+        };
         if started == 2 {
             // Removed by the script: out of its user's list of sessions too.
             if let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok()) {
@@ -162,6 +158,139 @@ impl Sessions {
         } else {
             Touched::Known(user)
         })
+    }
+
+    /// One call of the touch script for sessions of one shard (see `touch.lua`):
+    /// each session's (started, user) in order.
+    async fn touch_shard(
+        &self,
+        shard: crate::keys::Shard,
+        touches: &[HeldTouch<'_>],
+    ) -> Result<Vec<(i64, Option<String>)>, CacheError> {
+        let mut call = scripts::TOUCH.prepare_invoke();
+        call.key(self.keys.recent_in(shard))
+            .key(self.keys.login_in(shard))
+            .key(self.keys.guests_in(shard))
+            .key(self.keys.logins_in(shard));
+        let lifetimes = &self.lifetimes;
+        call.arg(super::HISTORY_LEN)
+            .arg(lifetimes.idle().as_secs())
+            .arg(lifetimes.guest_idle().as_secs())
+            .arg(lifetimes.absolute().as_secs());
+        for touch in touches {
+            call.key(self.keys.viewed_by_member(shard, touch.token.expose()))
+                .key(self.keys.cart_member(shard, touch.token.expose()))
+                .arg(touch.token.expose())
+                .arg(
+                    touch
+                        .user
+                        .map(|user| user.get().to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(touch.items.len())
+                .arg(
+                    touch
+                        .items
+                        .iter()
+                        .map(|item| item.get())
+                        .collect::<Vec<_>>(),
+                );
+        }
+        let answers: Vec<(i64, Option<String>)> = call.invoke_async(&mut self.conn.clone()).await?;
+        if answers.len() != touches.len() {
+            return Err(CacheError::Corrupt { what: "recent:" });
+        }
+        Ok(answers)
+    }
+
+    /// Holds back the touch of an item page's request (write-behind): the page
+    /// needs nobody's identity, so the request waits for no Redis round trip, and
+    /// the next flush ([`Sessions::flush_views`], every [`VIEW_FLUSH_EVERY`] and at
+    /// shutdown) touches the session as [`Sessions::touch`] would have, with its
+    /// views in order, many sessions per script call. A `view` is of a page that
+    /// answered 200; it is counted now (this process's batch of views).
+    ///
+    /// `false` (nothing held) when the process already holds
+    /// [`MAX_HELD_TOUCHES`] sessions' touches (Redis slow or away): the caller
+    /// touches now instead, so memory stays bounded and nothing is dropped.
+    ///
+    /// What it changes: a session past its lifetime is removed by the flush, not
+    /// refused on this request (its next request that waits for its session, such
+    /// as the page's own `/api/me`, starts afresh); a crash loses the touches of the
+    /// last flush interval (last-seen times and history entries of that tenth of a
+    /// second, never a login or a cart).
+    pub fn touch_later(&self, token: &SessionToken, view: Option<ItemId>) -> bool {
+        if !self.held.hold(token, view) {
+            return false;
+        }
+        if let Some(item) = view {
+            self.views.add(item, token);
+        }
+        true
+    }
+
+    /// Writes the touches held back since the last flush; returns how many
+    /// sessions it touched. A failed write keeps them for the next flush.
+    pub async fn flush_touches(&self) -> Result<u64, CacheError> {
+        let taken = self.held.take();
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let mut unwritten = UnwrittenTouches {
+            into: &self.held,
+            touches: Some(taken),
+        };
+        let held = unwritten.touches.as_ref().expect("just set");
+        let mut by_shard: HashMap<crate::keys::Shard, Vec<HeldTouch<'_>>> = HashMap::new();
+        for (token, items) in held {
+            by_shard
+                .entry(self.keys.shard_of(token))
+                .or_default()
+                .push(HeldTouch {
+                    token,
+                    user: None,
+                    items,
+                });
+        }
+        let calls = by_shard.iter().flat_map(|(shard, touches)| {
+            touches
+                .chunks(TOUCH_CHUNK)
+                .map(move |chunk| async move { (chunk, self.touch_shard(*shard, chunk).await) })
+        });
+        let mut expired = Vec::new();
+        let mut failed: Option<CacheError> = None;
+        let mut touched = 0;
+        for (chunk, answer) in futures::future::join_all(calls).await {
+            match answer {
+                Ok(answers) => {
+                    touched += chunk.len() as u64;
+                    for (touch, (started, user)) in chunk.iter().zip(answers) {
+                        if started == 2
+                            && let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok())
+                        {
+                            expired.push((touch.token.clone(), user));
+                        }
+                    }
+                }
+                Err(error) => failed = Some(error),
+            }
+        }
+        match failed {
+            // Kept whole for the next flush: a chunk that was written is touched
+            // twice then, which only moves its last-seen time (and re-adds the
+            // same views to its history, where they already are).
+            Some(error) => Err(error),
+            None => {
+                unwritten.touches = None;
+                self.unindex(&expired).await?;
+                Ok(touched)
+            }
+        }
+    }
+
+    /// The sessions whose touches are held back, for metrics.
+    pub fn pending_touches(&self) -> u64 {
+        self.held.len() as u64
     }
 
     /// Counts a view of `item` by a visitor with no session (one who has not sent
@@ -201,12 +330,99 @@ impl Sessions {
     /// views it wrote. Called every [`VIEW_FLUSH_EVERY`] by [`ViewFlusher`] and once
     /// more at shutdown.
     pub async fn flush_views(&self) -> Result<u64, CacheError> {
-        self.views.flush(&self.conn, &self.keys).await
+        // The held-back touches first (their views are already in the batch), then
+        // the views; a failure of either leaves its part for the next flush.
+        let touched = self.flush_touches().await;
+        let views = self.views.flush(&self.conn, &self.keys).await;
+        touched?;
+        views
     }
 
     /// The views counted but not yet written, for metrics.
     pub fn pending_views(&self) -> u64 {
         self.views.pending()
+    }
+}
+
+/// The most sessions whose touches one process holds back
+/// ([`Sessions::touch_later`]); past it requests touch at once. A hundred
+/// thousand a tenth of a second is far past any one process's traffic: it is
+/// reached only while Redis does not take the writes.
+pub const MAX_HELD_TOUCHES: usize = 100_000;
+
+/// Sessions per script call of a flush: about a tenth of a millisecond of Redis
+/// time each, so a call blocks Redis for about a millisecond at most.
+const TOUCH_CHUNK: usize = 100;
+
+/// One session's part of a touch call.
+struct HeldTouch<'a> {
+    token: &'a SessionToken,
+    user: Option<UserId>,
+    items: &'a [ItemId],
+}
+
+/// The touches a process holds back: each session's item views since the last
+/// flush, in order (the history's length at most).
+#[derive(Debug, Default)]
+pub(super) struct HeldTouches {
+    by_token: Mutex<HashMap<SessionToken, Vec<ItemId>>>,
+}
+
+impl HeldTouches {
+    fn hold(&self, token: &SessionToken, view: Option<ItemId>) -> bool {
+        let mut held = self.by_token.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.contains_key(token) && held.len() >= MAX_HELD_TOUCHES {
+            return false;
+        }
+        let items = held.entry(token.clone()).or_default();
+        if let Some(item) = view {
+            if items.len() >= super::HISTORY_LEN {
+                items.remove(0);
+            }
+            items.push(item);
+        }
+        true
+    }
+
+    fn take(&self) -> HashMap<SessionToken, Vec<ItemId>> {
+        std::mem::take(&mut *self.by_token.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn len(&self) -> usize {
+        self.by_token
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Puts back touches that were not written, before any held since (they are
+    /// older), within the bound.
+    fn merge_back(&self, touches: HashMap<SessionToken, Vec<ItemId>>) {
+        let mut held = self.by_token.lock().unwrap_or_else(|e| e.into_inner());
+        for (token, mut items) in touches {
+            if let Some(newer) = held.get_mut(&token) {
+                items.append(newer);
+                let over = items.len().saturating_sub(super::HISTORY_LEN);
+                items.drain(..over);
+                *newer = items;
+            } else if held.len() < MAX_HELD_TOUCHES {
+                held.insert(token, items);
+            }
+        }
+    }
+}
+
+/// Touches taken out for a write, put back when dropped unless written.
+struct UnwrittenTouches<'a> {
+    into: &'a HeldTouches,
+    touches: Option<HashMap<SessionToken, Vec<ItemId>>>,
+}
+
+impl Drop for UnwrittenTouches<'_> {
+    fn drop(&mut self) {
+        if let Some(touches) = self.touches.take() {
+            self.into.merge_back(touches);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod insights;
 mod lifetimes;
 mod login_limit;
 mod outage;
+mod page_events;
 mod page_store;
 mod row_cache;
 mod session;

@@ -82,52 +82,100 @@ fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
 
 /// Builds the response for a stored page as the client asked for it.
 pub(super) fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError> {
-    let mut headers = HeaderMap::new();
-    let mut vary = String::new();
-    for (name, value) in page.headers() {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::from_bytes(value),
-        ) else {
-            return Err(CacheError::Corrupt { what: "cache:" });
-        };
-        if name == header::VARY {
-            vary = format!("{}, ", value.to_str().unwrap_or(""));
-        } else {
-            headers.append(name, value);
-        }
-    }
-    let vary = HeaderValue::try_from(format!("{vary}Accept-Encoding"))
-        .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-    headers.insert(header::VARY, vary);
-    let etag =
-        HeaderValue::from_str(page.etag()).map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-    headers.insert(header::ETAG, etag.clone());
+    Prepared::of(page, !ask.gzip)?.respond(ask)
+}
 
-    let not_modified = ask
-        .if_none_match
-        .as_ref()
-        .is_some_and(|inm| etag_matches(inm, page.etag()));
-    let (status, body) = if not_modified {
-        (StatusCode::NOT_MODIFIED, Bytes::new())
-    } else if ask.gzip {
-        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        (status_of(page)?, page.gzip_body())
-    } else {
-        (status_of(page)?, Bytes::from(page.body()?))
-    };
-    if !not_modified {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+/// A stored page made ready to send: its headers built once, its body in the
+/// forms clients ask for (gzip as stored; decompressed, when asked to keep it).
+/// What the in-process tier holds, so a hit there parses and decompresses nothing.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    status: StatusCode,
+    headers: HeaderMap,
+    etag: String,
+    gzip: Bytes,
+    identity: Option<Bytes>,
+}
+
+impl Prepared {
+    /// `page` ready to send; with `identity`, its body decompressed too.
+    pub(super) fn of(page: &StoredPage, identity: bool) -> Result<Self, CacheError> {
+        let mut headers = HeaderMap::new();
+        let mut vary = String::new();
+        for (name, value) in page.headers() {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(name.as_str()),
+                HeaderValue::from_bytes(value),
+            ) else {
+                return Err(CacheError::Corrupt { what: "cache:" });
+            };
+            if name == header::VARY {
+                vary = format!("{}, ", value.to_str().unwrap_or(""));
+            } else {
+                headers.append(name, value);
+            }
+        }
+        let vary = HeaderValue::try_from(format!("{vary}Accept-Encoding"))
+            .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
+        headers.insert(header::VARY, vary);
+        let etag = HeaderValue::from_str(page.etag())
+            .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
+        headers.insert(header::ETAG, etag);
+        Ok(Self {
+            status: status_of(page)?,
+            headers,
+            etag: page.etag().to_owned(),
+            gzip: page.gzip_body(),
+            identity: if identity {
+                Some(Bytes::from(page.body()?))
+            } else {
+                None
+            },
+        })
     }
-    let body = if ask.head {
-        Body::empty()
-    } else {
-        Body::from(body)
-    };
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    Ok(resp)
+
+    /// The bytes it holds, for a cache bounded in bytes.
+    pub(super) fn weight(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 32)
+            .sum();
+        self.gzip.len() + self.identity.as_ref().map_or(0, Bytes::len) + headers + 128
+    }
+
+    /// The response, as `ask` wants it.
+    pub(super) fn respond(&self, ask: &Ask) -> Result<Response, CacheError> {
+        let mut headers = self.headers.clone();
+        let not_modified = ask
+            .if_none_match
+            .as_ref()
+            .is_some_and(|inm| etag_matches(inm, &self.etag));
+        let (status, body) = if not_modified {
+            (StatusCode::NOT_MODIFIED, Bytes::new())
+        } else if ask.gzip {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            (self.status, self.gzip.clone())
+        } else {
+            let identity = self
+                .identity
+                .clone()
+                .ok_or(CacheError::Corrupt { what: "cache:" })?;
+            (self.status, identity)
+        };
+        if !not_modified {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        let body = if ask.head {
+            Body::empty()
+        } else {
+            Body::from(body)
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        Ok(resp)
+    }
 }
 
 fn status_of(page: &StoredPage) -> Result<StatusCode, CacheError> {

@@ -165,6 +165,15 @@ async fn serve_with(
     if let Some(watcher) = state.take_sale_watcher() {
         daemons.spawn(shop_cache::daemon::run(watcher, shutdown.clone()));
     }
+    // Its own copy of the ranking's top (the page cache's gate), and the feed
+    // that keeps its in-process page tier coherent.
+    daemons.spawn(shop_cache::daemon::run(
+        state.top_items_refresher(),
+        shutdown.clone(),
+    ));
+    if let Some(feed) = state.tier_feed() {
+        daemons.spawn(shop_cache::daemon::run(feed, shutdown.clone()));
+    }
     // And keeps the last minutes of its own traffic for /ops.
     daemons.spawn(shop_cache::daemon::run(
         state.traffic_sampler(),

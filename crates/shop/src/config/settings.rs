@@ -190,6 +190,12 @@ pub struct WebSettings {
     /// Only items ranked below this in views have their pages cached.
     #[arg(long, env = "SHOP_RANK_LIMIT", default_value_t = page_cache::DEFAULT_RANK_LIMIT)]
     pub rank_limit: u64,
+    /// Megabytes of cached pages each web server keeps in its own memory in front
+    /// of Redis (kept coherent by pub/sub; 0: none).
+    #[arg(long, env = "SHOP_PAGE_TIER_MB",
+          default_value_t = shop_web::page_cache::tier::DEFAULT_TIER_BYTES >> 20,
+          value_parser = clap::value_parser!(u64).range(0..=65_536))]
+    pub page_tier_mb: u64,
     /// Sale-page event streams open at once in this process (`/api/flash/events`;
     /// past it, 503 with Retry-After).
     #[arg(long, env = "SHOP_MAX_EVENT_STREAMS",
@@ -478,6 +484,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
                 if_error: Duration::from_secs(web.page_stale_if_error),
             },
             rank_limit: web.rank_limit,
+            page_tier_bytes: web.page_tier_mb << 20,
             max_cart_lines: web.max_cart_lines,
             login_limits: shop_cache::login_limit::LoginLimits {
                 per_address: web.login_limit_address,

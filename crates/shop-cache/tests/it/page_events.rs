@@ -1,0 +1,113 @@
+//! What the web servers' in-process page tiers hear (`PageEvent`s on one pub/sub
+//! channel), on one node and on a cluster (where a `PUBLISH` on any node must reach a
+//! subscriber on another), and the item-page touches a process holds back and
+//! writes in batches.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::AsyncCommands;
+use shop_cache::analytics::TopItems;
+use shop_cache::domain::ItemId;
+use shop_cache::page_cache::{
+    Lookup, PageEvent, PageRequest, PageStore, PageTag, Stored, StoredPage,
+};
+use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
+
+use crate::both_layouts;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+async fn next_event(stream: &mut redis::aio::PubSubStream) -> PageEvent {
+    let message = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("an event within 10 s")
+        .expect("the subscription is open");
+    PageEvent::decode(message.get_payload_bytes()).expect("a page event")
+}
+
+both_layouts! {
+async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
+    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    let (conn, channel) = store.events();
+    let (_sink, mut stream) = conn.subscribe(&channel).await.unwrap();
+    let key = PageRequest::new("/items/1", None).key();
+    let page = StoredPage::new(200, vec![], b"old");
+    let ticket = store.begin_render().await.unwrap();
+    let tags = [PageTag::Item(item(1))];
+    assert_eq!(store.store(&key, &page, &tags, &ticket).await.unwrap(), Stored::Yes);
+    assert_eq!(
+        next_event(&mut stream).await,
+        PageEvent::Stored { key: key.clone(), by: store.origin() }
+    );
+    assert_eq!(store.purge(&tags).await.unwrap(), 1);
+    assert_eq!(next_event(&mut stream).await, PageEvent::Purged(vec![key.clone()]));
+    // A purge that finds no page says nothing.
+    assert_eq!(store.purge(&[PageTag::Item(item(2))]).await.unwrap(), 0);
+    let other = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    assert_ne!(other.origin(), store.origin(), "each process names its own stores");
+    let ticket = other.begin_render().await.unwrap();
+    other.store(&key, &page, &tags, &ticket).await.unwrap();
+    assert_eq!(
+        next_event(&mut stream).await,
+        PageEvent::Stored { key, by: other.origin() },
+        "the empty purge sent nothing before this"
+    );
+}
+
+async fn the_gate_reads_the_process_copy_of_the_top_once_it_has_one(fx: Fixture) {
+    let mut raw = fx.raw().await;
+    // Items 1 and 2 are in the top 2; item 3 is not.
+    let _: () = raw.zadd_multiple(fx.keys.item_views(), &[(-30, 1), (-20, 2), (-10, 3)]).await.unwrap();
+    let top = TopItems::new(fx.conn.clone(), fx.keys.clone(), 2);
+    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 2)
+        .with_top(top.clone());
+    let key = |n: u64| PageRequest::new(&format!("/items/{n}"), None).key();
+    // No copy yet: the gate asks Redis.
+    assert_eq!(top.contains(item(1)), None);
+    assert_eq!(store.lookup(&key(1), Some(item(1))).await.unwrap(), Lookup::Miss);
+    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::NotPopular);
+    assert_eq!(top.refresh().await.unwrap(), 2);
+    assert_eq!((top.contains(item(2)), top.contains(item(3))), (Some(true), Some(false)));
+    // Item 3 climbs to the top: the copy says so after its next refresh.
+    let _: () = raw.zadd(fx.keys.item_views(), 3, -100).await.unwrap();
+    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::NotPopular);
+    top.refresh().await.unwrap();
+    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::Miss);
+    assert_eq!(store.lookup(&key(2), Some(item(2))).await.unwrap(), Lookup::NotPopular);
+}
+
+async fn held_touches_are_written_in_order_by_the_flush(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let mut raw = fx.raw().await;
+    // Forty sessions (over many shards on a cluster), each viewing items 1..=30 in
+    // turn, and one request that viewed nothing.
+    let tokens: Vec<SessionToken> = (0..40).map(|_| SessionToken::generate()).collect();
+    for n in 1..=30 {
+        for token in &tokens {
+            assert!(sessions.touch_later(token, Some(item(n))));
+        }
+    }
+    let quiet = SessionToken::generate();
+    assert!(sessions.touch_later(&quiet, None));
+    assert_eq!(sessions.pending_touches(), 41);
+    assert_eq!(sessions.count().await.unwrap(), 0, "nothing written before the flush");
+    assert_eq!(sessions.flush_views().await.unwrap(), 40 * 30);
+    assert_eq!(sessions.pending_touches(), 0);
+    assert_eq!(sessions.count().await.unwrap(), 41);
+    let newest_first: Vec<ItemId> = (6..=30).rev().map(item).collect();
+    assert_eq!(newest_first.len(), HISTORY_LEN);
+    for token in &tokens {
+        assert_eq!(sessions.recently_viewed(token).await.unwrap(), newest_first);
+    }
+    assert!(sessions.recently_viewed(&quiet).await.unwrap().is_empty());
+    let count: Option<f64> = raw.zscore(fx.keys.item_views(), 7).await.unwrap();
+    assert_eq!(count, Some(-40.0), "each view counted once");
+    // Held again after the flush, the history goes on where it was.
+    assert!(sessions.touch_later(&tokens[0], Some(item(31))));
+    sessions.flush_views().await.unwrap();
+    assert_eq!(sessions.recently_viewed(&tokens[0]).await.unwrap()[0], item(31));
+}
+}
