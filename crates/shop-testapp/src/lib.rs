@@ -197,13 +197,18 @@ impl TestApp {
 
     /// Another web server over the same Redis and database.
     pub fn second_server(&self) -> Router {
-        let state = AppState::new(
+        shop_web::router(self.second_state())
+    }
+
+    /// The state of another web server over the same Redis and database (its own
+    /// in-process page tier, view batch and held touches).
+    pub fn second_state(&self) -> AppState {
+        AppState::new(
             self.db.clone(),
             self.conn.clone(),
             self.keys.clone(),
             self.config.clone(),
-        );
-        shop_web::router(state)
+        )
     }
 
     /// `sqlite` or `postgres`.

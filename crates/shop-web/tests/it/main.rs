@@ -14,5 +14,6 @@ mod insights;
 mod layers;
 mod ops;
 mod page_cache;
+mod page_tier;
 mod routes;
 mod sessions;
