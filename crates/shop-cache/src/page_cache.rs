@@ -525,6 +525,15 @@ impl PageStore {
         self
     }
 
+    /// Commands sent to the pages' own Redis when it is not the state Redis (0
+    /// when they share it: those are counted on the state handle).
+    pub fn cache_commands_sent(&self) -> u64 {
+        match self.state {
+            Some(_) => self.conn.commands_sent(),
+            None => 0,
+        }
+    }
+
     /// Names this process's stores in [`PageEvent::Stored`].
     pub fn origin(&self) -> u64 {
         self.origin

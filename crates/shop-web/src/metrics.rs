@@ -338,8 +338,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     }
     let _ = writeln!(
         out,
-        "# TYPE shop_touches_held gauge\nshop_touches_held {}",
-        state.sessions.pending_touches()
+        "# TYPE shop_touches_held gauge\nshop_touches_held {}\n\
+         # TYPE shop_redis_commands_sent_total counter\n\
+         shop_redis_commands_sent_total {}",
+        state.sessions.pending_touches(),
+        redis.commands_sent() + state.pages.cache_commands_sent(),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
