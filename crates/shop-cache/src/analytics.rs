@@ -160,10 +160,12 @@ pub const TOP_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// This process's copy of the items ranked below a limit in `viewed:` (the page
 /// cache's gate, the book's `can_cache`), read once a second by
-/// [`TopItemsRefresher`] instead of a `ZRANK` per view: on a cluster `viewed:` is
-/// one key on one node, and a command per page view there was its hottest path.
-/// An item that enters or leaves the top is seen within a second (its page is
-/// cached, or not, a second late); the copy is trusted for [`TOP_MAX_AGE`] only.
+/// [`TopItemsRefresher`] instead of a `ZRANK` per view of a cached page: on a
+/// cluster `viewed:` is one key on one node, and a command per page view there
+/// was its hottest path. An item that leaves the top is seen within a second (its
+/// page stays cached a second longer; one that enters is still asked about, see
+/// [`crate::page_cache::PageStore::with_top`]); the copy is trusted for
+/// [`TOP_MAX_AGE`] only.
 #[derive(Clone)]
 pub struct TopItems {
     conn: RedisConn,

@@ -517,9 +517,12 @@ impl PageStore {
 
     /// The gate read from `top`, this process's copy of the ranking (refreshed by a
     /// [`crate::analytics::TopItemsRefresher`]), instead of a `ZRANK` per lookup:
-    /// while the copy is fresh, an item page costs Redis only its `GET`, and a page
-    /// of an item outside the top nothing at all. A stale or missing copy falls
-    /// back to the `ZRANK`.
+    /// while the copy is fresh, a page of an item in it costs Redis only its `GET`
+    /// (and nothing at all from the web tier's in-process tier). An item not in the
+    /// copy is asked about as before (`ZRANK` with the `GET`): its page is rendered
+    /// anyway, and an item that just entered the top is cached at once, not a
+    /// second later. An item that just left the top stays cached until the next
+    /// refresh (a second). A stale or missing copy falls back to the `ZRANK`.
     pub fn with_top(mut self, top: crate::analytics::TopItems) -> Self {
         self.top = Some(top);
         self
@@ -621,7 +624,6 @@ impl PageStore {
             _ => None,
         };
         let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.state) {
-            _ if known == Some(false) => return Ok((Lookup::NotPopular, 0)),
             (None, _) => (Some(0), conn.get(page_key).await?),
             (Some(_), _) if known == Some(true) => (Some(0), conn.get(page_key).await?),
             (Some(item), None) => {

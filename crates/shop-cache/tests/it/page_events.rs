@@ -65,18 +65,28 @@ async fn the_gate_reads_the_process_copy_of_the_top_once_it_has_one(fx: Fixture)
     let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 2)
         .with_top(top.clone());
     let key = |n: u64| PageRequest::new(&format!("/items/{n}"), None).key();
-    // No copy yet: the gate asks Redis.
+    // Commands one lookup sends.
+    let cost = async |n: u64| {
+        let before = fx.conn.commands_sent();
+        let found = store.lookup(&key(n), Some(item(n))).await.unwrap();
+        (found, fx.conn.commands_sent() - before)
+    };
+    // No copy yet: the gate asks Redis (ZRANK with the GET).
     assert_eq!(top.contains(item(1)), None);
-    assert_eq!(store.lookup(&key(1), Some(item(1))).await.unwrap(), Lookup::Miss);
-    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::NotPopular);
+    assert_eq!(cost(1).await, (Lookup::Miss, 2));
+    assert_eq!(cost(3).await, (Lookup::NotPopular, 2));
     assert_eq!(top.refresh().await.unwrap(), 2);
     assert_eq!((top.contains(item(2)), top.contains(item(3))), (Some(true), Some(false)));
-    // Item 3 climbs to the top: the copy says so after its next refresh.
+    // With the copy, an item in the top costs its GET alone.
+    assert_eq!(cost(1).await, (Lookup::Miss, 1));
+    // Item 3 climbs to the top: not in the copy, it is asked about, and cached at once.
     let _: () = raw.zadd(fx.keys.item_views(), 3, -100).await.unwrap();
-    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::NotPopular);
+    assert_eq!(cost(3).await, (Lookup::Miss, 2));
+    // Item 2 fell out: still cached until the copy is read again.
+    assert_eq!(cost(2).await, (Lookup::Miss, 1));
     top.refresh().await.unwrap();
-    assert_eq!(store.lookup(&key(3), Some(item(3))).await.unwrap(), Lookup::Miss);
-    assert_eq!(store.lookup(&key(2), Some(item(2))).await.unwrap(), Lookup::NotPopular);
+    assert_eq!(cost(2).await, (Lookup::NotPopular, 2));
+    assert_eq!(cost(3).await, (Lookup::Miss, 1));
 }
 
 async fn held_touches_are_written_in_order_by_the_flush(fx: Fixture) {
