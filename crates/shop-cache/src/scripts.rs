@@ -12,6 +12,14 @@ use redis::Script;
 /// global `viewed:` is written by the view flusher).
 pub static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/touch.lua")));
 
+/// The view flusher's counts for the ranking, many items in one call.
+pub static COUNT_VIEWS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/count_views.lua")));
+
+/// The view flusher's distinct viewers, many items (of one slot) in one call.
+pub static ADD_VIEWERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/add_viewers.lua")));
+
 /// Login: moves cart and history to a fresh token and retires the old one.
 pub static LOGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/login.lua")));
 

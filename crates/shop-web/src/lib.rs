@@ -391,7 +391,10 @@ pub fn router(state: AppState) -> Router {
         .merge(flash::router(state.clone()))
         .route_layer(timed())
         .layer(from_fn_with_state(state.clone(), page_cache::admin_bypass))
-        .layer(from_fn_with_state(state.session_layer(), session::track));
+        .layer(from_fn_with_state(
+            Arc::new(state.session_layer()),
+            session::track_shared,
+        ));
     // Probes and static files: no session (a load balancer polling `/healthz`
     // must not create a session per probe). `/metrics` is not here: see
     // [`internal_router`].

@@ -185,7 +185,22 @@ impl SessionLayer {
 }
 
 /// The session layer's middleware; see the module documentation.
-pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Next) -> Response {
+pub async fn track(State(state): State<SessionLayer>, req: Request, next: Next) -> Response {
+    track_in(&state, req, next).await
+}
+
+/// [`track`] over a shared [`SessionLayer`]: axum clones a middleware's state for
+/// every request, and the layer's parts are several reference counts, the `Arc`
+/// one (the shop's router mounts this one).
+pub async fn track_shared(
+    State(state): State<Arc<SessionLayer>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    track_in(&state, req, next).await
+}
+
+async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Response {
     let https = state.https(&req);
     let presented = token_named(
         req.headers(),
@@ -237,7 +252,7 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
                     Ok(Touched::Expired) => (resp, Some(SessionToken::generate())),
                     Ok(_) => (resp, None),
                     Err(error) => {
-                        session_error(&state, &error);
+                        session_error(state, &error);
                         (resp, None)
                     }
                 }
@@ -252,7 +267,7 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
                 https,
             });
             let (resp, (session, renewed)) =
-                tokio::join!(next.run(req), identify(&state, token, Some(item), https));
+                tokio::join!(next.run(req), identify(state, token, Some(item), https));
             let found = resp.status() == StatusCode::OK;
             if renewed {
                 // The session had expired: the view counts as a new visitor's.
@@ -266,13 +281,13 @@ pub async fn track(State(state): State<SessionLayer>, mut req: Request, next: Ne
                     .settle_view(&session.token, item, found)
                     .await
                 {
-                    session_error(&state, &error);
+                    session_error(state, &error);
                 }
                 (resp, None)
             }
         }
         (Some(token), None) => {
-            let (session, renewed) = identify(&state, token, None, https).await;
+            let (session, renewed) = identify(state, token, None, https).await;
             let issued = renewed.then(|| session.token.clone());
             req.extensions_mut().insert(session);
             (next.run(req).await, issued)

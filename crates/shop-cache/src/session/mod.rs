@@ -59,7 +59,6 @@ use crate::{CacheError, scripts};
 pub mod user_sessions;
 pub mod views;
 pub use user_sessions::{DEFAULT_MAX_PER_USER, Device, UserSession, session_id};
-use views::ViewBatch;
 pub use views::{Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
 
 /// How many of a session's most recent item views `viewed:<token>` keeps.
@@ -132,11 +131,10 @@ pub struct Sessions {
     lifetimes: Lifetimes,
     /// Most sessions per user (0: no cap; see [`user_sessions`]).
     max_per_user: u32,
-    /// Shared by every clone: one batch of views per process.
-    views: Arc<ViewBatch>,
-    /// Shared by every clone: the touches this process holds back
-    /// ([`Sessions::touch_later`]).
-    held: Arc<views::HeldTouches>,
+    /// Shared by every clone: this process's batch of views and the touches it
+    /// holds back ([`Sessions::touch_later`]), in one allocation (every request
+    /// clones the sessions with its layer).
+    batches: Arc<views::Batches>,
 }
 
 impl Sessions {
@@ -147,8 +145,7 @@ impl Sessions {
             keys,
             lifetimes: Lifetimes::default(),
             max_per_user: DEFAULT_MAX_PER_USER,
-            views: Arc::default(),
-            held: Arc::default(),
+            batches: Arc::default(),
         }
     }
 

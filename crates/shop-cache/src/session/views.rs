@@ -145,7 +145,7 @@ impl Sessions {
             return Ok(Touched::Expired);
         }
         if let Some((item, Count::Now)) = touch.view {
-            self.views.add(item, token);
+            self.batches.views.add(item, token);
         }
         let user = user
             .map(|raw| {
@@ -220,11 +220,11 @@ impl Sessions {
     /// last flush interval (last-seen times and history entries of that tenth of a
     /// second, never a login or a cart).
     pub fn touch_later(&self, token: &SessionToken, view: Option<ItemId>) -> bool {
-        if !self.held.hold(token, view) {
+        if !self.batches.held.hold(token, view) {
             return false;
         }
         if let Some(item) = view {
-            self.views.add(item, token);
+            self.batches.views.add(item, token);
         }
         true
     }
@@ -232,12 +232,12 @@ impl Sessions {
     /// Writes the touches held back since the last flush; returns how many
     /// sessions it touched. A failed write keeps them for the next flush.
     pub async fn flush_touches(&self) -> Result<u64, CacheError> {
-        let taken = self.held.take();
+        let taken = self.batches.held.take();
         if taken.is_empty() {
             return Ok(0);
         }
         let mut unwritten = UnwrittenTouches {
-            into: &self.held,
+            into: &self.batches.held,
             touches: Some(taken),
         };
         let held = unwritten.touches.as_ref().expect("just set");
@@ -290,7 +290,7 @@ impl Sessions {
 
     /// The sessions whose touches are held back, for metrics.
     pub fn pending_touches(&self) -> u64 {
-        self.held.len() as u64
+        self.batches.held.len() as u64
     }
 
     /// Counts a view of `item` by a visitor with no session (one who has not sent
@@ -299,7 +299,7 @@ impl Sessions {
     /// among the item's distinct viewers, and writes nothing now: it goes into this
     /// process's batch.
     pub fn count_view(&self, item: ItemId) {
-        self.views.add_count(item);
+        self.batches.views.add_count(item);
     }
 
     /// Ends a [`Touch::view_ahead`] once the page answered: a `found` page's view is
@@ -314,7 +314,7 @@ impl Sessions {
         found: bool,
     ) -> Result<(), CacheError> {
         if found {
-            self.views.add(item, token);
+            self.batches.views.add(item, token);
             return Ok(());
         }
         redis::cmd("ZREM")
@@ -333,16 +333,30 @@ impl Sessions {
         // The held-back touches first (their views are already in the batch), then
         // the views; a failure of either leaves its part for the next flush.
         let touched = self.flush_touches().await;
-        let views = self.views.flush(&self.conn, &self.keys).await;
+        let views = self.batches.views.flush(&self.conn, &self.keys).await;
         touched?;
         views
     }
 
     /// The views counted but not yet written, for metrics.
     pub fn pending_views(&self) -> u64 {
-        self.views.pending()
+        self.batches.views.pending()
     }
 }
+
+/// What a process counts and holds back between flushes.
+#[derive(Debug, Default)]
+pub(super) struct Batches {
+    pub(super) views: ViewBatch,
+    pub(super) held: HeldTouches,
+}
+
+/// Items per script call of a view flush (one node): a few hundred microseconds
+/// of Redis time per call.
+const VIEW_CHUNK: usize = 500;
+/// Viewers per script call of a view flush, so a batch that grew while Redis was
+/// away is written in many short calls, not one long one.
+const VIEWERS_PER_CALL: usize = 5_000;
 
 /// The most sessions whose touches one process holds back
 /// ([`Sessions::touch_later`]); past it requests touch at once. A hundred
@@ -497,31 +511,64 @@ impl ViewBatch {
         let batch = unwritten.views.as_ref().expect("just set");
         let window = crate::insights::current_window();
         let ttl = crate::insights::WINDOW_TTL.as_secs();
-        let mut pipe = redis::pipe();
-        let mut views = 0;
-        for (item, seen) in &batch.items {
-            views += seen.count;
-            pipe.zincr(keys.item_views(), *item, -(seen.count as f64))
-                .ignore();
-            if !seen.viewers.is_empty() {
-                let key = keys.viewers(*item, window);
-                pipe.cmd("PFADD")
-                    .arg(&key)
-                    .arg(
-                        seen.viewers
-                            .iter()
-                            .map(SessionToken::expose)
-                            .collect::<Vec<_>>(),
-                    )
-                    .ignore();
-                // Only a new key gets its lifetime (as the touch script does).
-                pipe.cmd("EXPIRE").arg(&key).arg(ttl).arg("NX").ignore();
+        let views: u64 = batch.items.values().map(|seen| seen.count).sum();
+        // The ranking: one key, so its counts go in few calls.
+        let counts: Vec<(ItemId, u64)> = batch
+            .items
+            .iter()
+            .map(|(item, seen)| (*item, seen.count))
+            .collect();
+        let ranking = counts.chunks(VIEW_CHUNK).map(|chunk| {
+            let mut call = scripts::COUNT_VIEWS.prepare_invoke();
+            call.key(keys.item_views());
+            for (item, count) in chunk {
+                call.arg(item.get()).arg(*count);
             }
+            let mut conn = conn.clone();
+            async move { call.invoke_async::<i64>(&mut conn).await }
+        });
+        // The viewers: one key per item, so one call per item on a cluster (each
+        // its own slot) and a chunk of items per call on one node.
+        let seen: Vec<(ItemId, &[SessionToken])> = batch
+            .items
+            .iter()
+            .filter(|(_, seen)| !seen.viewers.is_empty())
+            .map(|(item, seen)| (*item, seen.viewers.as_slice()))
+            .collect();
+        let one_slot = matches!(keys.layout(), crate::keys::Layout::Book);
+        let mut groups: Vec<&[(ItemId, &[SessionToken])]> = Vec::new();
+        let (mut start, mut tokens) = (0, 0);
+        for (i, (_, viewers)) in seen.iter().enumerate() {
+            if i > start && (!one_slot || i - start >= VIEW_CHUNK || tokens >= VIEWERS_PER_CALL) {
+                groups.push(&seen[start..i]);
+                (start, tokens) = (i, 0);
+            }
+            tokens += viewers.len();
         }
-        // On an error the guard keeps the views for the next flush. (Part of a
-        // pipeline may have been written before it failed; counting those again is
-        // the lesser error.)
-        pipe.exec_async(&mut conn.clone()).await?;
+        if start < seen.len() {
+            groups.push(&seen[start..]);
+        }
+        let viewers = groups.into_iter().map(|chunk| {
+            let mut call = scripts::ADD_VIEWERS.prepare_invoke();
+            call.arg(ttl);
+            for (item, tokens) in chunk {
+                call.key(keys.viewers(*item, window))
+                    .arg(tokens.len())
+                    .arg(tokens.iter().map(SessionToken::expose).collect::<Vec<_>>());
+            }
+            let mut conn = conn.clone();
+            async move { call.invoke_async::<i64>(&mut conn).await }
+        });
+        // On an error the guard keeps the views for the next flush. (Part of them
+        // may have been written before it failed; counting those again is the
+        // lesser error.)
+        let (ranking, viewers) = futures::join!(
+            futures::future::join_all(ranking),
+            futures::future::join_all(viewers)
+        );
+        for written in ranking.into_iter().chain(viewers) {
+            written?;
+        }
         unwritten.views = None;
         Ok(views)
     }

@@ -121,3 +121,35 @@ async fn held_touches_are_written_in_order_by_the_flush(fx: Fixture) {
     assert_eq!(sessions.recently_viewed(&tokens[0]).await.unwrap()[0], item(31));
 }
 }
+
+both_layouts! {
+async fn a_flush_writes_a_large_batch_of_viewers_in_parts(fx: Fixture) {
+    // More viewers of one item than one script call takes at once (as a batch
+    // that grew while Redis was away), and many items (more than one call's).
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let tokens: Vec<SessionToken> = (0..12_000u64)
+        .map(|i| format!("{:0>21}A", i * 7_919 + 12_345).parse().unwrap())
+        .collect();
+    for token in &tokens {
+        assert!(sessions.touch_later(token, Some(item(1))));
+    }
+    for n in 2..=1_200 {
+        assert!(sessions.touch_later(&tokens[n as usize], Some(item(n))));
+    }
+    assert_eq!(sessions.flush_views().await.unwrap(), 12_000 + 1_199);
+    let mut raw = fx.raw().await;
+    let window = shop_cache::insights::current_window();
+    let distinct: u64 = redis::cmd("PFCOUNT")
+        .arg(fx.keys.viewers(item(1), window))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!((11_600..=12_400).contains(&distinct), "{distinct}");
+    let ttl: i64 = raw.ttl(fx.keys.viewers(item(1), window)).await.unwrap();
+    assert!(ttl > 0, "the new key got its lifetime");
+    let ranked: u64 = raw.zcard(fx.keys.item_views()).await.unwrap();
+    assert_eq!(ranked, 1_200);
+    let count: Option<f64> = raw.zscore(fx.keys.item_views(), 1).await.unwrap();
+    assert_eq!(count, Some(-12_000.0));
+}
+}
