@@ -18,6 +18,8 @@
 //!    page view.
 
 use std::collections::HashMap;
+
+use futures::{FutureExt, StreamExt};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -252,15 +254,27 @@ impl Sessions {
                     items,
                 });
         }
-        let calls = by_shard.iter().flat_map(|(shard, touches)| {
-            touches
-                .chunks(TOUCH_CHUNK)
-                .map(move |chunk| async move { (chunk, self.touch_shard(*shard, chunk).await) })
-        });
+        let work: Vec<(crate::keys::Shard, &[HeldTouch<'_>])> = by_shard
+            .iter()
+            .flat_map(|(shard, touches)| touches.chunks(TOUCH_CHUNK).map(|chunk| (*shard, chunk)))
+            .collect();
+        let calls: Vec<_> = work
+            .into_iter()
+            .map(|(shard, chunk)| {
+                async move { (chunk, self.touch_shard(shard, chunk).await) }.boxed()
+            })
+            .collect();
         let mut expired = Vec::new();
         let mut failed: Option<CacheError> = None;
         let mut touched = 0;
-        for (chunk, answer) in futures::future::join_all(calls).await {
+        // A few calls in flight, not all at once: a flush is tens of script calls,
+        // and sent together they would hold every other command of this process
+        // (a page lookup, a cart) behind all of them.
+        let answers: Vec<_> = futures::stream::iter(calls)
+            .buffer_unordered(FLUSH_IN_FLIGHT)
+            .collect()
+            .await;
+        for (chunk, answer) in answers {
             match answer {
                 Ok(answers) => {
                     touched += chunk.len() as u64;
@@ -364,9 +378,13 @@ const VIEWERS_PER_CALL: usize = 5_000;
 /// reached only while Redis does not take the writes.
 pub const MAX_HELD_TOUCHES: usize = 100_000;
 
-/// Sessions per script call of a flush: about a tenth of a millisecond of Redis
-/// time each, so a call blocks Redis for about a millisecond at most.
-const TOUCH_CHUNK: usize = 100;
+/// Sessions per script call of a flush: about ten microseconds of Redis time
+/// each, so a call holds Redis for about half a millisecond at most.
+const TOUCH_CHUNK: usize = 50;
+
+/// Script calls of one flush in flight at once: a command of a request waits
+/// behind at most this many.
+const FLUSH_IN_FLIGHT: usize = 4;
 
 /// One session's part of a touch call.
 struct HeldTouch<'a> {
@@ -525,7 +543,7 @@ impl ViewBatch {
                 call.arg(item.get()).arg(*count);
             }
             let mut conn = conn.clone();
-            async move { call.invoke_async::<i64>(&mut conn).await }
+            async move { call.invoke_async::<i64>(&mut conn).await }.boxed()
         });
         // The viewers: one key per item, so one call per item on a cluster (each
         // its own slot) and a chunk of items per call on one node.
@@ -557,16 +575,24 @@ impl ViewBatch {
                     .arg(tokens.iter().map(SessionToken::expose).collect::<Vec<_>>());
             }
             let mut conn = conn.clone();
-            async move { call.invoke_async::<i64>(&mut conn).await }
+            async move { call.invoke_async::<i64>(&mut conn).await }.boxed()
         });
         // On an error the guard keeps the views for the next flush. (Part of them
         // may have been written before it failed; counting those again is the
         // lesser error.)
-        let (ranking, viewers) = futures::join!(
-            futures::future::join_all(ranking),
-            futures::future::join_all(viewers)
-        );
-        for written in ranking.into_iter().chain(viewers) {
+        // A few calls in flight at a time (see `flush_touches`); on a cluster, where
+        // each item's viewers are a call of their own to its node, more.
+        let in_flight = if one_slot {
+            FLUSH_IN_FLIGHT
+        } else {
+            4 * FLUSH_IN_FLIGHT
+        };
+        let calls: Vec<_> = ranking.chain(viewers).collect();
+        let written: Vec<Result<i64, redis::RedisError>> = futures::stream::iter(calls)
+            .buffer_unordered(in_flight)
+            .collect()
+            .await;
+        for written in written {
             written?;
         }
         unwritten.views = None;
