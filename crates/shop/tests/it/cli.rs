@@ -389,3 +389,45 @@ fn passwords_in_urls_never_reach_the_output() {
         "{text}"
     );
 }
+
+/// An item page's touch is held back (written behind every 100 ms): a graceful
+/// stop right after the views writes every one of them, in order, with the views'
+/// counts.
+#[tokio::test]
+async fn a_graceful_stop_writes_the_item_pages_held_touches() {
+    let shop = seeded(20).await;
+    let (server, addr) = crate::e2e::serve(shop.shop(), &[]);
+    let cookie = request(&addr, "GET", "/", None, None)
+        .session_cookie()
+        .expect("a new visitor gets a cookie");
+    for id in [3, 4, 5] {
+        let page = request(&addr, "GET", &format!("/items/{id}"), Some(&cookie), None);
+        assert_eq!(page.status, 200);
+    }
+    assert!(stop(server).success());
+    let token = cookie.split_once('=').unwrap().1.to_owned();
+    let mut raw = shop.redis.conn().await;
+    let history: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("viewed:{token}"))
+        .arg(0)
+        .arg(-1)
+        .arg("REV")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(history, ["5", "4", "3"]);
+    let seen: Option<f64> = redis::cmd("ZSCORE")
+        .arg("recent:")
+        .arg(&token)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(seen.is_some(), "the session was touched");
+    let counted: Option<f64> = redis::cmd("ZSCORE")
+        .arg("viewed:")
+        .arg(4)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(counted, Some(-1.0));
+}
