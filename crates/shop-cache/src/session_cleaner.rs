@@ -14,14 +14,20 @@
 //!
 //! The cap is split evenly over the shards of the session index (one in the book
 //! layout, S in the cluster layout: `cap / S` each, which holds the total to the cap
-//! as tokens spread evenly over the shards). A step visits every shard: it reads the
-//! shard's oldest tokens with their last-seen times, then one Lua script deletes
-//! those still as old as when read (their `login:` entry, `recent:` entry,
-//! `viewed:<token>` and `cart:<token>`), checking and deleting in one call, so a
-//! session touched in between survives (the book read, then deleted in separate
-//! steps, and lost sessions refreshed in between). Any number of cleaners may run at
-//! once: a token another cleaner removed is skipped, and no shard loses more than
-//! its excess.
+//! as tokens spread evenly over the shards). A step visits every shard with one
+//! call of a Lua script (`clean_sessions.lua`), which removes the candidates the
+//! shard's previous call picked, those still as old as when picked (their `login:`
+//! entry, `recent:` entry, `viewed:<token>` and `cart:<token>`), and picks the
+//! next ones, returned with their times: the script cannot pick and remove in one
+//! call, since every key it touches must be named in advance (a session's keys
+//! cannot be built inside the script on a cluster). Checking and deleting in one
+//! call keeps a session touched in between (the book read, then deleted in
+//! separate steps, and lost sessions refreshed in between). A shard with nothing
+//! carried over (the first step, or after an idle one) gets a call that only picks
+//! first. The logged-in sessions a step removed leave their users' indexes of
+//! sessions in the next step, alongside its calls (or at once when nothing more was
+//! picked). Any number of cleaners may run at once: a token another cleaner removed
+//! is skipped, and no shard loses more than its excess.
 //!
 //! Pacing. A step's script blocks Redis while it deletes, and every request waits
 //! behind it; at full speed (a backlog of millions, steps back to back) the cleaner
@@ -44,13 +50,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
-
 use crate::RedisConn;
 
 use crate::daemon::Daemon;
+use crate::domain::UserId;
 use crate::keys::{Keys, Shard};
-use crate::session::Lifetimes;
+use crate::session::{Lifetimes, SessionToken};
 use crate::{CacheError, scripts};
 
 /// The default most sessions kept: the 10 million live sessions the shop is sized for.
@@ -140,6 +145,7 @@ pub struct SessionCleaner {
     pace: Pace,
     lifetimes: Lifetimes,
     removed: Arc<AtomicU64>,
+    carry: Arc<tokio::sync::Mutex<Carry>>,
 }
 
 impl SessionCleaner {
@@ -161,6 +167,7 @@ impl SessionCleaner {
             },
             lifetimes: Lifetimes::default(),
             removed: Arc::default(),
+            carry: Arc::default(),
         })
     }
 
@@ -205,18 +212,47 @@ impl SessionCleaner {
 
     /// A step at `batch`, with how long its scripts blocked Redis.
     async fn step_of(&self, batch: u32) -> Result<(CleanerStep, Duration), CacheError> {
-        let shards = self.keys.shards();
+        let shards: Vec<Shard> = self.keys.shards().collect();
         // Rounded up, so S shards never hold less than the cap between them.
         let shard_cap = self.cap.div_ceil(shards.len() as u64);
-        let mut done = Cleaned::default();
-        for shard in shards {
-            done.add(self.clean_shard(shard, shard_cap, batch).await?);
+        // One step at a time per cleaner (and its clones): they share the carry.
+        let mut carry = self.carry.lock().await;
+        let carry = &mut *carry;
+        carry.next.resize_with(shards.len(), Vec::new);
+        // The logged-in sessions the last step removed leave their users' indexes
+        // alongside this step's calls (the same round trip on one node).
+        let ended = std::mem::take(&mut carry.ended);
+        let (unindexed, cleaned) = tokio::join!(
+            crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended),
+            async {
+                let mut done = Cleaned::default();
+                for shard in &shards {
+                    let next = &mut carry.next[shard.get() as usize];
+                    done.add(self.clean_shard(*shard, shard_cap, batch, next).await?);
+                }
+                Ok::<_, CacheError>(done)
+            }
+        );
+        if let Err(error) = unindexed {
+            // Kept for the next step (an entry left behind is harmless meanwhile:
+            // the listing drops it; see `session::user_sessions`).
+            carry.ended = ended;
+            carry.ended.truncate(MAX_HELD_ENDED);
+            return Err(error);
+        }
+        let mut done = cleaned?;
+        if done.picked == 0 {
+            // No next call is due soon: the indexes are set right now.
+            let ended = std::mem::take(&mut done.ended);
+            crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
+        } else {
+            carry.ended = std::mem::take(&mut done.ended);
         }
         self.removed.fetch_add(done.removed, Ordering::Relaxed);
         let blocked = done.blocked;
-        // A step that only mended guest entries made progress too: the next one
-        // goes on at once rather than after the idle pause.
-        let step = if done.removed == 0 && done.mended == 0 {
+        // A step that only mended guest entries or picked candidates made progress
+        // too: the next one goes on at once rather than after the idle pause.
+        let step = if done.removed == 0 && done.mended == 0 && done.picked == 0 {
             CleanerStep::Idle
         } else {
             CleanerStep::Cleaned(done.removed)
@@ -225,143 +261,82 @@ impl SessionCleaner {
     }
 }
 
+/// The most logged-in removals kept for a later unindex while Redis fails (each
+/// is a token and a user id); past it, their index entries are left to the listing.
+const MAX_HELD_ENDED: usize = 100_000;
+
+/// A session a cleaning call picked for the next one: where it was picked (see
+/// `clean_sessions.lua`), its token, and its time as Redis wrote it.
+type Candidate = (String, String, String);
+
+/// What a cleaner carries from one step to the next.
+#[derive(Debug, Default)]
+struct Carry {
+    /// Per shard, the candidates the last call picked.
+    next: Vec<Vec<Candidate>>,
+    /// Logged-in sessions removed, still listed in their users' indexes.
+    ended: Vec<(SessionToken, UserId)>,
+}
+
 /// What cleaning a shard (or a step) did.
 #[derive(Debug, Default)]
 struct Cleaned {
     /// Sessions removed.
     removed: u64,
-    /// Guest entries dropped or set right (left by code that does not keep them).
+    /// Guest or login entries dropped or set right (left by code that does not
+    /// keep them).
     mended: u64,
+    /// Candidates picked for the next step.
+    picked: u64,
     /// How long the scripts blocked Redis.
     blocked: Duration,
+    /// The logged-in sessions removed.
+    ended: Vec<(SessionToken, UserId)>,
 }
 
 impl Cleaned {
     fn add(&mut self, other: Cleaned) {
         self.removed += other.removed;
         self.mended += other.mended;
+        self.picked += other.picked;
         self.blocked += other.blocked;
-    }
-}
-
-/// Where a cleaning script's tokens were picked, which says what it checks before
-/// removing one (see `clean_sessions.lua`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pick {
-    /// The oldest guests (`guests:`): idle past the guest idle time, or the excess.
-    Guests,
-    /// The oldest sessions (`recent:`), for the excess over the cap.
-    Oldest,
-    /// Sessions idle past the idle lifetime (`recent:`), whatever the cap.
-    Idle,
-    /// Sessions logged in longer ago than a login lasts (`logins:`).
-    Login,
-}
-
-impl Pick {
-    fn as_arg(self) -> &'static str {
-        match self {
-            Pick::Guests => "guests",
-            Pick::Oldest => "oldest",
-            Pick::Idle => "idle",
-            Pick::Login => "login",
-        }
+        self.ended.extend(other.ended);
     }
 }
 
 impl SessionCleaner {
-    /// Removes a shard's expired sessions, idle guests and its excess (up to
-    /// `batch` in all), guests first.
-    async fn clean_shard(&self, shard: Shard, cap: u64, batch: u32) -> Result<Cleaned, CacheError> {
-        let mut conn = self.conn.clone();
-        let recent = self.keys.recent_in(shard);
-        let guests = self.keys.guests_in(shard);
-        let last = (i64::from(batch) - 1) as isize;
-        // The script decides by Redis's clock; this one only picks.
-        let now = crate::clock::unix_now();
-        let before = |lifetime: Duration| now - lifetime.as_secs_f64();
-        let (size, oldest_guests, idle, logins): (u64, Vec<(String, f64)>, Vec<_>, Vec<_>) =
-            redis::pipe()
-                .zcard(recent)
-                .zrange_withscores(guests, 0, last)
-                .zrangebyscore_limit_withscores(
-                    recent,
-                    "-inf",
-                    before(self.lifetimes.idle()),
-                    0,
-                    batch as isize,
-                )
-                .zrangebyscore_limit_withscores(
-                    self.keys.logins_in(shard),
-                    "-inf",
-                    before(self.lifetimes.absolute()),
-                    0,
-                    batch as isize,
-                )
-                .query_async(&mut conn)
-                .await?;
+    /// Removes the shard's candidates picked by the last call (`next`), if each is
+    /// still what it was, and picks the next ones into `next`: one script call. A
+    /// shard with nothing carried over gets a call that only picks first, so a step
+    /// removes what it finds.
+    async fn clean_shard(
+        &self,
+        shard: Shard,
+        cap: u64,
+        batch: u32,
+        next: &mut Vec<Candidate>,
+    ) -> Result<Cleaned, CacheError> {
         let mut done = Cleaned::default();
-        // Past a lifetime: whatever the cap, and whatever kind of session.
-        for (pick, picked) in [(Pick::Idle, idle), (Pick::Login, logins)] {
-            let room = (batch as usize).saturating_sub(done.removed as usize);
-            if picked.is_empty() || room == 0 {
-                continue;
-            }
-            let picked = &picked[..room.min(picked.len())];
-            done.add(self.remove(&mut conn, shard, cap, pick, picked).await?);
-        }
-        // What the lifetimes removed no longer counts against the cap.
-        let expired = done.removed as usize;
-        let size = size.saturating_sub(done.removed);
-        let excess = size.saturating_sub(cap) as usize;
-        let room = (batch as usize).saturating_sub(done.removed as usize);
-        // Every guest of the shard is in view when fewer than a batch came back.
-        let mut no_guest_left = oldest_guests.len() < batch as usize;
-        if !oldest_guests.is_empty() && room > 0 {
-            // Guests idle too long go whatever the cap; then the oldest guests for
-            // the excess.
-            let idle_before = before(self.lifetimes.guest_idle());
-            let idle = oldest_guests
-                .iter()
-                .take_while(|(_, seen)| *seen < idle_before)
-                .count();
-            let take = idle.max(excess.min(oldest_guests.len())).min(room);
-            no_guest_left &= take == oldest_guests.len();
-            if take > 0 {
-                let picked = &oldest_guests[..take];
-                let guests = self
-                    .remove(&mut conn, shard, cap, Pick::Guests, picked)
-                    .await?;
-                no_guest_left &= guests.removed as usize == take;
-                done.add(guests);
+        if next.is_empty() {
+            done.add(self.call(shard, cap, batch, next).await?);
+            if next.is_empty() {
+                return Ok(done);
             }
         }
-        // Shoppers only once no guest is left: the rest of the excess from the
-        // oldest sessions. The step's batch holds: what went before is not taken
-        // again.
-        let taken = done.removed as usize;
-        let left = excess
-            .saturating_sub(taken - expired)
-            .min((batch as usize).saturating_sub(taken));
-        if no_guest_left && left > 0 {
-            let oldest: Vec<(String, f64)> = conn.zrange_withscores(recent, 0, last).await?;
-            let picked = &oldest[..left.min(oldest.len())];
-            done.add(
-                self.remove(&mut conn, shard, cap, Pick::Oldest, picked)
-                    .await?,
-            );
-        }
+        done.add(self.call(shard, cap, batch, next).await?);
+        // Counted once: the pick-only call's candidates are this call's.
+        done.picked = next.len() as u64;
         Ok(done)
     }
 
-    /// One call of the cleaning script on `picked` (from `guests:` or `recent:`).
-    async fn remove(
+    /// One call of the cleaning script: removes `candidates` as they qualify and
+    /// replaces them with the next ones.
+    async fn call(
         &self,
-        conn: &mut RedisConn,
         shard: Shard,
         cap: u64,
-        pick: Pick,
-        picked: &[(String, f64)],
+        batch: u32,
+        candidates: &mut Vec<Candidate>,
     ) -> Result<Cleaned, CacheError> {
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
         call.key(self.keys.recent_in(shard))
@@ -370,28 +345,34 @@ impl SessionCleaner {
             .key(self.keys.logins_in(shard))
             .arg(cap)
             .arg(self.lifetimes.guest_idle().as_secs())
-            .arg(pick.as_arg())
             .arg(self.lifetimes.idle().as_secs())
-            .arg(self.lifetimes.absolute().as_secs());
-        for (member, seen) in picked {
+            .arg(self.lifetimes.absolute().as_secs())
+            .arg(batch);
+        for (pick, member, seen) in candidates.iter() {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))
+                .arg(pick)
                 .arg(member)
                 .arg(seen);
         }
-        let (removed, micros, mended, owners): (u64, u64, u64, Vec<(String, String)>) =
-            call.invoke_async(conn).await?;
-        // The logged-in ones leave their users' lists of sessions (after the
-        // sessions are gone: see `session::user_sessions`).
-        let ended: Vec<_> = owners
+        let (removed, micros, mended, owners, picked): (
+            u64,
+            u64,
+            u64,
+            Vec<(String, String)>,
+            Vec<Candidate>,
+        ) = call.invoke_async(&mut self.conn.clone()).await?;
+        *candidates = picked;
+        let ended = owners
             .into_iter()
             .filter_map(|(token, user)| Some((token.parse().ok()?, user.parse().ok()?)))
             .collect();
-        crate::session::user_sessions::unindex(conn, &self.keys, &ended).await?;
         Ok(Cleaned {
             removed,
             mended,
+            picked: candidates.len() as u64,
             blocked: Duration::from_micros(micros),
+            ended,
         })
     }
 }

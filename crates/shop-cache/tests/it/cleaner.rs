@@ -320,9 +320,10 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     }
     let mut raw = fx.raw().await;
     let recent_key = fx.keys.recent_in(shard);
-    // The pick, as the cleaner makes it: the two oldest (cap 3) with their scores.
+    // The pick, as the cleaner makes it: the two oldest guests (cap 3) with their
+    // scores.
     let picked: Vec<(String, String)> = redis::cmd("ZRANGE")
-        .arg(recent_key)
+        .arg(fx.keys.guests_in(shard))
         .arg(0)
         .arg(1)
         .arg("WITHSCORES")
@@ -335,24 +336,26 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     sessions.touch(&tokens[0], Touch::request()).await.unwrap();
 
     let mut call = shop_cache::scripts::CLEAN_SESSIONS.prepare_invoke();
-    // Picked from recent: for the excess ('oldest'), as when the shard has no guests.
+    // Picked from guests: for the excess; picking no more (a batch of 0).
     call.key(recent_key)
         .key(fx.keys.login_in(shard))
         .key(fx.keys.guests_in(shard))
         .key(fx.keys.logins_in(shard))
         .arg(3)
         .arg(86_400)
-        .arg("oldest")
         .arg(30 * 86_400)
-        .arg(90 * 86_400);
+        .arg(90 * 86_400)
+        .arg(0);
     for (member, seen) in &picked {
         call.key(fx.keys.viewed_by_member(shard, member))
             .key(fx.keys.cart_member(shard, member))
+            .arg("guests")
             .arg(member)
             .arg(seen);
     }
-    let (removed, _micros, _mended, _owners): (u64, u64, u64, Vec<String>) =
+    let (removed, _micros, _mended, _owners, next): (u64, u64, u64, Vec<String>, Vec<String>) =
         call.invoke_async(&mut raw).await.unwrap();
+    assert!(next.is_empty(), "a batch of 0 picks nothing");
     assert_eq!(removed, 1, "only the session not seen since the pick");
     let live = recent(&fx).await;
     assert!(
@@ -372,6 +375,66 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     let live = recent(&fx).await;
     assert!(live.contains(tokens[0].expose()));
     assert!(!live.contains(tokens[2].expose()));
+    assert_no_orphans(&fx).await;
+}
+
+async fn a_step_is_one_call_per_shard_and_skips_candidates_seen_since_their_pick(fx: Fixture) {
+    // 10 shoppers a shard, cap 0, a batch of 3: each step removes the 3 candidates
+    // the last one picked and picks the next 3, in one script call per shard.
+    let fx = fx.with_session_shards(SHARDS);
+    let shards = fx.keys.shards().len();
+    let tokens = sessions_with_data(&fx, 10 * shards).await;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 3).unwrap();
+    // The first step has nothing carried over: a call that picks, then one that
+    // removes and picks the next (sessions 3, 4 and 5 of each shard).
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(3 * shards as u64));
+    // Session 3 of every shard is seen again after its pick.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    for t in &tokens[3 * shards..4 * shards] {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    let sent = fx.conn.commands_sent();
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2 * shards as u64));
+    assert_eq!(
+        fx.conn.commands_sent() - sent,
+        shards as u64,
+        "one call per shard"
+    );
+    let live = recent(&fx).await;
+    for (i, t) in tokens.iter().enumerate() {
+        let kept = (3 * shards..4 * shards).contains(&i) || i >= 6 * shards;
+        assert_eq!(live.contains(t.expose()), kept, "session {i}");
+    }
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    assert!(recent(&fx).await.is_empty(), "the ones seen again go later");
+    assert_no_orphans(&fx).await;
+}
+
+async fn a_shopper_picked_before_a_guest_came_waits_for_the_guest_to_go_first(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let shards = fx.keys.shards().len();
+    let shoppers = sessions_with_data(&fx, 6 * shards).await;
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 2).unwrap();
+    // Removes the 2 oldest shoppers of each shard and picks the next 2.
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2 * shards as u64));
+    // A guest arrives in every shard before the next step.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let guests = dealt_tokens(&fx.keys, shards);
+    for t in &guests {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    // The shoppers picked stay while a guest is left; the guest is picked.
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(0));
+    let live = recent(&fx).await;
+    assert!(shoppers[2 * shards..].iter().all(|t| live.contains(t.expose())));
+    // Then the guest goes, and in the same call (no guest left) the oldest shopper.
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2 * shards as u64));
+    let live = recent(&fx).await;
+    assert!(guests.iter().all(|t| !live.contains(t.expose())));
+    assert!(shoppers[2 * shards..3 * shards].iter().all(|t| !live.contains(t.expose())));
+    assert!(shoppers[3 * shards..].iter().all(|t| live.contains(t.expose())));
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    assert!(recent(&fx).await.is_empty());
     assert_no_orphans(&fx).await;
 }
 
