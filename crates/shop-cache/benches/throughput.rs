@@ -11,7 +11,8 @@
 //!    sessions written by the shop's own `touch` and `Carts::set`, from `INFO memory`,
 //!    with each structure's share measured alone; and bytes per cached item page.
 //!
-//! Run: `cargo bench -p shop-cache --bench throughput` (about a minute).
+//! Run: `cargo bench -p shop-cache --bench throughput` (about a minute);
+//! `PARTS=cleaner` (or `ceiling`, `memory`, comma-separated) runs only those parts.
 
 #![allow(missing_docs)]
 
@@ -39,10 +40,19 @@ const MEMORY_SESSIONS: usize = 100_000;
 
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
+    // `PARTS=cleaner,memory` runs only those parts (default: all three).
+    let parts = std::env::var("PARTS").unwrap_or_else(|_| "ceiling,cleaner,memory".into());
+    let run = |part: &str| parts.split(',').any(|p| p.trim() == part);
     rt.block_on(async {
-        ceiling().await;
-        cleaner().await;
-        memory().await;
+        if run("ceiling") {
+            ceiling().await;
+        }
+        if run("cleaner") {
+            cleaner().await;
+        }
+        if run("memory") {
+            memory().await;
+        }
     });
 }
 

@@ -66,6 +66,9 @@ if n >= 1 then
   local since = redis.call('ZMSCORE', KEYS[4], unpack(tokens))
   local logged = redis.call('HMGET', KEYS[2], unpack(tokens))
   local gone, owned, stale, stale_logins, taken = {}, {}, {}, {}, {}
+  -- The entries of gone sessions in guests: and logins:, and their owners: only
+  -- the ones there are (a command on missing members still costs its lookups).
+  local gone_guests, gone_logins, gone_logged = {}, {}, {}
   local guests_left = redis.call('ZCARD', KEYS[3])
   local function over_cap()
     return size - #gone > cap
@@ -77,6 +80,15 @@ if n >= 1 then
     owned[#owned + 1] = KEYS[4 + 2 * i]
     if as_guest[i] then
       guests_left = guests_left - 1
+      gone_guests[#gone_guests + 1] = tokens[i]
+    end
+    if since[i] then
+      gone_logins[#gone_logins + 1] = tokens[i]
+    end
+    if logged[i] then
+      gone_logged[#gone_logged + 1] = tokens[i]
+      owners[#owners + 1] = tokens[i]
+      owners[#owners + 1] = logged[i]
     end
   end
   for i = 1, n do
@@ -134,17 +146,16 @@ if n >= 1 then
   end
   mended = mended + #stale + #stale_logins
   if #gone > 0 then
-    local users = redis.call('HMGET', KEYS[2], unpack(gone))
-    for i = 1, #gone do
-      if users[i] then
-        owners[#owners + 1] = gone[i]
-        owners[#owners + 1] = users[i]
-      end
-    end
     redis.call('ZREM', KEYS[1], unpack(gone))
-    redis.call('ZREM', KEYS[3], unpack(gone))
-    redis.call('ZREM', KEYS[4], unpack(gone))
-    redis.call('HDEL', KEYS[2], unpack(gone))
+    if #gone_guests > 0 then
+      redis.call('ZREM', KEYS[3], unpack(gone_guests))
+    end
+    if #gone_logins > 0 then
+      redis.call('ZREM', KEYS[4], unpack(gone_logins))
+    end
+    if #gone_logged > 0 then
+      redis.call('HDEL', KEYS[2], unpack(gone_logged))
+    end
     redis.call('DEL', unpack(owned))
     removed = #gone
     size = size - removed
