@@ -37,6 +37,8 @@ const TOUCHES: u64 = 200_000;
 const ROUNDS: usize = 5;
 const SESSIONS_TO_CLEAN: usize = 200_000;
 const MEMORY_SESSIONS: usize = 100_000;
+/// A typical browser's user agent, as the index stores it.
+const AGENT: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
 
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -293,6 +295,8 @@ async fn cleaner() {
         let mut raw = server.conn().await;
         populate(&mut raw, &keys, SESSIONS_TO_CLEAN).await;
         let mut conn: RedisConn = shop_cache::connect(&server.url()).await.unwrap();
+        let (redis_before, _) = cpu(&mut raw).await;
+        let sent_before = conn.commands_sent();
         let started = Instant::now();
         let mut removed = 0;
         if name.starts_with("book") {
@@ -312,8 +316,14 @@ async fn cleaner() {
             }
         }
         let secs = started.elapsed().as_secs_f64();
+        let (redis_after, _) = cpu(&mut raw).await;
         assert_eq!(removed as usize, SESSIONS_TO_CLEAN);
-        println!("   {name:<26} {:>9.0} sessions/s", removed as f64 / secs);
+        println!(
+            "   {name:<26} {:>9.0} sessions/s | Redis CPU {:.2} us a session | {:.2} commands sent a session",
+            removed as f64 / secs,
+            (redis_after - redis_before) * 1e6 / removed as f64,
+            (conn.commands_sent() - sent_before) as f64 / removed as f64
+        );
     }
     println!();
 }
@@ -337,6 +347,13 @@ enum Part {
     Recent,
     Viewed,
     Cart,
+    /// The guest list (`guests:`): a session neither logged in nor holding a cart.
+    Guest,
+    /// When the session logged in (`logins:`).
+    LoginTime,
+    /// The session's entry in its user's index (`user-sessions:<user>`, one user a
+    /// session: the most it costs), with a typical device.
+    Index,
 }
 
 /// Writes `MEMORY_SESSIONS` sessions' `parts` (as the shop's scripts write them: the
@@ -367,6 +384,36 @@ async fn bytes_per_session(raw: &mut MultiplexedConnection, keys: &Keys, parts: 
                     .map(|v| (v + 1, (i as u64 * 7919 + v * 104_729) % 100_000 + 1))
                     .collect();
                 pipe.zadd_multiple(keys.viewed_by(&token), &viewed).ignore();
+            }
+            if parts.contains(&Part::Guest) {
+                pipe.zadd(
+                    keys.guests_of(&token),
+                    token.expose(),
+                    1.7e9 + i as f64 * 0.37,
+                )
+                .ignore();
+            }
+            if parts.contains(&Part::LoginTime) {
+                pipe.zadd(
+                    keys.logins_of(&token),
+                    token.expose(),
+                    1.7e9 + i as f64 * 0.29,
+                )
+                .ignore();
+            }
+            if parts.contains(&Part::Index) {
+                let user = UserId::new(i as u64 + 1).unwrap();
+                let entry = format!(
+                    "{}\t{:.3}\t203.0.113.0/24\t{AGENT}",
+                    token.expose(),
+                    1.7e9 + i as f64 * 0.29
+                );
+                pipe.hset(
+                    keys.user_sessions(user),
+                    shop_cache::session::session_id(&token),
+                    entry,
+                )
+                .ignore();
             }
             if parts.contains(&Part::Cart) {
                 let cart: Vec<(u64, u32)> = (0..3)
@@ -429,9 +476,29 @@ async fn memory() {
         ("recent: (token -> last seen)", Recent),
         ("viewed:<token> (25 items)", Viewed),
         ("cart:<token> (3 lines)", Cart),
+        ("guests: (a guest's entry)", Guest),
+        ("logins: (when it logged in)", LoginTime),
+        ("user-sessions:<user> (entry)", Index),
     ] {
         let bytes = bytes_per_session(&mut raw, &keys, &[part]).await;
         println!("     of which {name:<30} {bytes:>6.0} bytes");
+    }
+    // Each kind of session as the shop writes it today: a guest's is listed in
+    // guests:, a cart takes it out; only a login writes login:, logins: and the
+    // user's index.
+    for (name, parts) in [
+        ("a guest (history only)", &[Recent, Guest, Viewed][..]),
+        (
+            "a shopper with a cart, not logged in",
+            &[Recent, Viewed, Cart][..],
+        ),
+        (
+            "a logged-in shopper with a cart",
+            &[Recent, Login, LoginTime, Index, Viewed, Cart][..],
+        ),
+    ] {
+        let bytes = bytes_per_session(&mut raw, &keys, parts).await;
+        println!("   {name:<40} {bytes:>6.0} bytes a session");
     }
     let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
 

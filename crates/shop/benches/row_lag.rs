@@ -1,6 +1,7 @@
 //! The row refresher at the seeds' scale: 100,000 rows scheduled at a 1 s delay
 //! (every item's row refreshed every second), one refresher running the daemon's
-//! batch step in a loop as `shop work` does, for 20 s after a 5 s warm-up, with a
+//! step (`step_overlapped`: `IN_FLIGHT` batches at once, the daemon's default
+//! unless set) in a loop as `shop work` does, for 20 s after a 5 s warm-up, with a
 //! batch of 100 and of 500. The lag of the most overdue row (`RowCache::lag`: now
 //! minus the earliest due time in `schedule:`) is sampled every 10 ms: its p50,
 //! p99 and max are how late a row can be from due to fresh. Against a private
@@ -50,6 +51,10 @@ async fn run(db: &Db, batch: usize) {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
+    let in_flight: usize = std::env::var("IN_FLIGHT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(shop_cache::row_cache::DEFAULT_IN_FLIGHT);
     let stop = Arc::new(AtomicBool::new(false));
     let refreshed = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..refreshers)
@@ -59,11 +64,12 @@ async fn run(db: &Db, batch: usize) {
                 Keys::default(),
                 shop_app::rows::row_source(db.clone()),
             )
-            .with_batch(batch);
+            .with_batch(batch)
+            .with_in_flight(in_flight);
             let (stop, refreshed) = (stop.clone(), refreshed.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let done = refresher.step_batch().await.unwrap();
+                    let done = refresher.step_overlapped().await.unwrap();
                     refreshed.fetch_add(done.refreshed, Ordering::Relaxed);
                     if let Some(next) = done.idle {
                         let pause = next.map_or(shop_cache::row_cache::IDLE_POLL, |n| {
@@ -91,7 +97,7 @@ async fn run(db: &Db, batch: usize) {
     lags.sort_by(f64::total_cmp);
     let at = |p: f64| lags[((lags.len() as f64 * p) as usize).min(lags.len() - 1)] * 1e3;
     println!(
-        "batch {batch}: {ROWS} rows at a 1 s delay, {refreshers} refresher(s): {rate:.0} rows/s refreshed; lag of the most overdue row, {} samples: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "batch {batch}: {ROWS} rows at a 1 s delay, {refreshers} refresher(s), {in_flight} batch(es) in flight each: {rate:.0} rows/s refreshed; lag of the most overdue row, {} samples: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         lags.len(),
         at(0.5),
         at(0.99),

@@ -622,6 +622,37 @@ async fn two_batch_refreshers_over_300_rows_refresh_each_once(fx: Fixture) {
     assert!(listed.iter().all(|r| r.next_at > t + 50.0 && r.delay == Some(60.0)));
 }
 
+async fn one_refresher_with_batches_in_flight_refreshes_each_row_once(fx: Fixture) {
+    const ROWS: u64 = 300;
+    let rows = RowCache::new(fx.conn.clone(), fx.keys.clone());
+    for n in 1..=ROWS {
+        rows.schedule(item(n), 60.0).await.unwrap();
+    }
+    let table = Table::with_rows(ROWS);
+    let r = refresher(&fx, &table).with_batch(32).with_in_flight(3);
+    let mut refreshed = 0;
+    let mut steps = 0;
+    loop {
+        let done = r.step_overlapped().await.unwrap();
+        assert_eq!((done.removed, done.failed), (0, 0), "{done:?}");
+        refreshed += done.refreshed;
+        steps += 1;
+        if let Some(next) = done.idle {
+            assert!(next.is_some_and(|d| d > Duration::from_secs(50)), "{next:?}");
+            break;
+        }
+    }
+    assert_eq!(refreshed, ROWS);
+    assert!(steps <= ROWS.div_ceil(3 * 32) + 1, "3 batches a step: {steps} steps");
+    for n in 1..=ROWS {
+        assert_eq!(table.loads(item(n)), 1, "row {n} read once");
+        assert_eq!(
+            rows.get(item(n)).await.unwrap(),
+            Some(json(item(n), 10 * n as i64))
+        );
+    }
+}
+
 async fn a_batch_stores_removes_and_keeps_as_each_row_needs(fx: Fixture) {
     let rows = RowCache::new(fx.conn.clone(), fx.keys.clone());
     for n in 1..=10 {
