@@ -310,7 +310,7 @@ async fn cleaner() {
                 removed += n;
             }
         } else {
-            let cleaner = SessionCleaner::new(conn, keys.clone(), 0, batch as u32).unwrap();
+            let cleaner = SessionCleaner::new(conn.clone(), keys.clone(), 0, batch as u32).unwrap();
             while let CleanerStep::Cleaned(n) = cleaner.step().await.unwrap() {
                 removed += n;
             }
