@@ -59,7 +59,7 @@ async fn run(db: &Db, batch: usize) {
     let refreshed = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..refreshers)
         .map(|_| {
-            let refresher = Refresher::new(
+            let mut refresher = Refresher::new(
                 conn.clone(),
                 Keys::default(),
                 shop_app::rows::row_source(db.clone()),
