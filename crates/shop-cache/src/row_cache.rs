@@ -431,21 +431,52 @@ impl<S: RowSource + 'static> Refresher<S> {
             };
             self.running.spawn(async move { batch.step_batch().await });
         }
-        match self.running.join_next().await {
-            Some(Ok(done)) => done,
-            Some(Err(failed)) => Err(CacheError::Source {
-                what: "row refresh task",
-                source: Box::new(failed),
-            }),
-            None => unreachable!("at least one batch is under way"),
+        let first = self.running.join_next().await;
+        let mut done = joined(first.expect("at least one batch is under way"))?;
+        // An idle answer may be old (a batch that found nothing due while the
+        // daemon paused): the others that ended meanwhile count too, so the
+        // daemon does not pause for rows that have come due since.
+        while done.idle.is_some() {
+            let Some(other) = self.running.try_join_next() else {
+                break;
+            };
+            let other = joined(other)?;
+            if other.idle.is_none() {
+                done = other;
+            }
         }
+        Ok(done)
     }
 
     /// Waits for the batches under way (a graceful stop lets them store what
-    /// they read).
+    /// they read), at most [`FINISH_WAIT`]; the rest are dropped (their rows come
+    /// due again after the lease).
     pub async fn finish_batches(&mut self) {
-        while self.running.join_next().await.is_some() {}
+        let wait = async {
+            while let Some(ended) = self.running.join_next().await {
+                if let Err(error) = joined(ended) {
+                    tracing::warn!(%error, "row refresh batch failed at the stop");
+                }
+            }
+        };
+        if tokio::time::timeout(FINISH_WAIT, wait).await.is_err() {
+            tracing::warn!("row refresh batches still under way at the stop: dropped");
+            self.running.abort_all();
+        }
     }
+}
+
+/// How long a graceful stop waits for the refresh batches under way.
+pub const FINISH_WAIT: Duration = Duration::from_secs(5);
+
+/// A batch task's answer, a panicked task as an error.
+fn joined(
+    ended: Result<Result<RefreshBatch, CacheError>, tokio::task::JoinError>,
+) -> Result<RefreshBatch, CacheError> {
+    ended.map_err(|failed| CacheError::Source {
+        what: "row refresh task",
+        source: Box::new(failed),
+    })?
 }
 
 impl<S: RowSource + 'static> Daemon for Refresher<S> {

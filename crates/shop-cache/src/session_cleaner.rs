@@ -218,37 +218,42 @@ impl SessionCleaner {
         // One step at a time per cleaner (and its clones): they share the carry.
         let mut carry = self.carry.lock().await;
         let carry = &mut *carry;
-        carry.next.resize_with(shards.len(), Vec::new);
-        // The logged-in sessions the last step removed leave their users' indexes
-        // alongside this step's calls (the same round trip on one node).
-        let ended = std::mem::take(&mut carry.ended);
+        carry.next.resize_with(shards.len(), Picked::default);
+        // The logged-in sessions the last steps removed leave their users' indexes
+        // alongside this step's calls (the same round trip on one node). A copy:
+        // they stay carried until that is done, whatever stops the step.
+        let ended = carry.ended.clone();
+        let mut done = Cleaned::default();
+        let mut fresh = Vec::new();
         let (unindexed, cleaned) = tokio::join!(
             crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended),
             async {
-                let mut done = Cleaned::default();
                 for shard in &shards {
                     let next = &mut carry.next[shard.get() as usize];
-                    done.add(self.clean_shard(*shard, shard_cap, batch, next).await?);
+                    let mut shard_done = self.clean_shard(*shard, shard_cap, batch, next).await?;
+                    fresh.append(&mut shard_done.ended);
+                    done.add(shard_done);
                 }
-                Ok::<_, CacheError>(done)
+                Ok::<_, CacheError>(())
             }
         );
-        if let Err(error) = unindexed {
-            // Kept for the next step (an entry left behind is harmless meanwhile:
-            // the listing drops it; see `session::user_sessions`).
-            carry.ended = ended;
-            carry.ended.truncate(MAX_HELD_ENDED);
-            return Err(error);
-        }
-        let mut done = cleaned?;
-        if done.picked == 0 {
-            // No next call is due soon: the indexes are set right now.
-            let ended = std::mem::take(&mut done.ended);
-            crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
-        } else {
-            carry.ended = std::mem::take(&mut done.ended);
-        }
+        // What was removed is counted, and its owners carried, even when a later
+        // shard failed.
         self.removed.fetch_add(done.removed, Ordering::Relaxed);
+        if unindexed.is_ok() {
+            carry.ended.drain(..ended.len());
+        }
+        carry.ended.extend(fresh);
+        // Past the bound, entries are left to the listing, which drops them.
+        carry.ended.truncate(MAX_HELD_ENDED);
+        unindexed?;
+        cleaned?;
+        if done.picked == 0 && !carry.ended.is_empty() {
+            // No next call is due soon: the indexes are set right now.
+            let ended = carry.ended.clone();
+            crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
+            carry.ended.drain(..ended.len());
+        }
         let blocked = done.blocked;
         // A step that only mended guest entries or picked candidates made progress
         // too: the next one goes on at once rather than after the idle pause.
@@ -258,6 +263,16 @@ impl SessionCleaner {
             CleanerStep::Cleaned(done.removed)
         };
         Ok((step, blocked))
+    }
+
+    /// Takes the logged-in sessions removed so far out of their users' indexes (a
+    /// graceful stop: the next step would have).
+    pub async fn finish_unindex(&self) -> Result<(), CacheError> {
+        let mut carry = self.carry.lock().await;
+        let ended = carry.ended.clone();
+        crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
+        carry.ended.drain(..ended.len());
+        Ok(())
     }
 }
 
@@ -269,11 +284,23 @@ const MAX_HELD_ENDED: usize = 100_000;
 /// `clean_sessions.lua`), its token, and its time as Redis wrote it.
 type Candidate = (String, String, String);
 
+/// What `clean_sessions.lua` answers: removed, microseconds, mended, the removed
+/// logged-in sessions' owners, the next candidates and when they were picked.
+type CallAnswer = (u64, u64, u64, Vec<(String, String)>, Vec<Candidate>, String);
+
+/// A shard's candidates for its next call, and when they were picked (Redis's
+/// clock, as the script wrote it).
+#[derive(Debug, Default)]
+struct Picked {
+    candidates: Vec<Candidate>,
+    at: String,
+}
+
 /// What a cleaner carries from one step to the next.
 #[derive(Debug, Default)]
 struct Carry {
     /// Per shard, the candidates the last call picked.
-    next: Vec<Vec<Candidate>>,
+    next: Vec<Picked>,
     /// Logged-in sessions removed, still listed in their users' indexes.
     ended: Vec<(SessionToken, UserId)>,
 }
@@ -314,18 +341,18 @@ impl SessionCleaner {
         shard: Shard,
         cap: u64,
         batch: u32,
-        next: &mut Vec<Candidate>,
+        next: &mut Picked,
     ) -> Result<Cleaned, CacheError> {
         let mut done = Cleaned::default();
-        if next.is_empty() {
+        if next.candidates.is_empty() {
             done.add(self.call(shard, cap, batch, next).await?);
-            if next.is_empty() {
+            if next.candidates.is_empty() {
                 return Ok(done);
             }
         }
         done.add(self.call(shard, cap, batch, next).await?);
         // Counted once: the pick-only call's candidates are this call's.
-        done.picked = next.len() as u64;
+        done.picked = next.candidates.len() as u64;
         Ok(done)
     }
 
@@ -336,7 +363,7 @@ impl SessionCleaner {
         shard: Shard,
         cap: u64,
         batch: u32,
-        candidates: &mut Vec<Candidate>,
+        picked: &mut Picked,
     ) -> Result<Cleaned, CacheError> {
         let mut call = scripts::CLEAN_SESSIONS.prepare_invoke();
         call.key(self.keys.recent_in(shard))
@@ -347,22 +374,25 @@ impl SessionCleaner {
             .arg(self.lifetimes.guest_idle().as_secs())
             .arg(self.lifetimes.idle().as_secs())
             .arg(self.lifetimes.absolute().as_secs())
-            .arg(batch);
-        for (pick, member, seen) in candidates.iter() {
+            .arg(batch)
+            .arg(if picked.candidates.is_empty() {
+                "0"
+            } else {
+                picked.at.as_str()
+            });
+        for (pick, member, seen) in picked.candidates.iter() {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))
                 .arg(pick)
                 .arg(member)
                 .arg(seen);
         }
-        let (removed, micros, mended, owners, picked): (
-            u64,
-            u64,
-            u64,
-            Vec<(String, String)>,
-            Vec<Candidate>,
-        ) = call.invoke_async(&mut self.conn.clone()).await?;
-        *candidates = picked;
+        let (removed, micros, mended, owners, next, at): CallAnswer =
+            call.invoke_async(&mut self.conn.clone()).await?;
+        *picked = Picked {
+            candidates: next,
+            at,
+        };
         let ended = owners
             .into_iter()
             .filter_map(|(token, user)| Some((token.parse().ok()?, user.parse().ok()?)))
@@ -370,7 +400,7 @@ impl SessionCleaner {
         Ok(Cleaned {
             removed,
             mended,
-            picked: candidates.len() as u64,
+            picked: picked.candidates.len() as u64,
             blocked: Duration::from_micros(micros),
             ended,
         })
@@ -398,6 +428,13 @@ impl Daemon for SessionCleaner {
             }
             CleanerStep::Idle => IDLE_PAUSE,
         })
+    }
+
+    async fn finish(&mut self) {
+        if let Err(error) = self.finish_unindex().await {
+            // Left to the listing, which drops entries whose session is gone.
+            tracing::warn!(%error, "session cleaner: users' indexes not updated at the stop");
+        }
     }
 }
 

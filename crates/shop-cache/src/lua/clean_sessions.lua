@@ -23,16 +23,18 @@
 -- ARGV[1] the shard's cap   ARGV[2] seconds a guest may stay idle
 -- ARGV[3] seconds any session may stay idle   ARGV[4] seconds a login lasts
 -- ARGV[5] how many candidates to pick for the next call (0: none)
--- ARGV[3 + 3i] where candidate i was picked: 'idle' (recent:, idle past ARGV[3]
+-- ARGV[6] when the candidates were picked (Redis's clock, as the last call returned
+--   it; 0 when there are none)
+-- ARGV[4 + 3i] where candidate i was picked: 'idle' (recent:, idle past ARGV[3]
 --   whatever the cap), 'login' (logins:, logged in longer ago than ARGV[4]),
 --   'guests' (guests:, oldest first: idle past ARGV[2], or for the cap), 'oldest'
 --   (recent:, for the cap)
--- ARGV[4 + 3i] token i   ARGV[5 + 3i] its time when picked (last seen; for
+-- ARGV[5 + 3i] token i   ARGV[6 + 3i] its time when picked (last seen; for
 --   'login', when it logged in), as the pick returned it
 -- Returns {how many sessions were removed, microseconds the script ran, how many
 -- guest or login entries were dropped or set right, {token, user, ...} of the
 -- removed sessions that were logged in, {where, token, time, ...} the next
--- candidates}: the cleaner sizes its batches by the time it blocks Redis (see
+-- candidates, when they were picked}: the cleaner sizes its batches by the time it blocks Redis (see
 -- session_cleaner.rs), goes on at once after a step that only mended entries or
 -- picked candidates, and takes the logged-in ones out of their users' indexes of
 -- sessions (user-sessions:, other slots on a cluster).
@@ -47,7 +49,8 @@ local guest_idle_before = now - tonumber(ARGV[2])
 local expired_before = now - tonumber(ARGV[3])
 local login_before = now - tonumber(ARGV[4])
 local batch = tonumber(ARGV[5])
-local n = (#ARGV - 5) / 3
+local picked_at = tonumber(ARGV[6])
+local n = (#ARGV - 6) / 3
 local size = redis.call('ZCARD', KEYS[1])
 
 -- 1. The candidates of the previous call.
@@ -55,9 +58,9 @@ local removed, mended, owners = 0, 0, {}
 if n >= 1 then
   local modes, tokens, picked = {}, {}, {}
   for i = 1, n do
-    modes[i] = ARGV[3 + 3 * i]
-    tokens[i] = ARGV[4 + 3 * i]
-    picked[i] = tonumber(ARGV[5 + 3 * i])
+    modes[i] = ARGV[4 + 3 * i]
+    tokens[i] = ARGV[5 + 3 * i]
+    picked[i] = tonumber(ARGV[6 + 3 * i])
   end
   -- One read of every candidate's times, then one command of each kind for all
   -- the sessions to remove (a command per session was 3x slower).
@@ -69,7 +72,10 @@ if n >= 1 then
   -- The entries of gone sessions in guests: and logins:, and their owners: only
   -- the ones there are (a command on missing members still costs its lookups).
   local gone_guests, gone_logins, gone_logged = {}, {}, {}
-  local guests_left = redis.call('ZCARD', KEYS[3])
+  -- The guests there were at the pick: 'oldest' candidates were picked only when
+  -- every one of them was, and go once they have gone. A guest that came since
+  -- is newer than any candidate, and is picked (first) by this call's pick.
+  local guests_left = redis.call('ZCOUNT', KEYS[3], '-inf', ARGV[6])
   local function over_cap()
     return size - #gone > cap
   end
@@ -79,8 +85,10 @@ if n >= 1 then
     owned[#owned + 1] = KEYS[4 + 2 * i - 1]
     owned[#owned + 1] = KEYS[4 + 2 * i]
     if as_guest[i] then
-      guests_left = guests_left - 1
       gone_guests[#gone_guests + 1] = tokens[i]
+      if tonumber(as_guest[i]) <= picked_at then
+        guests_left = guests_left - 1
+      end
     end
     if since[i] then
       gone_logins[#gone_logins + 1] = tokens[i]
@@ -118,7 +126,9 @@ if n >= 1 then
         -- which knows nothing of guests:): dropped, so it never holds up the
         -- cleaner.
         stale[#stale + 1] = tokens[i]
-        guests_left = guests_left - 1
+        if tonumber(as_guest[i]) <= picked_at then
+          guests_left = guests_left - 1
+        end
       elseif tonumber(as_guest[i]) ~= tonumber(seen[i]) then
         -- Touched by code that keeps recent: only (the book's): the guest entry
         -- takes the session's time again, so it no longer looks older than it is.
@@ -128,7 +138,9 @@ if n >= 1 then
         -- Logged in or holding a cart by a path that did not update guests: (the
         -- book's code): no guest, so not removed as one.
         stale[#stale + 1] = tokens[i]
-        guests_left = guests_left - 1
+        if tonumber(as_guest[i]) <= picked_at then
+          guests_left = guests_left - 1
+        end
       elseif same and (over_cap() or p < guest_idle_before) then
         take(i)
       end
@@ -172,7 +184,7 @@ local function add(mode, list, most)
   local added = 0
   for j = 1, #list, 2 do
     if count >= batch or added >= most then
-      return
+      return added
     end
     if not picked[list[j]] then
       picked[list[j]] = true
@@ -183,6 +195,7 @@ local function add(mode, list, most)
       added = added + 1
     end
   end
+  return added
 end
 if batch > 0 then
   add('idle', redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. expired_before,
@@ -210,8 +223,8 @@ if batch > 0 then
     for j = 1, 2 * take do
       list[j] = guests[j]
     end
-    add('guests', list, take)
-    excess = excess - take
+    -- A guest picked already (past a lifetime) is not counted twice.
+    excess = excess - add('guests', list, take)
   end
   if no_guest_left and excess > 0 and count < batch then
     local want = math.min(excess, batch - count)
@@ -219,4 +232,5 @@ if batch > 0 then
     add('oldest', redis.call('ZRANGE', KEYS[1], 0, want + count - 1, 'WITHSCORES'), want)
   end
 end
-return {removed, took(), mended, owners, next_}
+return {removed, took(), mended, owners, next_,
+  string.format('%d.%06d', tonumber(t0[1]), tonumber(t0[2]))}

@@ -330,6 +330,10 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
         .query_async(&mut raw)
         .await
         .unwrap();
+    let picked_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     assert_eq!(picked[0].0, tokens[0].expose());
     assert_eq!(picked[1].0, tokens[1].expose());
     // Session 0 comes back between the pick and the delete.
@@ -345,7 +349,8 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
         .arg(86_400)
         .arg(30 * 86_400)
         .arg(90 * 86_400)
-        .arg(0);
+        .arg(0)
+        .arg(format!("{picked_at:.6}"));
     for (member, seen) in &picked {
         call.key(fx.keys.viewed_by_member(shard, member))
             .key(fx.keys.cart_member(shard, member))
@@ -353,8 +358,14 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
             .arg(member)
             .arg(seen);
     }
-    let (removed, _micros, _mended, _owners, next): (u64, u64, u64, Vec<String>, Vec<String>) =
-        call.invoke_async(&mut raw).await.unwrap();
+    let (removed, _micros, _mended, _owners, next, _at): (
+        u64,
+        u64,
+        u64,
+        Vec<String>,
+        Vec<String>,
+        String,
+    ) = call.invoke_async(&mut raw).await.unwrap();
     assert!(next.is_empty(), "a batch of 0 picks nothing");
     assert_eq!(removed, 1, "only the session not seen since the pick");
     let live = recent(&fx).await;
@@ -410,31 +421,58 @@ async fn a_step_is_one_call_per_shard_and_skips_candidates_seen_since_their_pick
     assert_no_orphans(&fx).await;
 }
 
-async fn a_shopper_picked_before_a_guest_came_waits_for_the_guest_to_go_first(fx: Fixture) {
+async fn guests_arriving_between_steps_do_not_hold_up_shoppers_over_the_cap(fx: Fixture) {
+    // The shoppers alone are over the cap (0): they must go, though a new guest
+    // arrives in every shard before every step; each newcomer goes too, after
+    // being picked (guests first) by the step after its arrival.
     let fx = fx.with_session_shards(SHARDS);
     let shards = fx.keys.shards().len();
     let shoppers = sessions_with_data(&fx, 6 * shards).await;
     let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 2).unwrap();
-    // Removes the 2 oldest shoppers of each shard and picks the next 2.
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2 * shards as u64));
-    // A guest arrives in every shard before the next step.
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
-    let guests = dealt_tokens(&fx.keys, shards);
-    for t in &guests {
-        sessions.touch(t, Touch::request()).await.unwrap();
+    let mut guests = Vec::new();
+    for _ in 0..20 {
+        cleaner.step().await.unwrap();
+        let live = recent(&fx).await;
+        if shoppers.iter().all(|t| !live.contains(t.expose())) {
+            break;
+        }
+        for t in dealt_tokens(&fx.keys, shards) {
+            sessions.touch(&t, Touch::request()).await.unwrap();
+            guests.push(t);
+        }
     }
-    // The shoppers picked stay while a guest is left; the guest is picked.
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(0));
     let live = recent(&fx).await;
-    assert!(shoppers[2 * shards..].iter().all(|t| live.contains(t.expose())));
-    // Then the guest goes, and in the same call (no guest left) the oldest shopper.
-    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2 * shards as u64));
-    let live = recent(&fx).await;
-    assert!(guests.iter().all(|t| !live.contains(t.expose())));
-    assert!(shoppers[2 * shards..3 * shards].iter().all(|t| !live.contains(t.expose())));
-    assert!(shoppers[3 * shards..].iter().all(|t| live.contains(t.expose())));
+    assert!(
+        shoppers.iter().all(|t| !live.contains(t.expose())),
+        "the shoppers over the cap went while guests kept coming"
+    );
     while cleaner.step().await.unwrap() != CleanerStep::Idle {}
-    assert!(recent(&fx).await.is_empty());
+    assert!(recent(&fx).await.is_empty(), "and the guests");
+    assert_no_orphans(&fx).await;
+}
+
+async fn one_step_takes_the_guest_then_the_oldest_shoppers_up_to_the_batch(fx: Fixture) {
+    // One shard, a batch of 3, cap 0: 3 shoppers (the oldest), then a guest. The
+    // first step picks the guest and, no guest being left, the 2 oldest shoppers,
+    // and removes all three; the newest shopper waits for the next step.
+    let fx = fx.with_session_shards(SHARDS);
+    let shard = fx.keys.shards().next().unwrap();
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let shoppers: Vec<SessionToken> = (0..3).map(|_| token_in(&fx.keys, shard)).collect();
+    for t in &shoppers {
+        carts.set(t, ItemId::new(1).unwrap(), 1).await.unwrap();
+    }
+    let guest = token_in(&fx.keys, shard);
+    sessions.touch(&guest, Touch::request()).await.unwrap();
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 3).unwrap();
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(3));
+    let live = recent(&fx).await;
+    assert!(!live.contains(guest.expose()));
+    assert!(!live.contains(shoppers[0].expose()) && !live.contains(shoppers[1].expose()));
+    assert!(live.contains(shoppers[2].expose()));
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
     assert_no_orphans(&fx).await;
 }
 
