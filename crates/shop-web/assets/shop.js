@@ -60,10 +60,14 @@ function fillItemLinks(ul, items) {
   } catch (e) {
     return;
   }
-  const p = document.createElement('p');
-  p.className = 'viewed-bought';
-  p.textContent = data.viewed_then_bought_percent + '% of shoppers who viewed this item ' + data.window + ' bought it.';
-  box.appendChild(p);
+  // The share that bought it, with over how many shoppers, once there are enough.
+  if (data.viewed_then_bought_text) {
+    const p = document.createElement('p');
+    p.className = 'viewed-bought';
+    p.textContent = data.viewed_then_bought_text;
+    box.appendChild(p);
+  }
+  if (!data.viewed_then_bought_text && !data.also_bought.length) return;
   if (data.also_bought.length) {
     const h = document.createElement('h2');
     h.textContent = 'Shoppers who bought this also bought';

@@ -1,6 +1,9 @@
 //! `GET /api/items/{id}/insights`, for the item page's script: viewed-then-bought
-//! (over the current week and the one before, stated in the answer's `window`) and
-//! also-bought (see `shop_cache::insights`).
+//! (over the current week and the one before, stated in the answer's `window`;
+//! as the page's sentence in `viewed_then_bought_text`, null until the item has
+//! `--insights-min-viewers` distinct viewers) and also-bought (see
+//! `shop_cache::insights`). Viewers are sessions that returned their cookie and do
+//! not call themselves bots (see `crate::session`).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -43,8 +46,12 @@ async fn insights(
         "viewers": found.viewers,
         "buyers": found.buyers,
         "viewed_then_bought_percent": (found.viewed_then_bought_percent() * 10.0).round() / 10.0,
+        // What the item page shows: the figure with its evidence, or nothing
+        // below the minimum of viewers.
+        "viewed_then_bought_text": found.viewed_then_bought(state.config.insights_min_viewers),
+        "min_viewers": state.config.insights_min_viewers,
         // The window the two counts cover (see shop_cache::insights).
-        "window": "in the last two weeks",
+        "window": shop_cache::insights::WINDOW_TEXT,
         "also_bought": also,
     });
     Ok(Json(body).into_response())

@@ -105,6 +105,9 @@ pub struct WebConfig {
     /// Bytes of pages each process keeps in its own memory in front of Redis
     /// ([`page_cache::tier`]); 0: no in-process tier.
     pub page_tier_bytes: u64,
+    /// The fewest distinct viewers before an item page says what share of them
+    /// bought it.
+    pub insights_min_viewers: u64,
 }
 
 impl Default for WebConfig {
@@ -128,6 +131,7 @@ impl Default for WebConfig {
             session_lifetimes: shop_cache::session::Lifetimes::default(),
             max_sessions_per_user: shop_cache::session::DEFAULT_MAX_PER_USER,
             page_tier_bytes: page_cache::tier::DEFAULT_TIER_BYTES,
+            insights_min_viewers: shop_cache::insights::DEFAULT_MIN_VIEWERS,
         }
     }
 }

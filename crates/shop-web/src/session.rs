@@ -210,7 +210,13 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
             COOKIE_NAME
         },
     );
-    let item = state.item_page(&req);
+    // A client that says it is a bot is a session like any other, but its item
+    // views count in the ranking only, as a cookieless client's do: not in its
+    // history, nor among an item's viewers (what "X% of N shoppers" counts).
+    let (item, bot_view) = match state.item_page(&req) {
+        Some(item) if says_it_is_a_bot(req.headers()) => (None, Some(item)),
+        item => (item, None),
+    };
     let (mut resp, mut issued) = match (presented, item) {
         // No session yet: a token for the cookie, and nothing written. A view of an
         // item page still counts in the ranking, once the page answered 200.
@@ -293,6 +299,11 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
             (next.run(req).await, issued)
         }
     };
+    if let Some(item) = bot_view
+        && resp.status() == StatusCode::OK
+    {
+        state.sessions.count_view(item);
+    }
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);
     }
@@ -418,9 +429,73 @@ pub fn cookie(token: &SessionToken, secure: bool) -> String {
         .to_string()
 }
 
+/// Words in a `User-Agent` by which crawlers, link previewers and HTTP libraries
+/// name themselves (lower case). A bot that passes for a browser is not caught:
+/// this keeps honest bots out of the shopper counts, nothing more.
+const BOT_WORDS: &[&str] = &[
+    "bot",
+    "crawl",
+    "spider",
+    "slurp",
+    "curl/",
+    "wget/",
+    "python-requests",
+    "python-urllib",
+    "go-http-client",
+    "java/",
+    "libwww",
+    "scrapy",
+    "httpclient",
+    "facebookexternalhit",
+    "preview",
+    "phantomjs",
+    "ahrefs",
+    "semrush",
+];
+
+/// Whether the request's `User-Agent` says it comes from a bot (see [`BOT_WORDS`]).
+pub fn says_it_is_a_bot(headers: &HeaderMap) -> bool {
+    let Some(agent) = headers
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let agent = agent.to_ascii_lowercase();
+    BOT_WORDS.iter().any(|word| agent.contains(word))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bots_are_told_by_the_words_they_use_and_browsers_are_not_bots() {
+        let with = |agent: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                axum::http::header::USER_AGENT,
+                HeaderValue::from_str(agent).unwrap(),
+            );
+            says_it_is_a_bot(&h)
+        };
+        assert!(with(
+            "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+        ));
+        assert!(with("curl/8.5.0"));
+        assert!(with("python-requests/2.31"));
+        assert!(with("facebookexternalhit/1.1"));
+        assert!(!with(
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+        ));
+        assert!(!with(
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36"
+        ));
+        assert!(
+            !says_it_is_a_bot(&HeaderMap::new()),
+            "no user agent: not said"
+        );
+    }
 
     fn with_cookie(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

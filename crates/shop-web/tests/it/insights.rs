@@ -1,9 +1,11 @@
 //! The shopper insights through the router: viewed-then-bought and also-bought,
 //! and an order that stands when its insights cannot be recorded.
 
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
 use redis::AsyncCommands;
 use shop_testapp::{TestApp, json, text};
+use shop_web::WebConfig;
 
 #[tokio::test]
 async fn insights_come_from_views_and_orders() {
@@ -20,7 +22,8 @@ async fn insights_come_from_views_and_orders() {
     assert_eq!(
         empty,
         serde_json::json!({"item": 9, "viewers": 0, "buyers": 0,
-            "viewed_then_bought_percent": 0.0, "also_bought": [],
+            "viewed_then_bought_percent": 0.0, "viewed_then_bought_text": null,
+            "min_viewers": shop_cache::insights::DEFAULT_MIN_VIEWERS, "also_bought": [],
             "window": "in the last two weeks"})
     );
 
@@ -46,6 +49,8 @@ async fn insights_come_from_views_and_orders() {
         "{got}"
     );
     assert_eq!(got["viewed_then_bought_percent"], 25.0);
+    // Four viewers are too few to say it on the page (the default minimum: 50).
+    assert_eq!(got["viewed_then_bought_text"], serde_json::Value::Null);
     assert_eq!(got["also_bought"][0]["id"], 4);
     assert!(
         got["also_bought"][0]["title"]
@@ -77,4 +82,63 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
     assert_eq!(json(resp).await["outcome"], "placed");
     let metrics = text(app.internal_get("/metrics").await).await;
     assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
+}
+
+/// A view from a client that keeps its cookie, with the given user agent.
+async fn view(app: &TestApp, item: u64, cookie: &str, agent: &str) {
+    let req = Request::get(format!("/items/{item}"))
+        .header(header::COOKIE, cookie)
+        .header(header::USER_AGENT, agent)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.send(req).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_share_that_bought_is_said_with_its_evidence_past_the_minimum_and_bots_do_not_count() {
+    let app = TestApp::with_config(WebConfig {
+        insights_min_viewers: 4,
+        ..WebConfig::default()
+    })
+    .await;
+    const BROWSER: &str =
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36";
+    // Three shoppers view item 2, and two crawlers that keep their cookies.
+    let buyer = app.logged_in("una").await;
+    view(&app, 2, &buyer, BROWSER).await;
+    for _ in 0..2 {
+        let other = app.visitor().await;
+        view(&app, 2, &other, BROWSER).await;
+    }
+    for agent in ["Mozilla/5.0 (compatible; Googlebot/2.1)", "curl/8.5.0"] {
+        let crawler = app.visitor().await;
+        view(&app, 2, &crawler, agent).await;
+    }
+    app.flush_views().await;
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(got["viewers"], 3, "the crawlers are not shoppers: {got}");
+    assert_eq!(
+        got["viewed_then_bought_text"],
+        serde_json::Value::Null,
+        "3 < 4"
+    );
+    // Their views still count in the ranking (what the page cache keeps).
+    let ranked: Option<f64> = app.redis.conn().await.zscore("viewed:", 2).await.unwrap();
+    assert_eq!(ranked, Some(-5.0), "five views ranked: {ranked:?}");
+
+    // A fourth shopper views it and the first buys it: 1 of 4.
+    let fourth = app.visitor().await;
+    view(&app, 2, &fourth, BROWSER).await;
+    app.flush_views().await;
+    app.post("/cart", Some(&buyer), "item=2&count=1", false)
+        .await;
+    let placed = app.post("/checkout", Some(&buyer), "key=ins-2", true).await;
+    assert_eq!(placed.status(), StatusCode::OK);
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(
+        got["viewed_then_bought_text"],
+        "25% of 4 shoppers who viewed this item in the last two weeks bought it.",
+        "{got}"
+    );
+    assert_eq!(got["min_viewers"], 4);
 }

@@ -196,6 +196,12 @@ pub struct WebSettings {
           default_value_t = shop_web::page_cache::tier::DEFAULT_TIER_BYTES >> 20,
           value_parser = clap::value_parser!(u64).range(0..=65_536))]
     pub page_tier_mb: u64,
+    /// The fewest distinct viewers (in the last two weeks) before an item page
+    /// says what share of them bought it.
+    #[arg(long, env = "SHOP_INSIGHTS_MIN_VIEWERS",
+          default_value_t = shop_cache::insights::DEFAULT_MIN_VIEWERS,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub insights_min_viewers: u64,
     /// Sale-page event streams open at once in this process (`/api/flash/events`;
     /// past it, 503 with Retry-After).
     #[arg(long, env = "SHOP_MAX_EVENT_STREAMS",
@@ -485,6 +491,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             },
             rank_limit: web.rank_limit,
             page_tier_bytes: web.page_tier_mb << 20,
+            insights_min_viewers: web.insights_min_viewers,
             max_cart_lines: web.max_cart_lines,
             login_limits: shop_cache::login_limit::LoginLimits {
                 per_address: web.login_limit_address,

@@ -215,7 +215,8 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         let order = [ItemId::new(3).unwrap(), ItemId::new(other).unwrap()];
         insights.record_order(shopper, &order).await.unwrap();
     }
-    let (server, addr) = shop.serve(&[]);
+    // Ten viewers are enough to say the share here (the default minimum is 50).
+    let (server, addr) = shop.serve(&["--insights-min-viewers", "10"]);
     let (client, _profile) = chromium(&driver).await;
 
     let base = format!("http://{addr}");
@@ -242,7 +243,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let pct = wait_text(&client, "#insights .viewed-bought", |t| t.contains('%')).await;
     assert_eq!(
         pct,
-        "30% of shoppers who viewed this item in the last two weeks bought it."
+        "30% of 10 shoppers who viewed this item in the last two weeks bought it."
     );
     let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
     let first = also.lines().next().unwrap_or_default().to_owned();
