@@ -453,7 +453,8 @@ const BOT_WORDS: &[&str] = &[
     "semrush",
 ];
 
-/// Whether the request's `User-Agent` says it comes from a bot (see [`BOT_WORDS`]).
+/// Whether the request's `User-Agent` says it comes from a bot (one of the words in
+/// `BOT_WORDS`).
 pub fn says_it_is_a_bot(headers: &HeaderMap) -> bool {
     let Some(agent) = headers
         .get(axum::http::header::USER_AGENT)
