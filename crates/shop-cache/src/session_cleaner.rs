@@ -248,11 +248,9 @@ impl SessionCleaner {
         carry.ended.truncate(MAX_HELD_ENDED);
         unindexed?;
         cleaned?;
-        if done.picked == 0 && !carry.ended.is_empty() {
+        if done.picked == 0 {
             // No next call is due soon: the indexes are set right now.
-            let ended = carry.ended.clone();
-            crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
-            carry.ended.drain(..ended.len());
+            self.unindex_carried(carry).await?;
         }
         let blocked = done.blocked;
         // A step that only mended guest entries or picked candidates made progress
@@ -268,7 +266,12 @@ impl SessionCleaner {
     /// Takes the logged-in sessions removed so far out of their users' indexes (a
     /// graceful stop: the next step would have).
     pub async fn finish_unindex(&self) -> Result<(), CacheError> {
-        let mut carry = self.carry.lock().await;
+        self.unindex_carried(&mut *self.carry.lock().await).await
+    }
+
+    /// Takes the carried logged-in removals out of their users' indexes; they
+    /// stay carried until that is done, whatever stops it.
+    async fn unindex_carried(&self, carry: &mut Carry) -> Result<(), CacheError> {
         let ended = carry.ended.clone();
         crate::session::user_sessions::unindex(&self.conn, &self.keys, &ended).await?;
         carry.ended.drain(..ended.len());
