@@ -12,7 +12,6 @@ use crate::RedisConn;
 
 use crate::daemon::Daemon;
 use crate::domain::ItemId;
-use crate::insights::Insights;
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
@@ -88,8 +87,7 @@ pub enum RescaleStep {
 }
 
 /// The rescale daemon: every `interval`, keep the `keep` most viewed items and halve
-/// every count, so new favourites can rise; the also-bought counts of the shopper
-/// insights are halved with them. Safe to run in any number of processes.
+/// every count, so new favourites can rise. Safe to run in any number of processes.
 #[derive(Clone)]
 pub struct Rescaler {
     conn: RedisConn,
@@ -111,21 +109,14 @@ impl Rescaler {
     }
 
     /// Rescales unless the last rescale (by any worker) is less than an interval old
-    /// on the server's clock, then finishes any also-bought decay still due.
+    /// on the server's clock.
     pub async fn step(&self) -> Result<RescaleStep, CacheError> {
         let kept: i64 = scripts::RESCALE_VIEWS
             .key(self.keys.item_views())
             .key(self.keys.views_rescaled())
-            .key(self.keys.also_bought_epoch())
             .arg(self.interval.as_secs())
             .arg(self.keep)
             .invoke_async(&mut self.conn.clone())
-            .await?;
-        // The also-bought counts follow the views: each rescale is a decay due, done
-        // by whichever worker gets here first, and retried by the next step if it
-        // fails (the decay keeps its own record of what is done).
-        Insights::new(self.conn.clone(), self.keys.clone())
-            .decay()
             .await?;
         Ok(match u64::try_from(kept) {
             Ok(kept) => RescaleStep::Rescaled(kept),

@@ -16,16 +16,34 @@
 //!   far less below a few thousand viewers) at the price of a 0.81% standard error
 //!   on each count (so about 1.15% relative on their ratio). A shopper is a
 //!   session: one who logs in between viewing and buying counts as two sessions.
-//! - Also bought: per item, a sorted set of the items bought with it and how often
-//!   (`also:<item>`), at most [`ALSO_BOUGHT_CAP`] entries kept by the Space-Saving
-//!   algorithm (a newcomer on a full list replaces the least counted entry with that
-//!   count plus one): memory is bounded, an item bought with it often enough always
-//!   makes the list, and a score overestimates the true count by at most N/cap (N:
-//!   the pairs ever recorded for the item), so scores rank, they do not count. Halved by
-//!   the view rescaler, so new trends surface. The top [`ALSO_BOUGHT_SHOWN`] are served.
-//!   Each view rescale bumps a rescale number; [`Insights::decay`] brings every list
-//!   to it, recording per list the number it reached, so a decay that failed half
-//!   way is finished by the next step without halving any list twice.
+//! - Also bought: "shoppers who bought this also bought", ranked by how much more
+//!   often two items were bought together than their popularity alone predicts, not
+//!   by raw co-purchase counts (raw counts put the best sellers next to everything:
+//!   the "Harry Potter problem" of Linden et al.'s item-to-item filtering, corrected
+//!   in Smith and Linden's "Two Decades of Recommender Systems at Amazon.com",
+//!   2017, by comparing the count with the one expected). Kept per order, in Redis:
+//!   - per item, a sorted set of the items bought with it and how often
+//!     (`also:<item>`), at most [`ALSO_BOUGHT_CAP`] entries kept by the
+//!     Space-Saving algorithm (a newcomer on a full list replaces the least counted
+//!     entry and inherits its count), with what each entry inherited
+//!     (`also-err:<item>`), so the count it is known to have earned (count minus
+//!     inherited: a lower bound of the true count) is what is judged, never an
+//!     inherited count;
+//!   - how many orders held each item (`bought:`) and how many orders there were
+//!     (`orders:`).
+//!
+//!   For item X and a candidate Y with `c` orders known to hold both, the expected
+//!   number is `E = orders(X) * orders(Y) / orders`; Y is shown only if `c` is at
+//!   least the minimum of co-buyers ([`DEFAULT_MIN_CO_BUYERS`], `--insights-min-co-buyers`)
+//!   and `(c - E) / sqrt(E)` (how many standard deviations of a Poisson count over
+//!   what popularity predicts) is at least [`MIN_SURPRISE`]; the shown are ranked by
+//!   that score. Every count is forward-decayed (Cormode et al.): an order adds a
+//!   weight that doubles every [`HALF_LIFE`], so an order two weeks old counts half
+//!   as much as today's and nothing is ever rewritten to decay it. Memory is bounded
+//!   by the catalogue: one list (100 entries, a compact listpack) and one error hash
+//!   per item bought with others, one entry per item in `bought:`.
+//!   The weight doubles every two weeks from [`LANDMARK`]: a 64-bit float holds it
+//!   for 39 years (until 2065).
 //!
 //! Recording an order runs after the order is durable and its failure never fails
 //! the order (the caller logs and counts it).
@@ -38,15 +56,37 @@ use crate::domain::{ItemId, SessionToken};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
-/// How many co-purchased items each also-bought list keeps.
-pub const ALSO_BOUGHT_CAP: usize = 50;
-/// How many of them are served.
+/// How many co-purchased items each also-bought list keeps: enough that a pair
+/// bought together at 2% of an item's co-purchases stays on its list through the
+/// churn of the long tail (at 50 the evaluation lost a quarter of its planted pairs;
+/// see BENCHMARKS.md), and under Redis's 128 entries of a compact listpack.
+pub const ALSO_BOUGHT_CAP: usize = 100;
+/// How many also-bought items a page shows.
 pub const ALSO_BOUGHT_SHOWN: usize = 5;
+/// How many are served, best first: more than shown, so a page can leave out what
+/// is already in the shopper's cart and still show [`ALSO_BOUGHT_SHOWN`].
+pub const ALSO_BOUGHT_OFFERED: usize = 10;
 /// Only the first this-many distinct items of an order are paired (pairs grow as the
 /// square of the order size; a huge order must not stall Redis).
 pub const MAX_PAIRED_ITEMS: usize = 50;
-/// How many lists one decay call halves.
-const DECAY_BATCH: usize = 500;
+/// The fewest orders known to hold both items before one is recommended with the
+/// other (`--insights-min-co-buyers`): below it, a high score is chance. Orders
+/// are decayed, then rounded to the nearest whole order: three orders of this week
+/// are three, three of a month ago one.
+pub const DEFAULT_MIN_CO_BUYERS: u64 = 3;
+/// The least score (standard deviations over the count popularity predicts) a
+/// recommendation needs.
+pub const MIN_SURPRISE: f64 = 3.0;
+/// How long an order takes to count half as much as a new one, in the also-bought
+/// counts: the two weeks the viewed-then-bought figure covers.
+pub const HALF_LIFE: Duration = Duration::from_secs(14 * 24 * 3600);
+/// The unix time weights are counted from (2026-01-01): an order then weighs 1.
+pub const LANDMARK: f64 = 1_767_225_600.0;
+
+/// The weight of an order at `unix_secs`: doubles every [`HALF_LIFE`].
+pub fn weight_at(unix_secs: f64) -> f64 {
+    ((unix_secs - LANDMARK) / HALF_LIFE.as_secs_f64()).exp2()
+}
 
 /// One insights window: viewers and buyers are counted per week.
 pub const WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -71,9 +111,72 @@ pub struct ItemInsights {
     pub viewers: u64,
     /// Distinct sessions that bought it (estimate).
     pub buyers: u64,
-    /// Items most often bought with it, most often first, with their scores (see the
-    /// module documentation: a ranking, not exact counts).
-    pub also_bought: Vec<(ItemId, f64)>,
+    /// Items bought with it more often than their popularity predicts, best first,
+    /// at most [`ALSO_BOUGHT_OFFERED`] (see the module documentation).
+    pub also_bought: Vec<AlsoBought>,
+}
+
+/// One item recommended beside another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlsoBought {
+    /// The item recommended.
+    pub item: ItemId,
+    /// Orders known to hold both (decayed: an order a half-life old counts half).
+    pub co_buyers: f64,
+    /// Orders that would hold both if the two were bought independently.
+    pub expected: f64,
+    /// `(co_buyers - expected) / sqrt(expected)`: the ranking.
+    pub score: f64,
+}
+
+/// An also-bought candidate as stored: the other item, the orders known to hold
+/// both, and how many orders held the other item (none if unknown), all decayed to
+/// the same time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// The other item.
+    pub item: ItemId,
+    /// Orders known to hold both.
+    pub co_buyers: f64,
+    /// Orders that held the other item.
+    pub bought: Option<f64>,
+}
+
+/// Whether `co_buyers` decayed orders, to the nearest whole order, reach `min`.
+fn enough(co_buyers: f64, min: f64) -> bool {
+    co_buyers.round() >= min
+}
+
+/// Ranks `candidates` for an item that `bought` orders held out of `orders`:
+/// those with at least `min_co_buyers` orders with it and a score of at least
+/// [`MIN_SURPRISE`], best first (ties by item id), at most [`ALSO_BOUGHT_OFFERED`].
+pub fn rank_also_bought(
+    bought: f64,
+    orders: f64,
+    candidates: &[Candidate],
+    min_co_buyers: f64,
+) -> Vec<AlsoBought> {
+    let mut ranked: Vec<AlsoBought> = candidates
+        .iter()
+        .filter(|c| enough(c.co_buyers, min_co_buyers))
+        .filter_map(|c| {
+            let expected = bought * c.bought? / orders;
+            // No popularity known (data from before it was counted): no judgement.
+            if !(expected.is_finite() && expected > 0.0) {
+                return None;
+            }
+            let score = (c.co_buyers - expected) / expected.sqrt();
+            (score >= MIN_SURPRISE).then_some(AlsoBought {
+                item: c.item,
+                co_buyers: c.co_buyers,
+                expected,
+                score,
+            })
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.item.cmp(&b.item)));
+    ranked.truncate(ALSO_BOUGHT_OFFERED);
+    ranked
 }
 
 impl ItemInsights {
@@ -126,19 +229,51 @@ fn thousands(n: u64) -> String {
 pub struct Insights {
     conn: RedisConn,
     keys: Keys,
+    min_co_buyers: u64,
 }
 
 impl Insights {
-    /// Insights under `keys`.
+    /// Insights under `keys`, recommending an item with another once at least
+    /// [`DEFAULT_MIN_CO_BUYERS`] orders held both.
     pub fn new(conn: RedisConn, keys: Keys) -> Self {
-        Self { conn, keys }
+        Self {
+            conn,
+            keys,
+            min_co_buyers: DEFAULT_MIN_CO_BUYERS,
+        }
     }
 
-    /// Records that `shopper` bought `items` together (one order).
+    /// The same, recommending an item with another only once at least `n` orders
+    /// held both (`--insights-min-co-buyers`; 0 is taken as 1).
+    pub fn with_min_co_buyers(mut self, n: u64) -> Self {
+        self.min_co_buyers = n.max(1);
+        self
+    }
+
+    /// Records that `shopper` bought `items` together (one order), now.
     pub async fn record_order(
         &self,
         shopper: &SessionToken,
         items: &[ItemId],
+    ) -> Result<(), CacheError> {
+        self.record_order_at(shopper, items, crate::clock::unix_now())
+            .await
+    }
+
+    /// Records one order as placed at `unix_secs` (for tests and for replaying
+    /// old orders: the also-bought counts weigh it by its age).
+    ///
+    /// Redis's work per order of k distinct items (the first [`MAX_PAIRED_ITEMS`]):
+    /// one script call per item's slot (all in one call on one node) doing a
+    /// `PFADD` (with an `EXPIRE` for a new window) per item and, per pair, a
+    /// `ZSCORE` and a `ZINCRBY` (on a full list whose least entry is replaced:
+    /// `ZCARD`, `ZRANGE`, `ZREM`, `HDEL`, `ZADD`, `HSET` instead); and one pipeline
+    /// of a `ZINCRBY` per item and an `INCRBYFLOAT` on the popularity counts.
+    pub async fn record_order_at(
+        &self,
+        shopper: &SessionToken,
+        items: &[ItemId],
+        unix_secs: f64,
     ) -> Result<(), CacheError> {
         let mut distinct: Vec<ItemId> = Vec::with_capacity(items.len());
         for item in items {
@@ -149,16 +284,9 @@ impl Insights {
         if distinct.is_empty() {
             return Ok(());
         }
-        let window = current_window();
-        let mut conn = self.conn.clone();
-        if distinct.len() > 1 {
-            // Indexed first, so no list exists that the decay cannot find.
-            redis::cmd("SADD")
-                .arg(self.keys.also_bought_index())
-                .arg(&distinct)
-                .exec_async(&mut conn)
-                .await?;
-        }
+        let window = window_of(unix_secs.max(0.0) as u64);
+        let weight = weight_at(unix_secs);
+        let conn = self.conn.clone();
         // One call per group of items whose keys share a slot (the whole order in
         // the book layout, each item in the cluster layout), sent together.
         let calls = distinct
@@ -167,57 +295,163 @@ impl Insights {
                 let mut call = scripts::RECORD_ORDER.prepare_invoke();
                 for item in here {
                     call.key(self.keys.buyers(*item, window))
-                        .key(self.keys.also_bought(*item));
+                        .key(self.keys.also_bought(*item))
+                        .key(self.keys.also_bought_errors(*item));
                 }
                 call.arg(shopper.expose())
                     .arg(ALSO_BOUGHT_CAP)
                     .arg(WINDOW_TTL.as_secs())
                     .arg(here.len())
+                    .arg(weight)
                     .arg(here)
                     .arg(&distinct);
                 let mut conn = conn.clone();
                 async move { call.invoke_async::<()>(&mut conn).await }
             });
-        futures::future::try_join_all(calls).await?;
+        // The popularity the pairs are judged against, in one slot.
+        let mut popularity = redis::pipe();
+        for item in &distinct {
+            popularity.zincr(self.keys.bought(), item, weight).ignore();
+        }
+        popularity
+            .cmd("INCRBYFLOAT")
+            .arg(self.keys.orders())
+            .arg(weight)
+            .ignore();
+        let mut conn = conn.clone();
+        let counted = async move { popularity.exec_async(&mut conn).await };
+        futures::future::try_join(futures::future::try_join_all(calls), counted).await?;
         Ok(())
     }
 
     /// The item's insights over the current window and the one before (zeros for
     /// an item nobody viewed or bought in them).
     pub async fn get(&self, item: ItemId) -> Result<ItemInsights, CacheError> {
-        let now = current_window();
-        let before = now.saturating_sub(1);
+        let now = crate::clock::unix_now();
+        let this = window_of(now as u64);
+        let before = this.saturating_sub(1);
         // PFCOUNT of several keys counts their union: a shopper who viewed in both
         // windows counts once.
-        let (viewers, buyers, also): (u64, u64, Vec<(String, f64)>) = redis::pipe()
-            .cmd("PFCOUNT")
-            .arg(self.keys.viewers(item, now))
-            .arg(self.keys.viewers(item, before))
-            .cmd("PFCOUNT")
-            .arg(self.keys.buyers(item, now))
-            .arg(self.keys.buyers(item, before))
-            .cmd("ZRANGE")
-            .arg(self.keys.also_bought(item))
-            .arg(0)
-            .arg(ALSO_BOUGHT_SHOWN - 1)
-            .arg("REV")
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        let also_bought = also
-            .into_iter()
-            .map(|(id, n)| {
-                let id = id
-                    .parse()
-                    .map_err(|_| CacheError::Corrupt { what: "also:" })?;
-                Ok((id, n))
-            })
-            .collect::<Result<_, CacheError>>()?;
+        let (viewers, buyers, list, errors): (u64, u64, Vec<(String, f64)>, Vec<(String, f64)>) =
+            redis::pipe()
+                .cmd("PFCOUNT")
+                .arg(self.keys.viewers(item, this))
+                .arg(self.keys.viewers(item, before))
+                .cmd("PFCOUNT")
+                .arg(self.keys.buyers(item, this))
+                .arg(self.keys.buyers(item, before))
+                .cmd("ZRANGE")
+                .arg(self.keys.also_bought(item))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .cmd("HGETALL")
+                .arg(self.keys.also_bought_errors(item))
+                .query_async(&mut self.conn.clone())
+                .await?;
+        let also_bought = self.also_bought(item, now, list, errors).await?;
         Ok(ItemInsights {
             viewers,
             buyers,
             also_bought,
         })
+    }
+
+    /// Ranks an item's stored also-bought list (`list`, with the `errors` its
+    /// entries inherited) at `now`, reading the candidates' popularity.
+    async fn also_bought(
+        &self,
+        item: ItemId,
+        now: f64,
+        list: Vec<(String, f64)>,
+        errors: Vec<(String, f64)>,
+    ) -> Result<Vec<AlsoBought>, CacheError> {
+        let corrupt = |_| CacheError::Corrupt { what: "also:" };
+        let weight = weight_at(now);
+        let inherited: std::collections::HashMap<String, f64> = errors.into_iter().collect();
+        let min = self.min_co_buyers as f64;
+        // Only entries that earned the minimum are worth their popularity's read.
+        let mut earned: Vec<(ItemId, f64)> = Vec::new();
+        for (other, count) in list {
+            let co_buyers = (count - inherited.get(&other).copied().unwrap_or(0.0)) / weight;
+            let other: ItemId = other.parse().map_err(corrupt)?;
+            if enough(co_buyers, min) && other != item {
+                earned.push((other, co_buyers));
+            }
+        }
+        if earned.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (bought, orders): (Vec<Option<f64>>, Option<f64>) = redis::pipe()
+            .cmd("ZMSCORE")
+            .arg(self.keys.bought())
+            .arg(item)
+            .arg(earned.iter().map(|(other, _)| *other).collect::<Vec<_>>())
+            .cmd("GET")
+            .arg(self.keys.orders())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let (Some(Some(own)), Some(orders)) = (bought.first(), orders) else {
+            return Ok(Vec::new());
+        };
+        let candidates: Vec<Candidate> = earned
+            .iter()
+            .zip(&bought[1..])
+            .map(|((other, co_buyers), n)| Candidate {
+                item: *other,
+                co_buyers: *co_buyers,
+                bought: n.map(|n| n / weight),
+            })
+            .collect();
+        Ok(rank_also_bought(
+            own / weight,
+            orders / weight,
+            &candidates,
+            min,
+        ))
+    }
+
+    /// Removes the keys of the also-bought decay before forward decay (a rescale
+    /// number, its mark, the index of items with a list and each list's mark), which
+    /// nothing reads any more. `shop migrate` runs it once after an upgrade; it walks
+    /// the index with `SSCAN`. The lists themselves stay: their old counts weigh
+    /// next to nothing against new orders and leave as newcomers replace them.
+    /// Returns how many keys it removed.
+    pub async fn remove_old_also_bought_decay(&self) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let [epoch, decayed, index] = self.keys.old_also_bought_decay();
+        let mut cursor: u64 = 0;
+        let mut marks: Vec<String> = Vec::new();
+        loop {
+            let (next, items): (u64, Vec<String>) = redis::cmd("SSCAN")
+                .arg(&index)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await?;
+            for item in items.iter().filter_map(|i| i.parse::<ItemId>().ok()) {
+                let key = self.keys.old_also_bought_marks(item);
+                if !marks.contains(&key) {
+                    marks.push(key);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        // One key a command: the keys are in as many slots as items on a cluster.
+        let removals = marks.iter().chain([&epoch, &decayed, &index]).map(|key| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("UNLINK")
+                    .arg(key)
+                    .query_async::<u64>(&mut conn)
+                    .await
+            }
+        });
+        Ok(futures::future::try_join_all(removals).await?.iter().sum())
     }
 
     /// Removes the viewer and buyer counts of the layout before windows
@@ -262,65 +496,6 @@ impl Insights {
         }
         Ok(removed)
     }
-
-    /// Brings every also-bought list to the latest view rescale: each rescale since
-    /// the list's last decay halves its counts (dropping those below one half), as
-    /// the view rescale halves view counts. Does nothing when the last decay
-    /// finished; safe to run in several workers at once and to repeat after a
-    /// failure (a list already brought to the rescale is not halved again). Returns
-    /// how many lists it halved.
-    pub async fn decay(&self) -> Result<u64, CacheError> {
-        let mut conn = self.conn.clone();
-        let (epoch, done): (Option<u64>, Option<u64>) = redis::pipe()
-            .get(self.keys.also_bought_epoch())
-            .get(self.keys.also_bought_decayed())
-            .query_async(&mut conn)
-            .await?;
-        let Some(epoch) = epoch.filter(|e| done.is_none_or(|d| d < *e)) else {
-            return Ok(0);
-        };
-        let mut cursor: u64 = 0;
-        let mut lists = 0;
-        loop {
-            let (next, items): (u64, Vec<String>) = redis::cmd("SSCAN")
-                .arg(self.keys.also_bought_index())
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(DECAY_BATCH)
-                .query_async(&mut conn)
-                .await?;
-            let items: Vec<ItemId> = items.iter().filter_map(|i| i.parse().ok()).collect();
-            let calls = items
-                .chunks(self.keys.items_per_call(DECAY_BATCH))
-                .map(|here| {
-                    let mut call = scripts::DECAY_ALSO_BOUGHT.prepare_invoke();
-                    for item in here {
-                        call.key(self.keys.also_bought_list_epochs(*item))
-                            .key(self.keys.also_bought(*item));
-                    }
-                    call.arg(epoch).arg(here);
-                    let mut conn = conn.clone();
-                    async move { call.invoke_async::<u64>(&mut conn).await }
-                });
-            lists += futures::future::try_join_all(calls)
-                .await?
-                .iter()
-                .sum::<u64>();
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        // Only now is the decay of this rescale done; a failure above leaves it due.
-        // Raised, never set back: a slow worker finishing an older rescale's pass
-        // must not mark a newer one as still due.
-        scripts::RAISE_TO
-            .key(self.keys.also_bought_decayed())
-            .arg(epoch)
-            .invoke_async::<i64>(&mut conn)
-            .await?;
-        Ok(lists)
-    }
 }
 
 #[cfg(test)]
@@ -351,6 +526,56 @@ mod tests {
             seen(1, 0).viewed_then_bought(0).as_deref().map(|t| &t[..2]),
             Some("0%")
         );
+    }
+
+    fn candidate(n: u64, co_buyers: f64, bought: Option<f64>) -> Candidate {
+        Candidate {
+            item: ItemId::new(n).unwrap(),
+            co_buyers,
+            bought,
+        }
+    }
+
+    #[test]
+    fn pairs_are_ranked_by_how_far_they_beat_popularity() {
+        // An item in 20 of 100 orders.
+        let ranked = rank_also_bought(
+            20.0,
+            100.0,
+            &[
+                candidate(2, 12.0, Some(60.0)), // expected 12: chance
+                candidate(3, 8.0, Some(9.0)),   // expected 1.8
+                candidate(4, 5.0, Some(5.0)),   // expected 1
+                candidate(5, 2.0, Some(2.0)),   // too few orders
+                candidate(6, 9.0, None),        // popularity unknown
+                candidate(7, 5.0, Some(5.0)),   // ties with 4
+            ],
+            3.0,
+        );
+        let order: Vec<u64> = ranked.iter().map(|a| a.item.get()).collect();
+        // 3: (8 - 1.8) / sqrt(1.8) = 4.62; 4 and 7: (5 - 1) / 1 = 4.
+        assert_eq!(order, vec![3, 4, 7]);
+        assert_eq!((ranked[1].score, ranked[1].expected), (4.0, 1.0));
+        // Decayed counts round to the nearest order.
+        assert!(enough(2.5, 3.0) && !enough(2.49, 3.0));
+    }
+
+    #[test]
+    fn at_most_the_offered_are_ranked() {
+        let many: Vec<Candidate> = (2..40).map(|n| candidate(n, 10.0, Some(1.0))).collect();
+        let ranked = rank_also_bought(10.0, 1_000.0, &many, 3.0);
+        assert_eq!(ranked.len(), ALSO_BOUGHT_OFFERED);
+        assert_eq!(ranked[0].item.get(), 2);
+    }
+
+    #[test]
+    fn an_order_weighs_twice_as_much_a_half_life_later() {
+        let t = LANDMARK + 1_000_000.0;
+        let ratio = weight_at(t + HALF_LIFE.as_secs_f64()) / weight_at(t);
+        assert!((ratio - 2.0).abs() < 1e-12);
+        assert_eq!(weight_at(LANDMARK), 1.0);
+        // Still finite in 39 years.
+        assert!(weight_at(LANDMARK + 39.0 * 365.25 * 86_400.0).is_finite());
     }
 
     #[test]

@@ -87,10 +87,6 @@ pub static FINISH_ROW: LazyLock<Script> =
 pub static RECORD_ORDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/record_order.lua")));
 
-/// Brings a batch of also-bought lists to the latest view rescale, each at most once.
-pub static DECAY_ALSO_BOUGHT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/decay_also_bought.lua")));
-
 /// Sets a cart line, refusing a new line on a full cart.
 pub static CART_SET: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/cart_set.lua")));
@@ -119,10 +115,6 @@ pub static LOGIN_NAME_GATE: LazyLock<Script> =
 /// failure starting the slow-down.
 pub static LOGIN_NAME_SETTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_name_settle.lua")));
-
-/// Raises a progress marker, never lowering it.
-pub static RAISE_TO: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/raise_to.lua")));
 
 /// Loads a flash sale (replacing an earlier one of the same item).
 pub static SALE_OPEN: LazyLock<Script> =

@@ -10,18 +10,21 @@ function fillItemLinks(ul, items) {
   }
 }
 
-// The per-user parts of every page (who is logged in, the cart size, recently
-// viewed items) come from /api/me, so the HTML of item pages is the same for
-// everyone and can be cached whole.
-(async function () {
-  let me;
+// The per-user parts of every page (who is logged in, the cart, recently viewed
+// items) come from /api/me, so the HTML of item pages is the same for everyone
+// and can be cached whole. Fetched once; null if it could not be.
+const mePromise = (async function () {
   try {
     const r = await fetch('/api/me', { headers: { Accept: 'application/json' } });
-    if (!r.ok) return;
-    me = await r.json();
+    return r.ok ? await r.json() : null;
   } catch (e) {
-    return;
+    return null;
   }
+})();
+
+(async function () {
+  const me = await mePromise;
+  if (!me) return;
   document.getElementById('cart-count').textContent = me.cart.count;
   const who = document.getElementById('who');
   if (me.user) {
@@ -67,13 +70,19 @@ function fillItemLinks(ul, items) {
     p.textContent = data.viewed_then_bought_text;
     box.appendChild(p);
   }
-  if (!data.viewed_then_bought_text && !data.also_bought.length) return;
-  if (data.also_bought.length) {
+  // Also bought, best first, without what is already in this shopper's cart.
+  const me = await mePromise;
+  const inCart = new Set(me ? me.cart.lines.map(l => l.item) : []);
+  const also = data.also_bought
+    .filter(i => !inCart.has(i.id))
+    .slice(0, data.also_bought_shown);
+  if (!data.viewed_then_bought_text && !also.length) return;
+  if (also.length) {
     const h = document.createElement('h2');
     h.textContent = 'Shoppers who bought this also bought';
     const ul = document.createElement('ul');
     ul.className = 'also-bought';
-    fillItemLinks(ul, data.also_bought);
+    fillItemLinks(ul, also);
     box.append(h, ul);
   }
   box.hidden = false;

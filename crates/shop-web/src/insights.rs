@@ -1,8 +1,10 @@
 //! `GET /api/items/{id}/insights`, for the item page's script: viewed-then-bought
 //! (over the current week and the one before, stated in the answer's `window`;
 //! as the page's sentence in `viewed_then_bought_text`, null until the item has
-//! `--insights-min-viewers` distinct viewers) and also-bought (see
-//! `shop_cache::insights`). Viewers are sessions that returned their cookie and do
+//! `--insights-min-viewers` distinct viewers) and also-bought (ranked by how much
+//! more often bought together than popularity predicts, past
+//! `--insights-min-co-buyers` orders, without retired items: see
+//! `shop_cache::insights`; the page's script leaves out the shopper's cart). Viewers are sessions that returned their cookie and do
 //! not call themselves bots (see `crate::session`).
 
 use axum::extract::State;
@@ -31,14 +33,21 @@ async fn insights(
         return Err(WebError::not_found("there is no such item"));
     }
     let found = state.insights.get(id).await?;
-    let ids: Vec<ItemId> = found.also_bought.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<ItemId> = found.also_bought.iter().map(|a| a.item).collect();
     let items = state.db.items_by_id(&ids).await?;
+    // Never the item itself, nor one that is gone or retired (it cannot be bought).
     let also: Vec<_> = found
         .also_bought
         .iter()
-        .filter_map(|(id, score)| {
-            let item = items.get(id)?;
-            Some(json!({ "id": id.get(), "title": item.title, "score": score }))
+        .filter(|a| a.item != id)
+        .filter_map(|a| {
+            let item = items.get(&a.item).filter(|item| !item.retired)?;
+            Some(json!({
+                "id": a.item.get(),
+                "title": item.title,
+                "score": (a.score * 100.0).round() / 100.0,
+                "co_buyers": (a.co_buyers * 10.0).round() / 10.0,
+            }))
         })
         .collect();
     let body = json!({
@@ -52,7 +61,11 @@ async fn insights(
         "min_viewers": state.config.insights_min_viewers,
         // The window the two counts cover (see shop_cache::insights).
         "window": shop_cache::insights::WINDOW_TEXT,
+        // Best first, up to ALSO_BOUGHT_OFFERED: a page leaves out what is already
+        // in the shopper's cart (from /api/me) and shows the first ALSO_BOUGHT_SHOWN.
         "also_bought": also,
+        "also_bought_shown": shop_cache::insights::ALSO_BOUGHT_SHOWN,
+        "min_co_buyers": state.config.insights_min_co_buyers,
     });
     Ok(Json(body).into_response())
 }

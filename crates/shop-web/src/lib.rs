@@ -108,6 +108,9 @@ pub struct WebConfig {
     /// The fewest distinct viewers before an item page says what share of them
     /// bought it.
     pub insights_min_viewers: u64,
+    /// The fewest orders holding both items before one is recommended with the
+    /// other ("shoppers who bought this also bought").
+    pub insights_min_co_buyers: u64,
 }
 
 impl Default for WebConfig {
@@ -132,6 +135,7 @@ impl Default for WebConfig {
             max_sessions_per_user: shop_cache::session::DEFAULT_MAX_PER_USER,
             page_tier_bytes: page_cache::tier::DEFAULT_TIER_BYTES,
             insights_min_viewers: shop_cache::insights::DEFAULT_MIN_VIEWERS,
+            insights_min_co_buyers: shop_cache::insights::DEFAULT_MIN_CO_BUYERS,
         }
     }
 }
@@ -253,7 +257,8 @@ impl AppState {
             health: health::HealthCache::default(),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
-            insights: Insights::new(conn.clone(), keys.clone()),
+            insights: Insights::new(conn.clone(), keys.clone())
+                .with_min_co_buyers(config.insights_min_co_buyers),
             pages,
             top_items,
             tier,

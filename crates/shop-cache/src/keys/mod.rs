@@ -11,7 +11,8 @@
 //!     (`viewed:{s12}<token>`, `cart:{s12}<token>`), so touch, login rotation,
 //!     logout and the cleaner each stay in one slot;
 //!   - the row cache's keys share `{rows}`; the view ranking and its rescale
-//!     markers share `{views}`; an item's insights share `{i<item>}`; an item's
+//!     marker share `{views}`; an item's insights share `{i<item>}`, the
+//!     popularity they are judged against (`bought:`, `orders:`) `{orders}`; an item's
 //!     flash sale (`sale:{f<item>}` and its buyers, answers and reservations) shares
 //!     `{f<item>}`;
 //!   - pages, render locks, login counters, login forms' one-time keys and the
@@ -74,9 +75,8 @@ struct Names {
     shards: Vec<ShardNames>,
     item_views: String,
     views_rescaled: String,
-    also_epoch: String,
-    also_decayed: String,
-    also_index: String,
+    bought: String,
+    orders: String,
     schedule: String,
     delay: String,
     inventory: String,
@@ -128,9 +128,8 @@ impl Keys {
                 }],
                 item_views: p("viewed:"),
                 views_rescaled: p("rescaled:"),
-                also_epoch: p("also-epoch:"),
-                also_decayed: p("also-decayed:"),
-                also_index: p("also-index:"),
+                bought: p("bought:"),
+                orders: p("orders:"),
                 schedule: p("schedule:"),
                 delay: p("delay:"),
                 inventory: p("inv:"),
@@ -154,9 +153,8 @@ impl Keys {
                         .collect(),
                     item_views: p("viewed:{views}"),
                     views_rescaled: p("rescaled:{views}"),
-                    also_epoch: p("also-epoch:{views}"),
-                    also_decayed: p("also-decayed:{views}"),
-                    also_index: p("also-index:{views}"),
+                    bought: p("bought:{orders}"),
+                    orders: p("orders:{orders}"),
                     schedule: p("schedule:{rows}"),
                     delay: p("delay:{rows}"),
                     inventory: p("inv:{rows}"),
@@ -320,16 +318,44 @@ impl Keys {
         self.item_key("buyers:", item, &format!(":{window}"))
     }
 
-    /// Sorted set: other item id -> how often it was bought with the item.
+    /// Sorted set: other item id -> how often it was bought with the item
+    /// (forward-decayed, Space-Saving: see `insights`).
     pub fn also_bought(&self, item: ItemId) -> String {
         self.item_key("also:", item, "")
     }
 
-    /// Hash: item id -> the rescale number its also-bought list was last decayed to,
-    /// so a decay repeated after a failure halves no list twice. The field is the
-    /// item id; the book layout keeps every item in one hash (`also-epochs:`), the
-    /// cluster layout one hash per item, beside its list.
-    pub fn also_bought_list_epochs(&self, item: ItemId) -> String {
+    /// Hash: other item id -> the count it inherited when it entered the item's
+    /// also-bought list (Space-Saving's error; no field: none).
+    pub fn also_bought_errors(&self, item: ItemId) -> String {
+        self.item_key("also-err:", item, "")
+    }
+
+    /// Sorted set: item id -> how many orders held it (forward-decayed, as the
+    /// also-bought counts), the popularity the also-bought score corrects for.
+    pub fn bought(&self) -> &str {
+        &self.0.bought
+    }
+
+    /// String: how many orders there were (forward-decayed), beside `bought:`.
+    pub fn orders(&self) -> &str {
+        &self.0.orders
+    }
+
+    /// The keys of the also-bought decay before forward decay, for their one-time
+    /// removal by `shop migrate`: the rescale number, the last one decayed to, and
+    /// the set of items that have a list (in that order).
+    pub fn old_also_bought_decay(&self) -> [String; 3] {
+        let tag = match self.0.layout {
+            Layout::Book => "",
+            Layout::Cluster { .. } => "{views}",
+        };
+        ["also-epoch:", "also-decayed:", "also-index:"]
+            .map(|name| format!("{}{name}{tag}", self.0.prefix))
+    }
+
+    /// The hash of the old decay's marks that held `item`'s (one for every item in
+    /// the book layout, one per item in the cluster layout), for `shop migrate`.
+    pub fn old_also_bought_marks(&self, item: ItemId) -> String {
         match self.0.layout {
             Layout::Book => format!("{}also-epochs:", self.0.prefix),
             Layout::Cluster { .. } => self.item_key("also-epochs:", item, ""),
@@ -365,22 +391,6 @@ impl Keys {
             Layout::Book => format!("{}{name}{item}{rest}", self.0.prefix),
             Layout::Cluster { .. } => format!("{}{name}{{i{item}}}{rest}", self.0.prefix),
         }
-    }
-
-    /// String: the rescale number (incremented by each view rescale) the also-bought
-    /// lists must be decayed to.
-    pub fn also_bought_epoch(&self) -> &str {
-        &self.0.also_epoch
-    }
-
-    /// String: the last rescale number whose also-bought decay finished.
-    pub fn also_bought_decayed(&self) -> &str {
-        &self.0.also_decayed
-    }
-
-    /// Set: the items that have an also-bought list, so the decay can find them.
-    pub fn also_bought_index(&self) -> &str {
-        &self.0.also_index
     }
 
     /// String: the server time (unix seconds) of the last rescale of `viewed:`, so

@@ -38,8 +38,9 @@ fn default_layout_is_the_books() {
     assert!(k.login_once("x").starts_with("login-once:"));
     assert!(!k.login_attempts("name", "alice").contains("alice"));
     assert_eq!(k.also_bought(i), "also:3");
-    assert_eq!(k.also_bought_list_epochs(i), "also-epochs:");
-    assert_eq!(k.also_bought_index(), "also-index:");
+    assert_eq!(k.also_bought_errors(i), "also-err:3");
+    assert_eq!(k.bought(), "bought:");
+    assert_eq!(k.orders(), "orders:");
     assert_eq!(k.schedule(), "schedule:");
     assert_eq!(k.delay(), "delay:");
     assert_eq!(k.inventory(ItemId::new(7).unwrap()), "inv:7");
@@ -64,9 +65,9 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.purge_epoch(),
         k.viewers(i, 1),
         k.buyers(i, 1),
-        k.also_bought_epoch().to_owned(),
-        k.also_bought_decayed().to_owned(),
-        k.also_bought_list_epochs(i),
+        k.also_bought_errors(i),
+        k.bought().to_owned(),
+        k.orders().to_owned(),
         k.login_attempts("ip", "127.0.0.1"),
         k.login_name_limit("alice").0,
         k.login_name_limit("alice").1,
@@ -75,7 +76,6 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.user_sessions(crate::domain::UserId::new(5).unwrap()),
         k.password_epoch(crate::domain::UserId::new(5).unwrap()),
         k.also_bought(i),
-        k.also_bought_index().to_owned(),
         k.schedule().to_owned(),
         k.delay().to_owned(),
         k.inventory(i),
@@ -132,19 +132,11 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         assert_eq!(tag(&k.cart(&new)), session);
     }
     // rescale: the ranking and its markers.
-    for key in [
-        k.views_rescaled(),
-        k.also_bought_epoch(),
-        k.also_bought_decayed(),
-    ] {
-        assert_eq!(tag(key), tag(k.item_views()));
-    }
-    // record_order and the decay, per item.
-    for key in [
-        k.buyers(i, 7),
-        k.also_bought_list_epochs(i),
-        k.viewers(i, 7),
-    ] {
+    assert_eq!(tag(k.views_rescaled()), tag(k.item_views()));
+    // record_order: the popularity beside the number of orders.
+    assert_eq!(tag(k.bought()), tag(k.orders()));
+    // record_order, per item.
+    for key in [k.buyers(i, 7), k.also_bought_errors(i), k.viewers(i, 7)] {
         assert_eq!(tag(&key), tag(&k.also_bought(i)));
     }
     // the row cache.

@@ -1,7 +1,6 @@
 -- The view rescale: keep the most viewed items of viewed: and halve every count, at
 -- most once per interval whatever the number of workers (on the server's clock).
 -- KEYS[1] viewed:   KEYS[2] the time (unix s) of the last rescale
--- KEYS[3] the rescale number the also-bought lists are to be decayed to
 -- ARGV[1] interval in seconds   ARGV[2] how many items to keep
 -- Returns -1 when the last rescale is less than an interval old, else the number of
 -- items kept. The time is stored, not a period number, so changing the interval
@@ -17,6 +16,5 @@ end
 -- rest (ranks keep..-1) go. The book's ZREMRANGEBYRANK 0 -20001 removed the most viewed.
 redis.call('ZREMRANGEBYRANK', KEYS[1], tonumber(ARGV[2]), -1)
 redis.call('ZINTERSTORE', KEYS[1], 1, KEYS[1], 'WEIGHTS', 0.5)
-redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[2], now)
 return redis.call('ZCARD', KEYS[1])

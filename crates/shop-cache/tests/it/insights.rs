@@ -1,13 +1,33 @@
 use redis::AsyncCommands;
-use shop_cache::analytics::Rescaler;
 use shop_cache::domain::ItemId;
-use shop_cache::insights::{ALSO_BOUGHT_CAP, Insights};
+use shop_cache::insights::{ALSO_BOUGHT_CAP, HALF_LIFE, Insights, weight_at};
 use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use crate::{both_layouts, keys, redis};
 
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 fn item(n: u64) -> ItemId {
     ItemId::new(n).unwrap()
+}
+
+/// Records `n` orders of `items`, each by a new shopper, at `at` (unix seconds).
+async fn orders(insights: &Insights, n: usize, items: &[ItemId], at: f64) {
+    for _ in 0..n {
+        insights
+            .record_order_at(&SessionToken::generate(), items, at)
+            .await
+            .unwrap();
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-3
 }
 
 both_layouts! {
@@ -42,19 +62,39 @@ async fn a_quarter_of_the_viewers_bought_it(fx: Fixture) {
     );
 }
 
-async fn also_bought_ranks_by_co_purchases(fx: Fixture) {
+async fn a_best_seller_does_not_crowd_out_a_pair_bought_together(fx: Fixture) {
     let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
-    let (a, b, c) = (item(1), item(2), item(3));
-    for order in [[a, b], [a, b], [a, c]] {
-        insights
-            .record_order(&SessionToken::generate(), &order)
-            .await
-            .unwrap();
+    let now = unix_now();
+    // 100 orders. The best seller (1) is in 60 of them; item 2 is in 20: 12 with
+    // the best seller (as often as its popularity predicts: 20 * 60 / 100) and 8
+    // with item 3, which only 9 orders hold (predicted: 20 * 9 / 100 = 1.8).
+    let (best, x, y) = (item(1), item(2), item(3));
+    orders(&insights, 12, &[x, best], now).await;
+    orders(&insights, 8, &[x, y], now).await;
+    orders(&insights, 1, &[y], now).await;
+    orders(&insights, 48, &[best], now).await;
+    for n in 0..31 {
+        orders(&insights, 1, &[item(50 + n)], now).await;
     }
-    let got = insights.get(a).await.unwrap();
-    assert_eq!(got.also_bought, vec![(b, 2.0), (c, 1.0)]);
-    assert_eq!(insights.get(b).await.unwrap().also_bought, vec![(a, 2.0)]);
-    assert_eq!(got.buyers, 3);
+    // Raw counts, as stored, put the best seller first (12 against 8) ...
+    let raw: Vec<(String, f64)> = fx
+        .raw()
+        .await
+        .zrevrange_withscores(fx.keys.also_bought(x), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(raw[0].0, "1", "{raw:?}");
+    // ... the score shows only the pair bought together beyond popularity.
+    let got = insights.get(x).await.unwrap();
+    let shown: Vec<ItemId> = got.also_bought.iter().map(|a| a.item).collect();
+    assert_eq!(shown, vec![y], "{got:?}");
+    let pair = &got.also_bought[0];
+    assert!(close(pair.co_buyers, 8.0) && close(pair.expected, 1.8), "{pair:?}");
+    assert!(close(pair.score, (8.0 - 1.8) / 1.8f64.sqrt()), "{pair:?}");
+    // And nothing beside the best seller: item 2 is bought with it only as often
+    // as chance predicts.
+    assert_eq!(insights.get(best).await.unwrap().also_bought, vec![]);
+    assert_eq!(got.buyers, 20);
     // Never bought: zeros, not an error.
     let none = insights.get(item(99)).await.unwrap();
     assert_eq!(
@@ -64,37 +104,84 @@ async fn also_bought_ranks_by_co_purchases(fx: Fixture) {
     assert_eq!(none.viewed_then_bought_percent(), 0.0);
 }
 
-async fn the_also_bought_list_stays_at_its_cap(fx: Fixture) {
+async fn the_minimum_of_co_buyers_hides_chance_pairs(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
+    let now = unix_now();
+    // Two orders hold items 2 and 4, and item 4 is in no other: by popularity
+    // alone a striking pair, on the evidence of two orders.
+    orders(&insights, 2, &[item(2), item(4)], now).await;
+    for n in 0..50 {
+        orders(&insights, 1, &[item(100 + n)], now).await;
+    }
+    assert_eq!(insights.get(item(2)).await.unwrap().also_bought, vec![]);
+    let two = insights.clone().with_min_co_buyers(2);
+    let shown: Vec<ItemId> = two
+        .get(item(2))
+        .await
+        .unwrap()
+        .also_bought
+        .iter()
+        .map(|a| a.item)
+        .collect();
+    assert_eq!(shown, vec![item(4)]);
+    // A third order reaches the default minimum.
+    orders(&insights, 1, &[item(2), item(4)], now).await;
+    let got = insights.get(item(2)).await.unwrap().also_bought;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(close(got[0].co_buyers, 3.0), "{got:?}");
+}
+
+async fn an_order_a_half_life_old_counts_half(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone()).with_min_co_buyers(1);
+    let now = unix_now();
+    let then = now - HALF_LIFE.as_secs_f64();
+    orders(&insights, 4, &[item(1), item(2)], then).await;
+    orders(&insights, 4, &[item(1), item(3)], now).await;
+    for n in 0..40 {
+        orders(&insights, 1, &[item(100 + n)], now).await;
+    }
+    let got = insights.get(item(1)).await.unwrap().also_bought;
+    let seen: Vec<(ItemId, f64)> = got.iter().map(|a| (a.item, a.co_buyers)).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!((seen[0].0, seen[1].0), (item(3), item(2)), "{seen:?}");
+    assert!(close(seen[0].1, 4.0) && close(seen[1].1, 2.0), "{seen:?}");
+    // Nothing was rewritten: the old orders simply weigh less than new ones.
+    let stored: Option<f64> = fx.raw().await.zscore(fx.keys.also_bought(item(1)), 2).await.unwrap();
+    assert!(close(stored.unwrap() / weight_at(then), 4.0), "{stored:?}");
+}
+
+async fn the_also_bought_list_and_its_errors_stay_at_the_cap(fx: Fixture) {
     let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
     let shopper = SessionToken::generate();
-    // 10,000 distinct items each bought once with item 1; a few of them often.
+    let now = unix_now();
+    // 10,000 distinct items each bought once with item 1; then item 500 three more
+    // times.
     for n in 2..10_002u64 {
         insights
-            .record_order(&shopper, &[item(1), item(n)])
+            .record_order_at(&shopper, &[item(1), item(n)], now)
             .await
             .unwrap();
     }
-    for _ in 0..3 {
-        insights
-            .record_order(&shopper, &[item(1), item(500)])
-            .await
-            .unwrap();
-    }
-    let size: usize = fx
-        .raw()
-        .await
-        .zcard(fx.keys.also_bought(item(1)))
+    orders(&insights, 3, &[item(1), item(500)], now).await;
+    let mut raw = fx.raw().await;
+    let size: usize = raw.zcard(fx.keys.also_bought(item(1))).await.unwrap();
+    assert_eq!(size, ALSO_BOUGHT_CAP);
+    let errors: usize = raw.hlen(fx.keys.also_bought_errors(item(1))).await.unwrap();
+    assert!(errors <= ALSO_BOUGHT_CAP, "{errors} errors kept");
+    // Space-Saving: item 500 churned out of the list and came back, inheriting the
+    // least count (about 10,000 / 100); what it earned since is known exactly.
+    let w = weight_at(now);
+    let count: f64 = raw.zscore(fx.keys.also_bought(item(1)), 500).await.unwrap();
+    let inherited: f64 = raw
+        .hget(fx.keys.also_bought_errors(item(1)), 500)
         .await
         .unwrap();
-    assert_eq!(size, ALSO_BOUGHT_CAP);
-    let top = insights.get(item(1)).await.unwrap().also_bought;
-    assert_eq!(top.len(), 5);
-    // Space-Saving: the item bought with it most often tops the list, though 10,000
-    // one-off items churned through its 50 places; a score overestimates by at most
-    // N/cap (N = 10,003 pairs recorded for item 1).
-    assert_eq!(top[0].0, item(500), "{top:?}");
-    let bound = 3.0 + 10_003.0 / ALSO_BOUGHT_CAP as f64;
-    assert!(top[0].1 >= 3.0 && top[0].1 <= bound, "{top:?}");
+    assert!(inherited / w > 50.0, "inherited {}", inherited / w);
+    assert!(close((count - inherited) / w, 3.0), "{count} - {inherited}");
+    // Inherited counts are never taken for evidence: no entry of this churned list
+    // earned 3 orders with item 1 except item 500, and item 500 is bought with it
+    // no more often than its popularity predicts.
+    assert_eq!(insights.get(item(1)).await.unwrap().also_bought, vec![]);
 }
 
 async fn a_huge_order_pairs_only_its_first_items(fx: Fixture) {
@@ -114,80 +201,35 @@ async fn a_huge_order_pairs_only_its_first_items(fx: Fixture) {
     assert_eq!(lists, order[..lists.len()], "the first items of the order");
 }
 
-async fn the_rescale_decays_also_bought_counts(fx: Fixture) {
+async fn the_old_also_bought_decay_keys_are_removed(fx: Fixture) {
     let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
-    for _ in 0..4 {
-        insights
-            .record_order(&SessionToken::generate(), &[item(1), item(2)])
+    let mut raw = fx.raw().await;
+    let [epoch, decayed, index] = fx.keys.old_also_bought_decay();
+    let _: () = raw.set(&epoch, 7).await.unwrap();
+    let _: () = raw.set(&decayed, 6).await.unwrap();
+    let _: () = raw.sadd(&index, &[1, 2]).await.unwrap();
+    for n in [1, 2] {
+        let _: () = raw
+            .hset(fx.keys.old_also_bought_marks(item(n)), n, 6)
             .await
             .unwrap();
+        let _: () = raw.zadd(fx.keys.also_bought(item(n)), 3 - n, 5).await.unwrap();
     }
-    insights
-        .record_order(&SessionToken::generate(), &[item(1), item(3)])
-        .await
-        .unwrap();
-    let mut raw = fx.raw().await;
-    let _: () = raw.zadd(fx.keys.item_views(), 1, -10).await.unwrap();
-    let rescaler = Rescaler::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        std::time::Duration::from_secs(86_400),
-        20_000,
-    );
-    rescaler.step().await.unwrap();
+    let marks = if fx.keys.old_also_bought_marks(item(1)) == fx.keys.old_also_bought_marks(item(2)) {
+        1
+    } else {
+        2
+    };
     assert_eq!(
-        insights.get(item(1)).await.unwrap().also_bought,
-        vec![(item(2), 2.0), (item(3), 0.5)]
+        insights.remove_old_also_bought_decay().await.unwrap(),
+        3 + marks
     );
-    let list: Vec<(String, f64)> = raw
-        .zrange_withscores(fx.keys.also_bought(item(2)), 0, -1)
-        .await
-        .unwrap();
-    assert_eq!(list, vec![("1".to_owned(), 2.0)]);
-}
-
-async fn a_decay_that_failed_is_finished_by_the_next_step_halving_no_list_twice(fx: Fixture) {
-    // The marker used to be set before the also-bought decay: a decay that failed
-    // was skipped until the next period. Now the next step finishes it.
-    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
-    for _ in 0..8 {
-        insights
-            .record_order(&SessionToken::generate(), &[item(1), item(2)])
-            .await
-            .unwrap();
-    }
-    let mut raw = fx.raw().await;
-    let (one, nine) = (fx.keys.also_bought(item(1)), fx.keys.also_bought(item(9)));
-    // A list the decay cannot halve (not a sorted set): the pass fails on it.
-    let _: () = raw.sadd(fx.keys.also_bought_index(), 9).await.unwrap();
-    let _: () = raw.set(&nine, "not a sorted set").await.unwrap();
-    let rescaler = Rescaler::new(
-        fx.conn.clone(),
-        fx.keys.clone(),
-        std::time::Duration::from_secs(86_400),
-        20_000,
-    );
-    assert!(rescaler.step().await.is_err(), "the decay fails on also:9");
-
-    let _: () = raw.del(&nine).await.unwrap();
-    let _: () = raw.zadd(&nine, 1, 8).await.unwrap();
-    // Same interval: no new rescale is due, but the unfinished decay is.
-    assert_eq!(
-        rescaler.step().await.unwrap(),
-        shop_cache::analytics::RescaleStep::AlreadyDone
-    );
-    let halved: Option<f64> = raw.zscore(&nine, 1).await.unwrap();
-    assert_eq!(halved, Some(4.0), "the list the failure left is halved now");
-    let once: Option<f64> = raw.zscore(&one, 2).await.unwrap();
-    assert_eq!(
-        once,
-        Some(4.0),
-        "8 halved once, whether or not it was done before"
-    );
-    // And nothing more until the next rescale.
-    rescaler.step().await.unwrap();
-    let still: Option<f64> = raw.zscore(&one, 2).await.unwrap();
-    assert_eq!(still, Some(4.0));
+    let mut left = fx.all_keys().await;
+    left.sort();
+    let mut lists = vec![fx.keys.also_bought(item(1)), fx.keys.also_bought(item(2))];
+    lists.sort();
+    assert_eq!(left, lists, "only the lists are left");
+    assert_eq!(insights.remove_old_also_bought_decay().await.unwrap(), 0);
 }
 
 async fn buyers_are_counted_in_expiring_windows(fx: Fixture) {

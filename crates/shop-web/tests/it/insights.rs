@@ -24,6 +24,8 @@ async fn insights_come_from_views_and_orders() {
         serde_json::json!({"item": 9, "viewers": 0, "buyers": 0,
             "viewed_then_bought_percent": 0.0, "viewed_then_bought_text": null,
             "min_viewers": shop_cache::insights::DEFAULT_MIN_VIEWERS, "also_bought": [],
+            "also_bought_shown": 5,
+            "min_co_buyers": shop_cache::insights::DEFAULT_MIN_CO_BUYERS,
             "window": "in the last two weeks"})
     );
 
@@ -51,13 +53,64 @@ async fn insights_come_from_views_and_orders() {
     assert_eq!(got["viewed_then_bought_percent"], 25.0);
     // Four viewers are too few to say it on the page (the default minimum: 50).
     assert_eq!(got["viewed_then_bought_text"], serde_json::Value::Null);
-    assert_eq!(got["also_bought"][0]["id"], 4);
-    assert!(
-        got["also_bought"][0]["title"]
-            .as_str()
+    // One order is too little evidence to recommend item 4 with it (the default
+    // minimum: 3 orders holding both).
+    assert_eq!(got["also_bought"], serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn also_bought_leaves_out_retired_items() {
+    let app = TestApp::start().await;
+    let insights = &app.state.insights;
+    let item = |n: u64| shop_cache::domain::ItemId::new(n).unwrap();
+    // Item 2 is bought three times with item 4 and three times with item 5; 30
+    // other orders hold one item each.
+    for other in [4, 5] {
+        for _ in 0..3 {
+            insights
+                .record_order(
+                    &shop_cache::domain::SessionToken::generate(),
+                    &[item(2), item(other)],
+                )
+                .await
+                .unwrap();
+        }
+    }
+    for n in 0..30 {
+        insights
+            .record_order(
+                &shop_cache::domain::SessionToken::generate(),
+                &[item(10 + n % 10)],
+            )
+            .await
+            .unwrap();
+    }
+    let shown = |got: &serde_json::Value| -> Vec<u64> {
+        got["also_bought"]
+            .as_array()
             .unwrap()
-            .ends_with(" 4")
-    );
+            .iter()
+            .map(|a| a["id"].as_u64().unwrap())
+            .collect()
+    };
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    // Equal but for the microseconds between the orders (the later first): as a set.
+    let mut ids = shown(&got);
+    ids.sort();
+    assert_eq!(ids, vec![4, 5], "{got}");
+    let four = got["also_bought"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == 4)
+        .unwrap();
+    assert_eq!(four["co_buyers"], 3.0, "{got}");
+    assert!(four["score"].as_f64().unwrap() >= 3.0, "{got}");
+    assert!(four["title"].as_str().unwrap().ends_with(" 4"), "{got}");
+    // Retired, item 4 can no longer be bought: it is not recommended.
+    app.state.catalogue().retire(item(4)).await.unwrap();
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(shown(&got), vec![5], "{got}");
 }
 
 #[tokio::test]

@@ -4,7 +4,8 @@
 //! The database's migrations (`shop_db`, run at every connect anyway), then the
 //! Redis key migrations: removing the shopper-insight counts of the old layout
 //! that never expired (`viewers:<item>` and `buyers:<item>` without a week; the
-//! counts are per week now and expire by themselves), and listing the guest
+//! counts are per week now and expire by themselves) and the marks of the
+//! also-bought decay before forward decay (`also-epoch:`, `also-index:`, ...), and listing the guest
 //! sessions of before guests were tracked in `guests:` (so they expire and are
 //! cleaned before shoppers, as new guests are), and listing the logged-in
 //! sessions of before each user's list of sessions (`user-sessions:<user>`), so
@@ -23,10 +24,11 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     connect_db(&args.database).await?.close().await;
     println!("database: migrated");
     let (conn, keys) = connect_redis(&args.redis).await?;
-    let removed = Insights::new(conn.clone(), keys.clone())
-        .remove_unwindowed_counts()
-        .await?;
+    let insights = Insights::new(conn.clone(), keys.clone());
+    let removed = insights.remove_unwindowed_counts().await?;
     println!("redis: removed {removed} insight counts of the old, unexpiring layout");
+    let removed = insights.remove_old_also_bought_decay().await?;
+    println!("redis: removed {removed} keys of the old also-bought decay");
     let sessions = Sessions::new(conn, keys);
     let listed = sessions.index_guests().await?;
     println!("redis: listed {listed} guest sessions in guests:");

@@ -202,6 +202,12 @@ pub struct WebSettings {
           default_value_t = shop_cache::insights::DEFAULT_MIN_VIEWERS,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub insights_min_viewers: u64,
+    /// The fewest orders (decayed: one two weeks old counts half) that held both
+    /// items before an item page recommends one with the other.
+    #[arg(long, env = "SHOP_INSIGHTS_MIN_CO_BUYERS",
+          default_value_t = shop_cache::insights::DEFAULT_MIN_CO_BUYERS,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub insights_min_co_buyers: u64,
     /// Sale-page event streams open at once in this process (`/api/flash/events`;
     /// past it, 503 with Retry-After).
     #[arg(long, env = "SHOP_MAX_EVENT_STREAMS",
@@ -492,6 +498,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             rank_limit: web.rank_limit,
             page_tier_bytes: web.page_tier_mb << 20,
             insights_min_viewers: web.insights_min_viewers,
+            insights_min_co_buyers: web.insights_min_co_buyers,
             max_cart_lines: web.max_cart_lines,
             login_limits: shop_cache::login_limit::LoginLimits {
                 per_address: web.login_limit_address,

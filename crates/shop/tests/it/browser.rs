@@ -198,8 +198,11 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         .output()
         .unwrap();
     assert!(sale.status.success());
-    // Earlier shoppers: nine viewed item 3; three bought it, with item 4 twice and
-    // with item 5 once. With this browser's own view: 3 of 10 viewers bought it.
+    // Earlier shoppers: nine viewed item 3; three bought it, each with items 4 and
+    // 5 (three orders: the default minimum to recommend them with it), and 30
+    // orders of other items say how popular items are (so 4 and 5 are bought with
+    // 3 far more often than their popularity predicts). With this browser's own
+    // view: 3 of 10 viewers bought it.
     let conn = shop_cache::connect(&url).await.unwrap();
     let sessions = Sessions::new(conn.clone(), Keys::default());
     let insights = Insights::new(conn, Keys::default());
@@ -211,9 +214,18 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
             .unwrap();
     }
     sessions.flush_views().await.unwrap();
-    for (shopper, other) in shoppers.iter().zip([4, 4, 5]) {
-        let order = [ItemId::new(3).unwrap(), ItemId::new(other).unwrap()];
-        insights.record_order(shopper, &order).await.unwrap();
+    let id = |n: u64| ItemId::new(n).unwrap();
+    for shopper in &shoppers[..3] {
+        insights
+            .record_order(shopper, &[id(3), id(4), id(5)])
+            .await
+            .unwrap();
+    }
+    for n in 0..30 {
+        insights
+            .record_order(&SessionToken::generate(), &[id(6 + n % 10)])
+            .await
+            .unwrap();
     }
     // Ten viewers are enough to say the share here (the default minimum is 50).
     let (server, addr) = shop.serve(&["--insights-min-viewers", "10"]);
@@ -269,6 +281,25 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let cart = text_of(&client, "table.cart").await;
     assert!(cart.contains(&title), "{cart}");
     screenshot(&client, "cart.png").await;
+
+    // Item 4 in the cart too: item 3's page no longer recommends it (the page's
+    // script leaves out what /api/me says is in the cart), only item 5.
+    client.goto(&format!("{base}/items/4")).await.unwrap();
+    client
+        .find(Locator::Css("#add-to-cart button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#cart-count", |t| t == "2").await;
+    client.goto(&format!("{base}/items/3")).await.unwrap();
+    let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
+    let shown: Vec<&str> = also.lines().collect();
+    assert!(
+        shown.len() == 1 && shown[0].ends_with(" 5"),
+        "item 5 alone: {also}"
+    );
 
     client.goto(&format!("{base}/flash")).await.unwrap();
     let stock = wait_text(&client, ".sale-item[data-item=\"1\"] .stock", |t| {
