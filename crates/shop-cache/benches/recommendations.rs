@@ -15,13 +15,18 @@
 //! - best-seller intrusion: the share of the other items (bought at least 20 times,
 //!   in no pair) whose top 5 holds one of the 100 best sellers.
 //!
-//! Rankings: the shop's (`Insights::get`, raw co-purchase counts, Space-Saving at
-//! `ALSO_BOUGHT_CAP`), and, from the same Redis data, the lift: the co-purchase
-//! count against what the two items' buyers (their `buyers:` HyperLogLogs) and the
-//! number of orders predict, with at least `MIN_SUPPORT` co-purchases and a lift
-//! of `MIN_LIFT`. (The shop keeps no count of orders yet: the bench uses its own.)
-//! And the ceiling: the same lift from exact counts of every pair, which the bench
-//! tallies as it generates the orders.
+//! Rankings, all from the same orders:
+//! - raw co-purchase counts: the top 5 of the stored `also:<item>` counts, as the
+//!   shop ranked them before (Space-Saving at `ALSO_BOUGHT_CAP`);
+//! - the shop's score (`Insights::get`): how far the orders known to hold both
+//!   beat what the two items' popularity predicts, `(c - E) / sqrt(E)`, past the
+//!   minimum of co-buyers;
+//! - the ceiling: the same score from exact counts of every pair, which the bench
+//!   tallies as it generates the orders.
+//!
+//! And what recording costs: the commands the shop sends per order, the commands
+//! Redis runs per order (those inside scripts counted, from `INFO commandstats`),
+//! and the memory of the also-bought lists and their errors per item.
 //!
 //! Run: `cargo bench -p shop-cache --bench recommendations` (about half a minute).
 
@@ -30,7 +35,10 @@
 use std::collections::{HashMap, HashSet};
 
 use shop_cache::domain::{ItemId, SessionToken};
-use shop_cache::insights::{ALSO_BOUGHT_SHOWN, Insights, current_window};
+use shop_cache::insights::{
+    ALSO_BOUGHT_CAP, ALSO_BOUGHT_SHOWN, Candidate, DEFAULT_MIN_CO_BUYERS, Insights,
+    rank_also_bought,
+};
 use shop_cache::keys::Keys;
 use shop_testkit::TestRedis;
 
@@ -41,10 +49,6 @@ const PAIRS: u64 = 50;
 const LIFT: f64 = 10.0;
 /// The mean number of items drawn for an order (1 to 4).
 const MEAN_DRAWS: f64 = 2.5;
-const MIN_SUPPORT: f64 = 3.0;
-/// The least lift a recommendation needs (bought together at least this many
-/// times as often as popularity alone predicts).
-const MIN_LIFT: f64 = 2.0;
 const BEST_SELLERS: usize = 100;
 
 /// A small deterministic generator (xorshift64*), so every run sees the same orders.
@@ -110,6 +114,10 @@ async fn run() {
         }
     }
 
+    let mut raw_conn = server.conn().await;
+    let sent_before = conn.commands_sent();
+    let run_before = commands_run(&mut raw_conn).await;
+    let started = std::time::Instant::now();
     let mut bought: HashMap<u64, u64> = HashMap::new();
     let mut together: HashMap<(u64, u64), u64> = HashMap::new();
     for _ in 0..ORDERS {
@@ -143,6 +151,9 @@ async fn run() {
             .await
             .unwrap();
     }
+    let recording = started.elapsed();
+    let sent = conn.commands_sent() - sent_before;
+    let run = commands_run(&mut raw_conn).await - run_before - 1;
     // The realised lift of the planted pairs: co-purchases against what
     // popularity alone predicts.
     let lifts: Vec<f64> = partner
@@ -169,79 +180,57 @@ async fn run() {
         .map(|(i, _)| *i)
         .collect();
 
-    // The two rankings of one item's list.
-    let window = current_window();
-    let mut raw_conn = server.conn().await;
+    // The two rankings of one item's list: raw counts, and the shop's score.
     let mut rank = async |x: u64| -> (Vec<u64>, Vec<u64>) {
-        let raw: Vec<u64> = insights
+        let raw: Vec<(u64, f64)> = redis::cmd("ZRANGE")
+            .arg(keys.also_bought(item(x)))
+            .arg(0)
+            .arg(ALSO_BOUGHT_SHOWN - 1)
+            .arg("REV")
+            .arg("WITHSCORES")
+            .query_async(&mut raw_conn)
+            .await
+            .unwrap();
+        let scored = insights
             .get(item(x))
             .await
             .unwrap()
             .also_bought
             .iter()
-            .map(|(i, _)| i.get())
-            .collect();
-        let list: Vec<(u64, f64)> = redis::cmd("ZRANGE")
-            .arg(keys.also_bought(item(x)))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut raw_conn)
-            .await
-            .unwrap();
-        let mut pipe = redis::pipe();
-        for j in std::iter::once(x).chain(list.iter().map(|(j, _)| *j)) {
-            pipe.cmd("PFCOUNT")
-                .arg(keys.buyers(item(j), window))
-                .arg(keys.buyers(item(j), window - 1));
-        }
-        let buyers: Vec<u64> = pipe.query_async(&mut raw_conn).await.unwrap();
-        let own = buyers[0].max(1) as f64;
-        // Lift: how many times more often bought together than popularity alone
-        // predicts (ORDERS stands for a count of orders the shop does not keep yet).
-        let mut lifted: Vec<(u64, f64)> = list
-            .iter()
-            .zip(&buyers[1..])
-            .filter(|((_, c), _)| *c >= MIN_SUPPORT)
-            .map(|((j, c), n)| (*j, c * ORDERS as f64 / (own * (*n).max(1) as f64)))
-            .filter(|(_, lift)| *lift >= MIN_LIFT)
-            .collect();
-        lifted.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let lifted = lifted
-            .iter()
             .take(ALSO_BOUGHT_SHOWN)
-            .map(|(j, _)| *j)
+            .map(|a| a.item.get())
             .collect();
-        (raw, lifted)
+        (raw.iter().map(|(i, _)| *i).collect(), scored)
     };
 
-    // The ceiling: the same lift from exact counts of every pair (what a score
-    // could reach if the shop kept them; it keeps 50 per item, by Space-Saving).
+    // The ceiling: the same score from exact counts of every pair (what the shop
+    // could reach if it kept them all; it keeps ALSO_BOUGHT_CAP per item).
     let mut pairs_of: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     for (&(a, b), &c) in &together {
         pairs_of.entry(a).or_default().push((b, c));
         pairs_of.entry(b).or_default().push((a, c));
     }
     let exact = |x: u64| -> Vec<u64> {
-        let mut scored: Vec<(u64, f64)> = pairs_of
+        let candidates: Vec<Candidate> = pairs_of
             .get(&x)
             .into_iter()
             .flatten()
-            .filter(|(_, c)| *c as f64 >= MIN_SUPPORT)
-            .map(|(j, c)| {
-                (
-                    *j,
-                    *c as f64 * ORDERS as f64 / (bought[&x] * bought[j]) as f64,
-                )
+            .map(|(j, c)| Candidate {
+                item: item(*j),
+                co_buyers: *c as f64,
+                bought: Some(bought[j] as f64),
             })
-            .filter(|(_, lift)| *lift >= MIN_LIFT)
             .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
-        scored
-            .iter()
-            .take(ALSO_BOUGHT_SHOWN)
-            .map(|(j, _)| *j)
-            .collect()
+        rank_also_bought(
+            bought[&x] as f64,
+            ORDERS as f64,
+            &candidates,
+            DEFAULT_MIN_CO_BUYERS as f64,
+        )
+        .iter()
+        .take(ALSO_BOUGHT_SHOWN)
+        .map(|a| a.item.get())
+        .collect()
     };
     let (mut hits_raw, mut hits_lift, mut hits_exact) = (0, 0, 0);
     for (&x, &y) in &partner {
@@ -264,18 +253,82 @@ async fn run() {
         others.len()
     );
     println!(
-        "  raw co-purchase counts (the shop today):   precision@5 of the planted pairs {:.2} | a top-{BEST_SELLERS} best seller in another item's top 5: {:.0}%",
+        "  raw co-purchase counts (the shop before):  precision@5 of the planted pairs {:.2} | a top-{BEST_SELLERS} best seller in another item's top 5: {:.0}%",
         hits_raw as f64 / planted,
         100.0 * intr_raw as f64 / other
     );
     println!(
-        "  lift from the shop's Redis data (Space-Saving counts, buyers HLLs), >= {MIN_SUPPORT} together, lift >= {MIN_LIFT}: precision@5 {:.2} | best seller in another's top 5: {:.0}%",
+        "  the shop's score ((c - E) / sqrt(E) over guaranteed counts, >= {DEFAULT_MIN_CO_BUYERS} orders together): precision@5 {:.2} | best seller in another's top 5: {:.0}%",
         hits_lift as f64 / planted,
         100.0 * intr_lift as f64 / other
     );
     println!(
-        "  lift from exact counts of every pair (the ceiling), same thresholds: precision@5 {:.2} | best seller in another's top 5: {:.0}%",
+        "  the same score from exact counts of every pair (the ceiling): precision@5 {:.2} | best seller in another's top 5: {:.0}%",
         hits_exact as f64 / planted,
         100.0 * intr_exact as f64 / other
     );
+
+    // What recording cost, and what it keeps.
+    let lists: Vec<String> = redis::cmd("KEYS")
+        .arg("also:*")
+        .query_async(&mut raw_conn)
+        .await
+        .unwrap();
+    let (mut list_bytes, mut error_bytes, mut full) = (0u64, 0u64, 0u64);
+    for list in &lists {
+        let id: u64 = list["also:".len()..].parse().unwrap();
+        let (bytes, errors, size): (Option<u64>, Option<u64>, u64) = redis::pipe()
+            .cmd("MEMORY")
+            .arg("USAGE")
+            .arg(list)
+            .cmd("MEMORY")
+            .arg("USAGE")
+            .arg(keys.also_bought_errors(item(id)))
+            .zcard(list)
+            .query_async(&mut raw_conn)
+            .await
+            .unwrap();
+        list_bytes += bytes.unwrap_or(0);
+        error_bytes += errors.unwrap_or(0);
+        full += u64::from(size as usize >= ALSO_BOUGHT_CAP);
+    }
+    let popularity: (Option<u64>, Option<u64>) = redis::pipe()
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg(keys.bought())
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg(keys.orders())
+        .query_async(&mut raw_conn)
+        .await
+        .unwrap();
+    let n = lists.len().max(1) as f64;
+    println!(
+        "  recording: {:.1} commands sent per order, {:.1} run by Redis per order (inside scripts counted), {:.0} orders/s one at a time",
+        sent as f64 / ORDERS as f64,
+        run as f64 / ORDERS as f64,
+        ORDERS as f64 / recording.as_secs_f64()
+    );
+    println!(
+        "  kept: {} items with a list ({full} full at {ALSO_BOUGHT_CAP}), {:.0} bytes a list + {:.0} bytes of its errors on average; bought: {} bytes, orders: {} bytes",
+        lists.len(),
+        list_bytes as f64 / n,
+        error_bytes as f64 / n,
+        popularity.0.unwrap_or(0),
+        popularity.1.unwrap_or(0),
+    );
+}
+
+/// Every command Redis has run (`INFO commandstats`, those inside scripts
+/// included), this `INFO` too.
+async fn commands_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
 }
