@@ -17,7 +17,7 @@
 //!
 //! Rankings, all from the same orders:
 //! - raw co-purchase counts: the top 5 of the stored `also:<item>` counts, as the
-//!   shop ranked them before (Space-Saving at `ALSO_BOUGHT_CAP`);
+//!   shop ranked them before;
 //! - the shop's score (`Insights::get`): how far the orders known to hold both
 //!   beat what the two items' popularity predicts, `(c - E) / sqrt(E)`, past the
 //!   minimum of co-buyers;
@@ -26,7 +26,7 @@
 //!
 //! And what recording costs: the commands the shop sends per order, the commands
 //! Redis runs per order (those inside scripts counted, from `INFO commandstats`),
-//! and the memory of the also-bought lists and their errors per item.
+//! and the memory of the also-bought lists per item.
 //!
 //! Run: `cargo bench -p shop-cache --bench recommendations` (about half a minute).
 
@@ -258,7 +258,7 @@ async fn run() {
         100.0 * intr_raw as f64 / other
     );
     println!(
-        "  the shop's score ((c - E) / sqrt(E) over guaranteed counts, >= {DEFAULT_MIN_CO_BUYERS} orders together): precision@5 {:.2} | best seller in another's top 5: {:.0}%",
+        "  the shop's score ((c - E) / sqrt(E) over counts since entry, >= {DEFAULT_MIN_CO_BUYERS} orders together): precision@5 {:.2} | best seller in another's top 5: {:.0}%",
         hits_lift as f64 / planted,
         100.0 * intr_lift as f64 / other
     );
@@ -274,22 +274,17 @@ async fn run() {
         .query_async(&mut raw_conn)
         .await
         .unwrap();
-    let (mut list_bytes, mut error_bytes, mut full) = (0u64, 0u64, 0u64);
+    let (mut list_bytes, mut full) = (0u64, 0u64);
     for list in &lists {
-        let id: u64 = list["also:".len()..].parse().unwrap();
-        let (bytes, errors, size): (Option<u64>, Option<u64>, u64) = redis::pipe()
+        let (bytes, size): (Option<u64>, u64) = redis::pipe()
             .cmd("MEMORY")
             .arg("USAGE")
             .arg(list)
-            .cmd("MEMORY")
-            .arg("USAGE")
-            .arg(keys.also_bought_errors(item(id)))
             .zcard(list)
             .query_async(&mut raw_conn)
             .await
             .unwrap();
         list_bytes += bytes.unwrap_or(0);
-        error_bytes += errors.unwrap_or(0);
         full += u64::from(size as usize >= ALSO_BOUGHT_CAP);
     }
     let popularity: (Option<u64>, Option<u64>) = redis::pipe()
@@ -310,10 +305,9 @@ async fn run() {
         ORDERS as f64 / recording.as_secs_f64()
     );
     println!(
-        "  kept: {} items with a list ({full} full at {ALSO_BOUGHT_CAP}), {:.0} bytes a list + {:.0} bytes of its errors on average; bought: {} bytes, orders: {} bytes",
+        "  kept: {} items with a list ({full} full at {ALSO_BOUGHT_CAP}), {:.0} bytes a list on average; bought: {} bytes, orders: {} bytes",
         lists.len(),
         list_bytes as f64 / n,
-        error_bytes as f64 / n,
         popularity.0.unwrap_or(0),
         popularity.1.unwrap_or(0),
     );

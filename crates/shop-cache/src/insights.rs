@@ -23,12 +23,13 @@
 //!   in Smith and Linden's "Two Decades of Recommender Systems at Amazon.com",
 //!   2017, by comparing the count with the one expected). Kept per order, in Redis:
 //!   - per item, a sorted set of the items bought with it and how often
-//!     (`also:<item>`), at most [`ALSO_BOUGHT_CAP`] entries kept by the
-//!     Space-Saving algorithm (a newcomer on a full list replaces the least counted
-//!     entry and inherits its count), with what each entry inherited
-//!     (`also-err:<item>`), so the count it is known to have earned (count minus
-//!     inherited: a lower bound of the true count) is what is judged, never an
-//!     inherited count;
+//!     (`also:<item>`), at most [`ALSO_BOUGHT_CAP`] entries: a newcomer on a full
+//!     list replaces the entry with the least (decayed) count and starts from its
+//!     own order, so a count is exactly the orders since its item came in, a lower
+//!     bound of the truth, never an inherited guess (Space-Saving lets the newcomer
+//!     inherit the count it replaced; those inherited counts pushed out pairs that
+//!     had earned theirs, and with the decay below an entry that stopped selling
+//!     makes room before a fresh one);
 //!   - how many orders held each item (`bought:`) and how many orders there were
 //!     (`orders:`).
 //!
@@ -40,8 +41,8 @@
 //!   that score. Every count is forward-decayed (Cormode et al.): an order adds a
 //!   weight that doubles every [`HALF_LIFE`], so an order two weeks old counts half
 //!   as much as today's and nothing is ever rewritten to decay it. Memory is bounded
-//!   by the catalogue: one list (100 entries, a compact listpack) and one error hash
-//!   per item bought with others, one entry per item in `bought:`.
+//!   by the catalogue: one list (100 entries, a compact listpack) per item bought
+//!   with others, one entry per item in `bought:`.
 //!   The weight doubles every two weeks from [`LANDMARK`]: a 64-bit float holds it
 //!   for 39 years (until 2065).
 //!
@@ -56,10 +57,10 @@ use crate::domain::{ItemId, SessionToken};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
-/// How many co-purchased items each also-bought list keeps: enough that a pair
-/// bought together at 2% of an item's co-purchases stays on its list through the
-/// churn of the long tail (at 50 the evaluation lost a quarter of its planted pairs;
-/// see BENCHMARKS.md), and under Redis's 128 entries of a compact listpack.
+/// How many co-purchased items each also-bought list keeps: enough that pairs
+/// bought together at a few percent of an item's co-purchases stay on its list
+/// through the churn of the long tail (see the evaluation in BENCHMARKS.md), and
+/// under Redis's 128 entries of a compact listpack.
 pub const ALSO_BOUGHT_CAP: usize = 100;
 /// How many also-bought items a page shows.
 pub const ALSO_BOUGHT_SHOWN: usize = 5;
@@ -266,8 +267,8 @@ impl Insights {
     /// Redis's work per order of k distinct items (the first [`MAX_PAIRED_ITEMS`]):
     /// one script call per item's slot (all in one call on one node) doing a
     /// `PFADD` (with an `EXPIRE` for a new window) per item and, per pair, a
-    /// `ZSCORE` and a `ZINCRBY` (on a full list whose least entry is replaced:
-    /// `ZCARD`, `ZRANGE`, `ZREM`, `HDEL`, `ZADD`, `HSET` instead); and one pipeline
+    /// `ZSCORE` and a `ZINCRBY` (for a newcomer on a full list: `ZSCORE`, `ZCARD`,
+    /// `ZPOPMIN`, `ZADD`); and one pipeline
     /// of a `ZINCRBY` per item and an `INCRBYFLOAT` on the popularity counts.
     pub async fn record_order_at(
         &self,
@@ -295,8 +296,7 @@ impl Insights {
                 let mut call = scripts::RECORD_ORDER.prepare_invoke();
                 for item in here {
                     call.key(self.keys.buyers(*item, window))
-                        .key(self.keys.also_bought(*item))
-                        .key(self.keys.also_bought_errors(*item));
+                        .key(self.keys.also_bought(*item));
                 }
                 call.arg(shopper.expose())
                     .arg(ALSO_BOUGHT_CAP)
@@ -332,24 +332,21 @@ impl Insights {
         let before = this.saturating_sub(1);
         // PFCOUNT of several keys counts their union: a shopper who viewed in both
         // windows counts once.
-        let (viewers, buyers, list, errors): (u64, u64, Vec<(String, f64)>, Vec<(String, f64)>) =
-            redis::pipe()
-                .cmd("PFCOUNT")
-                .arg(self.keys.viewers(item, this))
-                .arg(self.keys.viewers(item, before))
-                .cmd("PFCOUNT")
-                .arg(self.keys.buyers(item, this))
-                .arg(self.keys.buyers(item, before))
-                .cmd("ZRANGE")
-                .arg(self.keys.also_bought(item))
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .cmd("HGETALL")
-                .arg(self.keys.also_bought_errors(item))
-                .query_async(&mut self.conn.clone())
-                .await?;
-        let also_bought = self.also_bought(item, now, list, errors).await?;
+        let (viewers, buyers, list): (u64, u64, Vec<(String, f64)>) = redis::pipe()
+            .cmd("PFCOUNT")
+            .arg(self.keys.viewers(item, this))
+            .arg(self.keys.viewers(item, before))
+            .cmd("PFCOUNT")
+            .arg(self.keys.buyers(item, this))
+            .arg(self.keys.buyers(item, before))
+            .cmd("ZRANGE")
+            .arg(self.keys.also_bought(item))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let also_bought = self.also_bought(item, now, list).await?;
         Ok(ItemInsights {
             viewers,
             buyers,
@@ -357,23 +354,21 @@ impl Insights {
         })
     }
 
-    /// Ranks an item's stored also-bought list (`list`, with the `errors` its
-    /// entries inherited) at `now`, reading the candidates' popularity.
+    /// Ranks an item's stored also-bought list at `now`, reading the candidates'
+    /// popularity.
     async fn also_bought(
         &self,
         item: ItemId,
         now: f64,
         list: Vec<(String, f64)>,
-        errors: Vec<(String, f64)>,
     ) -> Result<Vec<AlsoBought>, CacheError> {
         let corrupt = |_| CacheError::Corrupt { what: "also:" };
         let weight = weight_at(now);
-        let inherited: std::collections::HashMap<String, f64> = errors.into_iter().collect();
         let min = self.min_co_buyers as f64;
         // Only entries that earned the minimum are worth their popularity's read.
         let mut earned: Vec<(ItemId, f64)> = Vec::new();
         for (other, count) in list {
-            let co_buyers = (count - inherited.get(&other).copied().unwrap_or(0.0)) / weight;
+            let co_buyers = count / weight;
             let other: ItemId = other.parse().map_err(corrupt)?;
             if enough(co_buyers, min) && other != item {
                 earned.push((other, co_buyers));

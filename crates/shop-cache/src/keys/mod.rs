@@ -318,16 +318,10 @@ impl Keys {
         self.item_key("buyers:", item, &format!(":{window}"))
     }
 
-    /// Sorted set: other item id -> how often it was bought with the item
-    /// (forward-decayed, Space-Saving: see `insights`).
+    /// Sorted set: other item id -> how often it was bought with the item since it
+    /// came into the list (forward-decayed, at most 100 entries: see `insights`).
     pub fn also_bought(&self, item: ItemId) -> String {
         self.item_key("also:", item, "")
-    }
-
-    /// Hash: other item id -> the count it inherited when it entered the item's
-    /// also-bought list (Space-Saving's error; no field: none).
-    pub fn also_bought_errors(&self, item: ItemId) -> String {
-        self.item_key("also-err:", item, "")
     }
 
     /// Sorted set: item id -> how many orders held it (forward-decayed, as the

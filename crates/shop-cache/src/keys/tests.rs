@@ -38,7 +38,6 @@ fn default_layout_is_the_books() {
     assert!(k.login_once("x").starts_with("login-once:"));
     assert!(!k.login_attempts("name", "alice").contains("alice"));
     assert_eq!(k.also_bought(i), "also:3");
-    assert_eq!(k.also_bought_errors(i), "also-err:3");
     assert_eq!(k.bought(), "bought:");
     assert_eq!(k.orders(), "orders:");
     assert_eq!(k.schedule(), "schedule:");
@@ -65,7 +64,6 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.purge_epoch(),
         k.viewers(i, 1),
         k.buyers(i, 1),
-        k.also_bought_errors(i),
         k.bought().to_owned(),
         k.orders().to_owned(),
         k.login_attempts("ip", "127.0.0.1"),
@@ -136,7 +134,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
     // record_order: the popularity beside the number of orders.
     assert_eq!(tag(k.bought()), tag(k.orders()));
     // record_order, per item.
-    for key in [k.buyers(i, 7), k.also_bought_errors(i), k.viewers(i, 7)] {
+    for key in [k.buyers(i, 7), k.viewers(i, 7)] {
         assert_eq!(tag(&key), tag(&k.also_bought(i)));
     }
     // the row cache.
