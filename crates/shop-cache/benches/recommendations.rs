@@ -28,7 +28,7 @@
 //! Redis runs per order (those inside scripts counted, from `INFO commandstats`),
 //! and the memory of the also-bought lists per item.
 //!
-//! Run: `cargo bench -p shop-cache --bench recommendations` (about half a minute).
+//! Run: `cargo bench -p shop-cache --bench recommendations` (about 40 s after the build).
 
 #![allow(missing_docs)]
 

@@ -41,10 +41,14 @@
 //!   that score. Every count is forward-decayed (Cormode et al.): an order adds a
 //!   weight that doubles every [`HALF_LIFE`], so an order two weeks old counts half
 //!   as much as today's and nothing is ever rewritten to decay it. Memory is bounded
-//!   by the catalogue: one list (100 entries, a compact listpack) per item bought
-//!   with others, one entry per item in `bought:`.
-//!   The weight doubles every two weeks from [`LANDMARK`]: a 64-bit float holds it
-//!   for 39 years (until 2065).
+//!   by the catalogue: one list (at most [`ALSO_BOUGHT_CAP`] entries, a compact
+//!   listpack) per item bought with others, one entry per item in `bought:`.
+//!   The weight doubles every two weeks from [`LANDMARK`]; the largest sums
+//!   (`orders:`) are some 2^24 weights at the seeds' order rate, so a 64-bit float
+//!   holds them for about 38 years (until about 2064; then the landmark moves, with
+//!   every count divided by the same factor). Weights come from the recording web
+//!   server's clock: keep clocks in sync (an order recorded a day ahead weighs 5%
+//!   more).
 //!
 //! Recording an order runs after the order is durable and its failure never fails
 //! the order (the caller logs and counts it).
@@ -65,7 +69,8 @@ pub const ALSO_BOUGHT_CAP: usize = 100;
 /// How many also-bought items a page shows.
 pub const ALSO_BOUGHT_SHOWN: usize = 5;
 /// How many are served, best first: more than shown, so a page can leave out what
-/// is already in the shopper's cart and still show [`ALSO_BOUGHT_SHOWN`].
+/// is already in the shopper's cart (and the web tier what was retired) and
+/// usually still show [`ALSO_BOUGHT_SHOWN`].
 pub const ALSO_BOUGHT_OFFERED: usize = 10;
 /// Only the first this-many distinct items of an order are paired (pairs grow as the
 /// square of the order size; a huge order must not stall Redis).
@@ -159,17 +164,22 @@ pub fn rank_also_bought(
 ) -> Vec<AlsoBought> {
     let mut ranked: Vec<AlsoBought> = candidates
         .iter()
-        .filter(|c| enough(c.co_buyers, min_co_buyers))
         .filter_map(|c| {
+            // Never more orders together than either item was in (counts written
+            // by one call each on a cluster may be a moment apart).
+            let co_buyers = c.co_buyers.min(bought).min(c.bought?);
+            if !enough(co_buyers, min_co_buyers) {
+                return None;
+            }
             let expected = bought * c.bought? / orders;
             // No popularity known (data from before it was counted): no judgement.
             if !(expected.is_finite() && expected > 0.0) {
                 return None;
             }
-            let score = (c.co_buyers - expected) / expected.sqrt();
+            let score = (co_buyers - expected) / expected.sqrt();
             (score >= MIN_SURPRISE).then_some(AlsoBought {
                 item: c.item,
-                co_buyers: c.co_buyers,
+                co_buyers,
                 expected,
                 score,
             })
@@ -265,11 +275,14 @@ impl Insights {
     /// old orders: the also-bought counts weigh it by its age).
     ///
     /// Redis's work per order of k distinct items (the first [`MAX_PAIRED_ITEMS`]):
-    /// one script call per item's slot (all in one call on one node) doing a
-    /// `PFADD` (with an `EXPIRE` for a new window) per item and, per pair, a
-    /// `ZSCORE` and a `ZINCRBY` (for a newcomer on a full list: `ZSCORE`, `ZCARD`,
-    /// `ZPOPMIN`, `ZADD`); and one pipeline
-    /// of a `ZINCRBY` per item and an `INCRBYFLOAT` on the popularity counts.
+    /// one script call on one node (on a cluster, one for the popularity then one
+    /// per item, k + 1 round trips, the item calls sent together) running an
+    /// `INCRBYFLOAT` and k `ZINCRBY` for the popularity; per item a `PFADD`, with a
+    /// `TTL` when the shopper is new to it (and an `EXPIRE` for a new window); per
+    /// ordered pair (k(k - 1) of them) a `ZSCORE` and a `ZINCRBY`, or for a
+    /// newcomer a `ZSCORE`, then per list with newcomers a `ZCARD`, a `ZPOPMIN`
+    /// when full and one `ZADD`. The evaluation's orders (1 to 4 items) average
+    /// about 20 commands inside Redis (BENCHMARKS.md).
     pub async fn record_order_at(
         &self,
         shopper: &SessionToken,
@@ -287,40 +300,39 @@ impl Insights {
         }
         let window = window_of(unix_secs.max(0.0) as u64);
         let weight = weight_at(unix_secs);
-        let conn = self.conn.clone();
-        // One call per group of items whose keys share a slot (the whole order in
-        // the book layout, each item in the cluster layout), sent together.
-        let calls = distinct
-            .chunks(self.keys.items_per_call(distinct.len()))
-            .map(|here| {
-                let mut call = scripts::RECORD_ORDER.prepare_invoke();
-                for item in here {
-                    call.key(self.keys.buyers(*item, window))
-                        .key(self.keys.also_bought(*item));
-                }
-                call.arg(shopper.expose())
-                    .arg(ALSO_BOUGHT_CAP)
-                    .arg(WINDOW_TTL.as_secs())
-                    .arg(here.len())
-                    .arg(weight)
-                    .arg(here)
-                    .arg(&distinct);
-                let mut conn = conn.clone();
-                async move { call.invoke_async::<()>(&mut conn).await }
-            });
-        // The popularity the pairs are judged against, in one slot.
-        let mut popularity = redis::pipe();
-        for item in &distinct {
-            popularity.zincr(self.keys.bought(), item, weight).ignore();
+        let call = |here: &[ItemId], popularity: bool| {
+            let mut call = scripts::RECORD_ORDER.prepare_invoke();
+            for item in here {
+                call.key(self.keys.buyers(*item, window))
+                    .key(self.keys.also_bought(*item));
+            }
+            if popularity {
+                call.key(self.keys.bought()).key(self.keys.orders());
+            }
+            call.arg(shopper.expose())
+                .arg(ALSO_BOUGHT_CAP)
+                .arg(WINDOW_TTL.as_secs())
+                .arg(here.len())
+                .arg(weight)
+                .arg(u8::from(popularity))
+                .arg(here)
+                .arg(&distinct);
+            let mut conn = self.conn.clone();
+            async move { call.invoke_async::<()>(&mut conn).await }
+        };
+        if self.keys.layout() == crate::keys::Layout::Book {
+            // One node: the whole order in one call, popularity and pairs at once.
+            call(&distinct, true).await?;
+        } else {
+            // A cluster: the popularity first (its own slot), then one call per
+            // item's slot, sent together: a failure between them leaves
+            // popularity without pairs (scores only lower), never pairs without
+            // the popularity they are judged against.
+            call(&[], true).await?;
+            let per_call = self.keys.items_per_call(distinct.len());
+            futures::future::try_join_all(distinct.chunks(per_call).map(|here| call(here, false)))
+                .await?;
         }
-        popularity
-            .cmd("INCRBYFLOAT")
-            .arg(self.keys.orders())
-            .arg(weight)
-            .ignore();
-        let mut conn = conn.clone();
-        let counted = async move { popularity.exec_async(&mut conn).await };
-        futures::future::try_join(futures::future::try_join_all(calls), counted).await?;
         Ok(())
     }
 
@@ -339,10 +351,12 @@ impl Insights {
             .cmd("PFCOUNT")
             .arg(self.keys.buyers(item, this))
             .arg(self.keys.buyers(item, before))
+            // Only the entries that may reach the minimum (see `enough`).
             .cmd("ZRANGE")
             .arg(self.keys.also_bought(item))
-            .arg(0)
-            .arg(-1)
+            .arg((self.min_co_buyers as f64 - 0.5) * weight_at(now))
+            .arg("+inf")
+            .arg("BYSCORE")
             .arg("WITHSCORES")
             .query_async(&mut self.conn.clone())
             .await?;
@@ -416,7 +430,7 @@ impl Insights {
         let mut conn = self.conn.clone();
         let [epoch, decayed, index] = self.keys.old_also_bought_decay();
         let mut cursor: u64 = 0;
-        let mut marks: Vec<String> = Vec::new();
+        let mut marks: std::collections::HashSet<String> = std::collections::HashSet::new();
         loop {
             let (next, items): (u64, Vec<String>) = redis::cmd("SSCAN")
                 .arg(&index)
@@ -426,27 +440,40 @@ impl Insights {
                 .query_async(&mut conn)
                 .await?;
             for item in items.iter().filter_map(|i| i.parse::<ItemId>().ok()) {
-                let key = self.keys.old_also_bought_marks(item);
-                if !marks.contains(&key) {
-                    marks.push(key);
-                }
+                marks.insert(self.keys.old_also_bought_marks(item));
             }
             if next == 0 {
                 break;
             }
             cursor = next;
         }
-        // One key a command: the keys are in as many slots as items on a cluster.
-        let removals = marks.iter().chain([&epoch, &decayed, &index]).map(|key| {
-            let mut conn = conn.clone();
-            async move {
-                redis::cmd("UNLINK")
-                    .arg(key)
-                    .query_async::<u64>(&mut conn)
-                    .await
-            }
-        });
-        Ok(futures::future::try_join_all(removals).await?.iter().sum())
+        // One key a command (the keys are in as many slots as items on a cluster),
+        // 64 at a time; the index last, so a removal cut short is finished by the
+        // next run.
+        use futures::StreamExt;
+        let removed: Vec<Result<u64, redis::RedisError>> = futures::stream::iter(marks)
+            .chain(futures::stream::iter([epoch, decayed]))
+            .map(|key| {
+                let mut conn = conn.clone();
+                async move {
+                    redis::cmd("UNLINK")
+                        .arg(key)
+                        .query_async::<u64>(&mut conn)
+                        .await
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let mut total = 0;
+        for n in removed {
+            total += n?;
+        }
+        let index: u64 = redis::cmd("UNLINK")
+            .arg(&index)
+            .query_async(&mut conn)
+            .await?;
+        Ok(total + index)
     }
 
     /// Removes the viewer and buyer counts of the layout before windows
@@ -544,6 +571,7 @@ mod tests {
                 candidate(5, 2.0, Some(2.0)),   // too few orders
                 candidate(6, 9.0, None),        // popularity unknown
                 candidate(7, 5.0, Some(5.0)),   // ties with 4
+                candidate(8, 9.0, Some(2.0)),   // more together than it sold: 2
             ],
             3.0,
         );
@@ -557,7 +585,7 @@ mod tests {
 
     #[test]
     fn at_most_the_offered_are_ranked() {
-        let many: Vec<Candidate> = (2..40).map(|n| candidate(n, 10.0, Some(1.0))).collect();
+        let many: Vec<Candidate> = (2..40).map(|n| candidate(n, 10.0, Some(10.0))).collect();
         let ranked = rank_also_bought(10.0, 1_000.0, &many, 3.0);
         assert_eq!(ranked.len(), ALSO_BOUGHT_OFFERED);
         assert_eq!(ranked[0].item.get(), 2);

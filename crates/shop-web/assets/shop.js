@@ -70,9 +70,13 @@ const mePromise = (async function () {
     p.textContent = data.viewed_then_bought_text;
     box.appendChild(p);
   }
-  // Also bought, best first, without what is already in this shopper's cart.
-  const me = await mePromise;
-  const inCart = new Set(me ? me.cart.lines.map(l => l.item) : []);
+  // Also bought, best first, without what is already in this shopper's cart (if
+  // /api/me answers within 2 s; else without leaving anything out).
+  const me = await Promise.race([
+    mePromise,
+    new Promise(resolve => setTimeout(() => resolve(null), 2000)),
+  ]);
+  const inCart = new Set((me?.cart?.lines ?? []).map(l => l.item));
   const also = data.also_bought
     .filter(i => !inCart.has(i.id))
     .slice(0, data.also_bought_shown);

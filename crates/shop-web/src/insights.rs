@@ -35,11 +35,10 @@ async fn insights(
     let found = state.insights.get(id).await?;
     let ids: Vec<ItemId> = found.also_bought.iter().map(|a| a.item).collect();
     let items = state.db.items_by_id(&ids).await?;
-    // Never the item itself, nor one that is gone or retired (it cannot be bought).
+    // Never an item that is gone or retired (it cannot be bought).
     let also: Vec<_> = found
         .also_bought
         .iter()
-        .filter(|a| a.item != id)
         .filter_map(|a| {
             let item = items.get(&a.item).filter(|item| !item.retired)?;
             Some(json!({

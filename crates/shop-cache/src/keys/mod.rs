@@ -319,7 +319,7 @@ impl Keys {
     }
 
     /// Sorted set: other item id -> how often it was bought with the item since it
-    /// came into the list (forward-decayed, at most 100 entries: see `insights`).
+    /// came into the list (forward-decayed, bounded: see `insights`).
     pub fn also_bought(&self, item: ItemId) -> String {
         self.item_key("also:", item, "")
     }

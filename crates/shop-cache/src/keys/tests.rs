@@ -129,7 +129,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         assert_eq!(tag(&k.viewed_by(&new)), session);
         assert_eq!(tag(&k.cart(&new)), session);
     }
-    // rescale: the ranking and its markers.
+    // rescale: the ranking and its marker.
     assert_eq!(tag(k.views_rescaled()), tag(k.item_views()));
     // record_order: the popularity beside the number of orders.
     assert_eq!(tag(k.bought()), tag(k.orders()));

@@ -26,8 +26,10 @@ async fn orders(insights: &Insights, n: usize, items: &[ItemId], at: f64) {
     }
 }
 
+/// Equal to a thousandth (counts read a moment after they were written have
+/// decayed by a few millionths a second).
 fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() < 1e-3
+    (a - b).abs() < 1e-3 * b.abs().max(1.0)
 }
 
 both_layouts! {
@@ -196,6 +198,40 @@ async fn a_full_list_makes_room_from_what_stopped_selling(fx: Fixture) {
         let count: Option<f64> = raw.zscore(&list, n).await.unwrap();
         assert!(close(count.unwrap() / weight_at(now), 1.0), "{n}: {count:?}");
     }
+}
+
+async fn an_orders_newcomers_all_come_into_a_full_list(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
+    let now = unix_now();
+    let then = now - 3.0 * HALF_LIFE.as_secs_f64();
+    for n in 2..(2 + ALSO_BOUGHT_CAP as u64) {
+        orders(&insights, 1, &[item(1), item(n)], then).await;
+    }
+    // One order brings three items new to item 1's full list: none pushes out
+    // another of the same order.
+    orders(&insights, 1, &[item(1), item(500), item(501), item(502)], now).await;
+    let mut raw = fx.raw().await;
+    let list = fx.keys.also_bought(item(1));
+    let size: usize = raw.zcard(&list).await.unwrap();
+    assert_eq!(size, ALSO_BOUGHT_CAP);
+    for n in [500, 501, 502] {
+        let count: Option<f64> = raw.zscore(&list, n).await.unwrap();
+        assert!(count.is_some_and(|c| close(c / weight_at(now), 1.0)), "{n}: {count:?}");
+    }
+}
+
+async fn an_order_whose_popularity_cannot_be_written_writes_no_pairs(fx: Fixture) {
+    let insights = Insights::new(fx.conn.clone(), fx.keys.clone());
+    let mut raw = fx.raw().await;
+    // Something else holds the count of orders: the popularity write fails.
+    let _: () = raw.hset(fx.keys.orders(), "not", "a number").await.unwrap();
+    let failed = insights
+        .record_order(&SessionToken::generate(), &[item(1), item(2)])
+        .await;
+    assert!(failed.is_err());
+    // No pair was counted without the popularity it is judged against.
+    let lists: usize = raw.exists(&[fx.keys.also_bought(item(1)), fx.keys.also_bought(item(2))]).await.unwrap();
+    assert_eq!(lists, 0);
 }
 
 async fn a_huge_order_pairs_only_its_first_items(fx: Fixture) {

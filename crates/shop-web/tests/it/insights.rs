@@ -114,6 +114,29 @@ async fn also_bought_leaves_out_retired_items() {
 }
 
 #[tokio::test]
+async fn the_minimum_of_co_buyers_is_a_setting() {
+    let app = TestApp::with_config(WebConfig {
+        insights_min_co_buyers: 1,
+        ..WebConfig::default()
+    })
+    .await;
+    let item = |n: u64| shop_cache::domain::ItemId::new(n).unwrap();
+    // One order of items 2 and 4 among 21.
+    let orders =
+        std::iter::once(vec![item(2), item(4)]).chain((0..20).map(|n| vec![item(10 + n % 10)]));
+    for order in orders {
+        app.state
+            .insights
+            .record_order(&shop_cache::domain::SessionToken::generate(), &order)
+            .await
+            .unwrap();
+    }
+    let got = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(got["min_co_buyers"], 1, "{got}");
+    assert_eq!(got["also_bought"][0]["id"], 4, "{got}");
+}
+
+#[tokio::test]
 async fn a_failure_to_record_insights_does_not_fail_the_order() {
     let app = TestApp::start().await;
     let user = app.logged_in("sam").await;

@@ -10,8 +10,9 @@
 //! cleaned before shoppers, as new guests are), and listing the logged-in
 //! sessions of before each user's list of sessions (`user-sessions:<user>`), so
 //! "log out everywhere", a password change and the cap reach them too. Run it
-//! once every web server runs the new build (an older one logs in without
-//! listing).
+//! once every web server and `shop work` runs the new build (an older one logs
+//! in without listing, and an older `shop work` would go on halving the new
+//! also-bought lists and write the old decay's keys again).
 
 use shop_cache::insights::Insights;
 use shop_cache::session::Sessions;

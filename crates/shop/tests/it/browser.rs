@@ -258,6 +258,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         "30% of 10 shoppers who viewed this item in the last two weeks bought it."
     );
     let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
+    // Items 4 and 5 were in the same orders: equal scores, so the lower id first.
     let first = also.lines().next().unwrap_or_default().to_owned();
     assert!(first.ends_with(" 4"), "item 4 first: {also}");
     screenshot(&client, "item.png").await;
