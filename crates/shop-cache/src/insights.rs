@@ -167,11 +167,12 @@ pub fn rank_also_bought(
         .filter_map(|c| {
             // Never more orders together than either item was in (counts written
             // by one call each on a cluster may be a moment apart).
-            let co_buyers = c.co_buyers.min(bought).min(c.bought?);
+            let other = c.bought?;
+            let co_buyers = c.co_buyers.min(bought).min(other);
             if !enough(co_buyers, min_co_buyers) {
                 return None;
             }
-            let expected = bought * c.bought? / orders;
+            let expected = bought * other / orders;
             // No popularity known (data from before it was counted): no judgement.
             if !(expected.is_finite() && expected > 0.0) {
                 return None;
@@ -329,9 +330,12 @@ impl Insights {
             // popularity without pairs (scores only lower), never pairs without
             // the popularity they are judged against.
             call(&[], true).await?;
-            let per_call = self.keys.items_per_call(distinct.len());
-            futures::future::try_join_all(distinct.chunks(per_call).map(|here| call(here, false)))
-                .await?;
+            futures::future::try_join_all(
+                distinct
+                    .iter()
+                    .map(|item| call(std::slice::from_ref(item), false)),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -378,14 +382,13 @@ impl Insights {
     ) -> Result<Vec<AlsoBought>, CacheError> {
         let corrupt = |_| CacheError::Corrupt { what: "also:" };
         let weight = weight_at(now);
-        let min = self.min_co_buyers as f64;
-        // Only entries that earned the minimum are worth their popularity's read.
-        let mut earned: Vec<(ItemId, f64)> = Vec::new();
+        // The list as read holds only entries that may reach the minimum (`get`
+        // reads by score); the ranking judges them.
+        let mut earned: Vec<(ItemId, f64)> = Vec::with_capacity(list.len());
         for (other, count) in list {
-            let co_buyers = count / weight;
             let other: ItemId = other.parse().map_err(corrupt)?;
-            if enough(co_buyers, min) && other != item {
-                earned.push((other, co_buyers));
+            if other != item {
+                earned.push((other, count / weight));
             }
         }
         if earned.is_empty() {
@@ -416,7 +419,7 @@ impl Insights {
             own / weight,
             orders / weight,
             &candidates,
-            min,
+            self.min_co_buyers as f64,
         ))
     }
 

@@ -356,16 +356,6 @@ impl Keys {
         }
     }
 
-    /// How many items' keys one script call may touch together, out of `batch`:
-    /// all of them in the book layout (one node), one in the cluster layout (each
-    /// item's keys carry the item's own tag). Callers split their batches by it.
-    pub fn items_per_call(&self, batch: usize) -> usize {
-        match self.0.layout {
-            Layout::Book => batch.max(1),
-            Layout::Cluster { .. } => 1,
-        }
-    }
-
     /// What began the viewer and buyer counts of the layout before insight windows
     /// (`viewers:<item>`, no window, no expiry), for their one-time removal. None in
     /// the cluster layout, which never had them.

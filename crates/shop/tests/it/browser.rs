@@ -80,6 +80,17 @@ fn driver() -> Option<Driver> {
     })
 }
 
+/// Clicks the item page's "Add to cart" button.
+async fn add_to_cart(client: &fantoccini::Client) {
+    client
+        .find(Locator::Css("#add-to-cart button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn text_of(client: &fantoccini::Client, css: &str) -> String {
     client
         .find(Locator::Css(css))
@@ -262,13 +273,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let first = also.lines().next().unwrap_or_default().to_owned();
     assert!(first.ends_with(" 4"), "item 4 first: {also}");
     screenshot(&client, "item.png").await;
-    client
-        .find(Locator::Css("#add-to-cart button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    add_to_cart(&client).await;
     // The form posts and lands on the cart page; the header count comes from /api/me.
     wait_text(&client, "#cart-count", |t| t == "1").await;
     assert!(
@@ -286,13 +291,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     // Item 4 in the cart too: item 3's page no longer recommends it (the page's
     // script leaves out what /api/me says is in the cart), only item 5.
     client.goto(&format!("{base}/items/4")).await.unwrap();
-    client
-        .find(Locator::Css("#add-to-cart button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    add_to_cart(&client).await;
     wait_text(&client, "#cart-count", |t| t == "2").await;
     client.goto(&format!("{base}/items/3")).await.unwrap();
     let also = wait_text(&client, "#insights .also-bought", |t| !t.is_empty()).await;
