@@ -295,7 +295,12 @@ async fn cleaner() {
         let mut raw = server.conn().await;
         populate(&mut raw, &keys, SESSIONS_TO_CLEAN).await;
         let mut conn: RedisConn = shop_cache::connect(&server.url()).await.unwrap();
-        let (redis_before, _) = cpu(&mut raw).await;
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec_async(&mut raw)
+            .await
+            .unwrap();
+        let (redis_before, client_before) = cpu(&mut raw).await;
         let sent_before = conn.commands_sent();
         let started = Instant::now();
         let mut removed = 0;
@@ -316,16 +321,52 @@ async fn cleaner() {
             }
         }
         let secs = started.elapsed().as_secs_f64();
-        let (redis_after, _) = cpu(&mut raw).await;
+        let (redis_after, client_after) = cpu(&mut raw).await;
         assert_eq!(removed as usize, SESSIONS_TO_CLEAN);
         println!(
-            "   {name:<26} {:>9.0} sessions/s | Redis CPU {:.2} us a session | {:.2} commands sent a session",
+            "   {name:<26} {:>9.0} sessions/s | Redis CPU {:.2} us a session | cleaner's CPU {:.2} us | {:.2} commands sent a session",
             removed as f64 / secs,
             (redis_after - redis_before) * 1e6 / removed as f64,
+            (client_after - client_before) * 1e6 / removed as f64,
             (conn.commands_sent() - sent_before) as f64 / removed as f64
         );
+        if std::env::var_os("COMMANDSTATS").is_some() {
+            print_commandstats(&mut raw, removed as f64).await;
+        }
     }
     println!();
+}
+
+/// With `COMMANDSTATS=1`: Redis's own time per command (`INFO commandstats`, which
+/// counts the commands a script runs too), per removed session, largest first.
+async fn print_commandstats(raw: &mut MultiplexedConnection, per: f64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    let mut rows: Vec<(String, f64, f64)> = info
+        .lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |f: &str| -> Option<f64> {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_string(), field("calls")?, field("usec")?))
+        })
+        .collect();
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+    for (name, calls, usec) in rows.iter().take(12) {
+        println!(
+            "      {name:<16} {:>7.3} calls {:>6.2} us a session",
+            calls / per,
+            usec / per
+        );
+    }
 }
 
 async fn used_memory(conn: &mut MultiplexedConnection) -> u64 {

@@ -283,20 +283,32 @@ impl SessionCleaner {
 /// is a token and a user id); past it, their index entries are left to the listing.
 const MAX_HELD_ENDED: usize = 100_000;
 
-/// A session a cleaning call picked for the next one: where it was picked (see
-/// `clean_sessions.lua`), its token, and its time as Redis wrote it.
-type Candidate = (String, String, String);
+/// The candidates of one kind a cleaning call picked for the next one (see
+/// `clean_sessions.lua`): the bound of their index at the pick, as Redis wrote it,
+/// and their tokens.
+type Kind = (String, Vec<String>);
+
+/// The kinds of candidates, in the script's order: idle, login, guests, oldest.
+const KINDS: usize = 4;
 
 /// What `clean_sessions.lua` answers: removed, microseconds, mended, the removed
-/// logged-in sessions' owners, the next candidates and when they were picked.
-type CallAnswer = (u64, u64, u64, Vec<(String, String)>, Vec<Candidate>, String);
+/// logged-in sessions' owners, the next candidates of each kind and when they were
+/// picked.
+type CallAnswer = (u64, u64, u64, Vec<(String, String)>, Vec<Kind>, String);
 
 /// A shard's candidates for its next call, and when they were picked (Redis's
 /// clock, as the script wrote it).
 #[derive(Debug, Default)]
 struct Picked {
-    candidates: Vec<Candidate>,
+    kinds: Vec<Kind>,
     at: String,
+}
+
+impl Picked {
+    /// How many candidates there are, of every kind.
+    fn len(&self) -> usize {
+        self.kinds.iter().map(|(_, tokens)| tokens.len()).sum()
+    }
 }
 
 /// What a cleaner carries from one step to the next.
@@ -347,15 +359,15 @@ impl SessionCleaner {
         next: &mut Picked,
     ) -> Result<Cleaned, CacheError> {
         let mut done = Cleaned::default();
-        if next.candidates.is_empty() {
+        if next.len() == 0 {
             done.add(self.call(shard, cap, batch, next).await?);
-            if next.candidates.is_empty() {
+            if next.len() == 0 {
                 return Ok(done);
             }
         }
         done.add(self.call(shard, cap, batch, next).await?);
         // Counted once: the pick-only call's candidates are this call's.
-        done.picked = next.candidates.len() as u64;
+        done.picked = next.len() as u64;
         Ok(done)
     }
 
@@ -378,24 +390,28 @@ impl SessionCleaner {
             .arg(self.lifetimes.idle().as_secs())
             .arg(self.lifetimes.absolute().as_secs())
             .arg(batch)
-            .arg(if picked.candidates.is_empty() {
+            .arg(if picked.len() == 0 {
                 "0"
             } else {
                 picked.at.as_str()
             });
-        for (pick, member, seen) in picked.candidates.iter() {
+        picked.kinds.resize_with(KINDS, Kind::default);
+        for (bound, tokens) in &picked.kinds {
+            call.arg(tokens.len()).arg(bound);
+        }
+        for member in picked.kinds.iter().flat_map(|(_, tokens)| tokens) {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))
-                .arg(pick)
-                .arg(member)
-                .arg(seen);
+                .arg(member);
         }
-        let (removed, micros, mended, owners, next, at): CallAnswer =
+        let (removed, micros, mended, owners, kinds, at): CallAnswer =
             call.invoke_async(&mut self.conn.clone()).await?;
-        *picked = Picked {
-            candidates: next,
-            at,
-        };
+        if kinds.len() != KINDS {
+            return Err(CacheError::Corrupt {
+                what: "the cleaning script's answer",
+            });
+        }
+        *picked = Picked { kinds, at };
         let ended = owners
             .into_iter()
             .filter_map(|(token, user)| Some((token.parse().ok()?, user.parse().ok()?)))
@@ -403,7 +419,7 @@ impl SessionCleaner {
         Ok(Cleaned {
             removed,
             mended,
-            picked: picked.candidates.len() as u64,
+            picked: picked.len() as u64,
             blocked: Duration::from_micros(micros),
             ended,
         })

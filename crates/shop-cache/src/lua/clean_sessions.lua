@@ -1,21 +1,35 @@
 -- One step of the session cleaner on one shard of the session index, in one call:
 -- removes the candidates the previous call picked, if each is still what it was
--- when picked, then picks the next candidates and returns them with their times.
+-- when picked, then picks the next candidates and returns them.
 -- A step is one round trip: the caller passes the candidates back (their
 -- viewed:<token> and cart:<token> keys must be declared in KEYS, which is why the
 -- script cannot pick and remove in the same call).
 --
--- A candidate is removed only if its time is unchanged since the pick, checked and
--- deleted in this one call, so a session touched after the pick survives (the
--- book read, then deleted in separate steps, and lost it). A candidate another
--- cleaner removed meanwhile is skipped, and one picked for the cap goes only while
--- the shard is still over it, so several cleaners never remove more than the
--- excess.
+-- Candidates come in four kinds, each picked from the front of one index and
+-- passed back with that index's bound at the pick (every candidate of the kind
+-- scored at or under it then):
+--   idle    recent:, idle past ARGV[3] whatever the cap (bound: exclusive)
+--   login   logins:, logged in longer ago than ARGV[4] (bound: exclusive)
+--   guests  guests:, oldest first: idle past ARGV[2], or for the cap
+--   oldest  recent:, for the cap
+-- For guests and oldest the bound is the newest candidate's time, or the pick's
+-- time (Redis's clock) if that is earlier. A candidate is unchanged since the pick
+-- when it is still among the first (all candidates) members of its index scored
+-- within the bound: read by one ZRANGEBYSCORE per kind, tokens only. Every touch
+-- after the pick writes a later time than the pick's (the touch's time is Redis's,
+-- as here), so a session touched after the pick is out of range and survives (the
+-- book read, then deleted in separate steps, and lost it); a touch by the book's
+-- own code (its host's clock) is caught unless that clock is behind by more than
+-- the candidates' age. No score is formatted or parsed per candidate (reading,
+-- returning and comparing each one's time was half of the script's cost).
+-- A candidate another cleaner removed meanwhile is skipped, and one picked for the
+-- cap goes only while the shard is still over it, so several cleaners never remove
+-- more than the excess.
 -- Guests first: a guest (in guests:, neither logged in nor holding a cart) picked
 -- for the cap goes only if it is still a guest with the same time (a cart line or
 -- a login since takes it out of guests:); a session picked from recent: for the
--- cap ('oldest') goes only once the shard has no guest left, so the cap never
--- removes a shopper while a guest is left.
+-- cap ('oldest') goes only once the shard has no guest left that was there at the
+-- pick, so the cap never removes a shopper while a guest is left.
 --
 -- KEYS[1] recent: (the shard)   KEYS[2] login: (the shard)   KEYS[3] guests: (the shard)
 -- KEYS[4] logins: (the shard)
@@ -25,148 +39,190 @@
 -- ARGV[5] how many candidates to pick for the next call (0: none)
 -- ARGV[6] when the candidates were picked (Redis's clock, as the last call returned
 --   it; 0 when there are none)
--- ARGV[4 + 3i] where candidate i was picked: 'idle' (recent:, idle past ARGV[3]
---   whatever the cap), 'login' (logins:, logged in longer ago than ARGV[4]),
---   'guests' (guests:, oldest first: idle past ARGV[2], or for the cap), 'oldest'
---   (recent:, for the cap)
--- ARGV[5 + 3i] token i   ARGV[6 + 3i] its time when picked (last seen; for
---   'login', when it logged in), as the pick returned it
+-- ARGV[7 .. 14] for each kind in the order idle, login, guests, oldest: how many
+--   candidates of it follow, and its bound, as the last call returned them
+-- ARGV[15 ..] the candidates' tokens, kind by kind in that order (token i)
 -- Returns {how many sessions were removed, microseconds the script ran, how many
 -- guest or login entries were dropped or set right, {token, user, ...} of the
--- removed sessions that were logged in, {where, token, time, ...} the next
--- candidates, when they were picked}: the cleaner sizes its batches by the time it blocks Redis (see
--- session_cleaner.rs), goes on at once after a step that only mended entries or
--- picked candidates, and takes the logged-in ones out of their users' indexes of
--- sessions (user-sessions:, other slots on a cluster).
+-- removed sessions that were logged in, {{bound, {token, ...}} for each kind in
+-- order} the next candidates, when they were picked}: the cleaner sizes its
+-- batches by the time it blocks Redis (see session_cleaner.rs), goes on at once
+-- after a step that only mended entries or picked candidates, and takes the
+-- logged-in ones out of their users' indexes of sessions (user-sessions:, other
+-- slots on a cluster).
 local t0 = redis.call('TIME')
 local function took()
   local t = redis.call('TIME')
   return (tonumber(t[1]) - tonumber(t0[1])) * 1000000 + tonumber(t[2]) - tonumber(t0[2])
 end
+local recent, login, guests, logins = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local cap = tonumber(ARGV[1])
 local now = tonumber(t0[1])
+-- The same time a touch in this instant would write (touch.lua).
+local now_exact = now + tonumber(t0[2]) / 1000000
 local guest_idle_before = now - tonumber(ARGV[2])
 local expired_before = now - tonumber(ARGV[3])
 local login_before = now - tonumber(ARGV[4])
 local batch = tonumber(ARGV[5])
-local picked_at = tonumber(ARGV[6])
-local n = (#ARGV - 6) / 3
-local size = redis.call('ZCARD', KEYS[1])
+local picked_at = ARGV[6]
+local size = redis.call('ZCARD', recent)
 
--- 1. The candidates of the previous call.
+-- 1. The candidates of the previous call, kind by kind: {first argument, count,
+-- bound}.
+local kinds = {}
+local n = 0
+for k = 1, 4 do
+  local count = tonumber(ARGV[5 + 2 * k])
+  kinds[k] = {first = 15 + n, count = count, bound = ARGV[6 + 2 * k]}
+  n = n + count
+end
 local removed, mended, owners = 0, 0, {}
 if n >= 1 then
-  local modes, tokens, picked = {}, {}, {}
-  for i = 1, n do
-    modes[i] = ARGV[4 + 3 * i]
-    tokens[i] = ARGV[5 + 3 * i]
-    picked[i] = tonumber(ARGV[6 + 3 * i])
-  end
-  -- One read of every candidate's times, then one command of each kind for all
-  -- the sessions to remove (a command per session was 3x slower).
-  local seen = redis.call('ZMSCORE', KEYS[1], unpack(tokens))
-  local as_guest = redis.call('ZMSCORE', KEYS[3], unpack(tokens))
-  local since = redis.call('ZMSCORE', KEYS[4], unpack(tokens))
-  local logged = redis.call('HMGET', KEYS[2], unpack(tokens))
-  local gone, owned, stale, stale_logins, taken = {}, {}, {}, {}, {}
-  -- The entries of gone sessions in guests: and logins:, and their owners: only
-  -- the ones there are (a command on missing members still costs its lookups).
-  local gone_guests, gone_logins, gone_logged = {}, {}, {}
-  -- The guests there were at the pick: 'oldest' candidates were picked only when
-  -- every one of them was, and go once they have gone. A guest that came since
-  -- is newer than any candidate, and is picked (first) by this call's pick.
-  local guests_left = redis.call('ZCOUNT', KEYS[3], '-inf', ARGV[6])
+  local gone, owned, gone_logged = {}, {}, {}
+  local stale_guests, stale_logins = {}, {}
   local function over_cap()
     return size - #gone > cap
   end
-  local function take(i)
-    taken[tokens[i]] = true
-    gone[#gone + 1] = tokens[i]
+  -- The candidates of kind k still among the first n members of `index` within
+  -- the kind's bound, as argument numbers, their tokens and their login: entries.
+  -- The pick never repeats a token, so each candidate is judged once.
+  local function still(k, index)
+    local kind = kinds[k]
+    local args, tokens, users = {}, {}, {}
+    if kind.count == 0 then
+      return args, tokens, users
+    end
+    local range = redis.call('ZRANGEBYSCORE', index, '-inf', kind.bound, 'LIMIT', 0, n)
+    -- Usually the range starts with the candidates in their order (nothing touched
+    -- or removed since): matched in step; otherwise looked up in a set of it.
+    local at, set = 1, nil
+    for a = kind.first, kind.first + kind.count - 1 do
+      local t = ARGV[a]
+      local found = false
+      if set == nil and range[at] == t then
+        found = true
+        at = at + 1
+      else
+        if set == nil then
+          set = {}
+          for j = at, #range do
+            set[range[j]] = true
+          end
+        end
+        found = set[t] == true
+      end
+      if found then
+        args[#args + 1] = a
+        tokens[#tokens + 1] = t
+      end
+    end
+    if #tokens > 0 then
+      users = redis.call('HMGET', login, unpack(tokens))
+    end
+    return args, tokens, users
+  end
+  -- Candidate i (its argument) goes, with its keys; `user` its login: entry.
+  local function take(a, user)
+    local i = a - 14
+    gone[#gone + 1] = ARGV[a]
     owned[#owned + 1] = KEYS[4 + 2 * i - 1]
     owned[#owned + 1] = KEYS[4 + 2 * i]
-    if as_guest[i] then
-      gone_guests[#gone_guests + 1] = tokens[i]
-      if tonumber(as_guest[i]) <= picked_at then
-        guests_left = guests_left - 1
-      end
-    end
-    if since[i] then
-      gone_logins[#gone_logins + 1] = tokens[i]
-    end
-    if logged[i] then
-      gone_logged[#gone_logged + 1] = tokens[i]
-      owners[#owners + 1] = tokens[i]
-      owners[#owners + 1] = logged[i]
+    if user then
+      gone_logged[#gone_logged + 1] = ARGV[a]
+      owners[#owners + 1] = ARGV[a]
+      owners[#owners + 1] = user
     end
   end
-  for i = 1, n do
-    local mode, p = modes[i], picked[i]
-    local same = seen[i] and tonumber(seen[i]) == p
-    if taken[tokens[i]] then
-      -- Picked twice (expired and oldest, say): removed once.
-    elseif mode == 'idle' then
-      if same and p < expired_before then
-        take(i)
+
+  -- Idle past the lifetime: go whatever the cap.
+  local args, tokens, users = still(1, recent)
+  for j = 1, #args do
+    take(args[j], users[j])
+  end
+  -- Logged in too long ago: go whatever the cap; a login entry whose session is
+  -- gone (removed by the book's own code, which knows nothing of logins:) goes.
+  args, tokens, users = still(2, logins)
+  if #tokens > 0 then
+    local seen = redis.call('ZMSCORE', recent, unpack(tokens))
+    for j = 1, #args do
+      if seen[j] then
+        take(args[j], users[j])
+      else
+        stale_logins[#stale_logins + 1] = tokens[j]
       end
-    elseif mode == 'login' then
-      if not seen[i] then
-        -- The session is gone (removed by the book's own code, which knows
-        -- nothing of logins:): the entry goes.
-        if since[i] then
-          stale_logins[#stale_logins + 1] = tokens[i]
-        end
-      elseif since[i] and tonumber(since[i]) == p and p < login_before then
-        take(i)
-      end
-    elseif mode == 'guests' then
-      if not as_guest[i] then
-        -- No longer a guest (a cart line or a login since), or removed already.
-      elseif not seen[i] then
-        -- A guest entry whose session is gone (removed by the book's own code,
-        -- which knows nothing of guests:): dropped, so it never holds up the
-        -- cleaner.
-        stale[#stale + 1] = tokens[i]
-        if tonumber(as_guest[i]) <= picked_at then
-          guests_left = guests_left - 1
-        end
-      elseif tonumber(as_guest[i]) ~= tonumber(seen[i]) then
-        -- Touched by code that keeps recent: only (the book's): the guest entry
-        -- takes the session's time again, so it no longer looks older than it is.
-        redis.call('ZADD', KEYS[3], 'XX', seen[i], tokens[i])
+    end
+  end
+  -- Guests: judged by their last visit in recent:, which the book's own code
+  -- keeps without guests:.
+  args, tokens, users = still(3, guests)
+  if #tokens > 0 then
+    local bound = tonumber(kinds[3].bound)
+    local seen = redis.call('ZMSCORE', recent, unpack(tokens))
+    -- Carts written by a path that did not update guests: (the book's code): one
+    -- call for all, one a candidate only when there is any.
+    local carts = {}
+    for j = 1, #args do
+      carts[j] = KEYS[4 + 2 * (args[j] - 14)]
+    end
+    local any_cart = redis.call('EXISTS', unpack(carts)) > 0
+    for j = 1, #args do
+      local s = seen[j] and tonumber(seen[j])
+      if not s then
+        -- A guest entry whose session is gone (removed by the book's own code):
+        -- dropped, so it never holds up the cleaner.
+        stale_guests[#stale_guests + 1] = tokens[j]
+      elseif s > bound then
+        -- Seen since by code that keeps recent: only (the book's): the guest
+        -- entry takes the session's time, so it no longer looks older than it is.
+        redis.call('ZADD', guests, 'XX', 'GT', s, tokens[j])
         mended = mended + 1
-      elseif logged[i] or redis.call('EXISTS', KEYS[4 + 2 * i]) == 1 then
+      elseif users[j] or (any_cart and redis.call('EXISTS', carts[j]) == 1) then
         -- Logged in or holding a cart by a path that did not update guests: (the
         -- book's code): no guest, so not removed as one.
-        stale[#stale + 1] = tokens[i]
-        if tonumber(as_guest[i]) <= picked_at then
-          guests_left = guests_left - 1
-        end
-      elseif same and (over_cap() or p < guest_idle_before) then
-        take(i)
-      end
-    elseif mode == 'oldest' then
-      if same and guests_left <= 0 and over_cap() then
-        take(i)
+        stale_guests[#stale_guests + 1] = tokens[j]
+      elseif over_cap() or s < guest_idle_before then
+        take(args[j], users[j])
       end
     end
   end
-  if #stale > 0 then
-    redis.call('ZREM', KEYS[3], unpack(stale))
+  -- The oldest, for the cap: only once no guest there was at the pick is left
+  -- (the guests this call removed or dropped are out of guests: first).
+  mended = mended + #stale_guests + #stale_logins
+  local unguested = 0
+  local function drop_guests()
+    local drop = stale_guests
+    for j = unguested + 1, #gone do
+      drop[#drop + 1] = gone[j]
+    end
+    unguested = #gone
+    stale_guests = {}
+    if #drop > 0 then
+      redis.call('ZREM', guests, unpack(drop))
+    end
+  end
+  args, tokens, users = still(4, recent)
+  if #tokens > 0 then
+    drop_guests()
+    if redis.call('ZCOUNT', guests, '-inf', picked_at) == 0 then
+      for j = 1, #args do
+        if over_cap() then
+          take(args[j], users[j])
+        end
+      end
+    end
+  end
+
+  drop_guests()
+  for _, t in ipairs(gone_logged) do
+    stale_logins[#stale_logins + 1] = t
   end
   if #stale_logins > 0 then
-    redis.call('ZREM', KEYS[4], unpack(stale_logins))
+    redis.call('ZREM', logins, unpack(stale_logins))
   end
-  mended = mended + #stale + #stale_logins
   if #gone > 0 then
-    redis.call('ZREM', KEYS[1], unpack(gone))
-    if #gone_guests > 0 then
-      redis.call('ZREM', KEYS[3], unpack(gone_guests))
-    end
-    if #gone_logins > 0 then
-      redis.call('ZREM', KEYS[4], unpack(gone_logins))
-    end
+    redis.call('ZREM', recent, unpack(gone))
     if #gone_logged > 0 then
-      redis.call('HDEL', KEYS[2], unpack(gone_logged))
+      redis.call('HDEL', login, unpack(gone_logged))
     end
     redis.call('DEL', unpack(owned))
     removed = #gone
@@ -177,60 +233,72 @@ end
 -- 2. The next candidates, up to the batch: sessions past a lifetime whatever the
 -- cap; then guests idle too long, and the oldest guests for the excess; the
 -- oldest sessions for the rest of the excess only when every guest is picked.
+-- Tokens only; each kind's bound is read once (the newest candidate's score).
 local next_ = {}
 local picked = {}
 local count = 0
-local function add(mode, list, most)
-  local added = 0
-  for j = 1, #list, 2 do
-    if count >= batch or added >= most then
-      return added
-    end
-    if not picked[list[j]] then
-      picked[list[j]] = true
-      next_[#next_ + 1] = mode
-      next_[#next_ + 1] = list[j]
-      next_[#next_ + 1] = list[j + 1]
+-- Adds the tokens of `list` not picked already, at most `most`; `last` is
+-- whether a later kind may follow (which must know what was picked).
+local function add(list, most, last)
+  local tokens, j = {}, 1
+  local dedupe = count > 0
+  while j <= #list and count < batch and #tokens < most do
+    local t = list[j]
+    if not (dedupe and picked[t]) then
+      if not last then
+        picked[t] = true
+      end
+      tokens[#tokens + 1] = t
       count = count + 1
-      added = added + 1
     end
+    j = j + 1
   end
-  return added
+  return tokens
+end
+-- The bound of a kind picked from the front of `index`: the newest candidate's
+-- time, or the pick's if that is earlier.
+local function bound_of(index, tokens)
+  if #tokens == 0 then
+    return ''
+  end
+  local newest = tonumber(redis.call('ZSCORE', index, tokens[#tokens]))
+  return string.format('%.17g', math.min(newest, now_exact))
+end
+for k = 1, 4 do
+  next_[k] = {'', {}}
 end
 if batch > 0 then
-  add('idle', redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. expired_before,
-    'WITHSCORES', 'LIMIT', 0, batch), batch)
+  local idle = add(redis.call('ZRANGEBYSCORE', recent, '-inf', '(' .. expired_before,
+    'LIMIT', 0, batch), batch, false)
+  next_[1] = {'(' .. expired_before, idle}
   if count < batch then
-    add('login', redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. login_before,
-      'WITHSCORES', 'LIMIT', 0, batch - count), batch)
+    local expired = add(redis.call('ZRANGEBYSCORE', logins, '-inf', '(' .. login_before,
+      'LIMIT', 0, batch - count), batch, false)
+    next_[2] = {'(' .. login_before, expired}
   end
-  local expired = count
-  local excess = size - expired - cap
+  local excess = size - count - cap
   local room = batch - count
-  local guests = {}
+  local no_guest_left = true
   if room > 0 then
-    guests = redis.call('ZRANGE', KEYS[3], 0, batch - 1, 'WITHSCORES')
-  end
-  local no_guest_left = #guests / 2 < batch
-  if #guests > 0 then
-    local idle = 0
-    while idle < #guests / 2 and tonumber(guests[2 * idle + 2]) < guest_idle_before do
-      idle = idle + 1
+    local waiting = redis.call('ZCARD', guests)
+    if waiting > 0 then
+      local idle_guests = redis.call('ZCOUNT', guests, '-inf', '(' .. guest_idle_before)
+      local take = math.min(math.max(idle_guests, math.min(excess, waiting)), room)
+      no_guest_left = take == waiting
+      local list = {}
+      if take > 0 then
+        list = add(redis.call('ZRANGE', guests, 0, take - 1), take, false)
+      end
+      -- A guest picked already (past a lifetime) is not counted twice.
+      excess = excess - #list
+      next_[3] = {bound_of(guests, list), list}
     end
-    local take = math.min(math.max(idle, math.min(excess, #guests / 2)), room)
-    no_guest_left = no_guest_left and take == #guests / 2
-    local list = {}
-    for j = 1, 2 * take do
-      list[j] = guests[j]
-    end
-    -- A guest picked already (past a lifetime) is not counted twice.
-    excess = excess - add('guests', list, take)
   end
   if no_guest_left and excess > 0 and count < batch then
     local want = math.min(excess, batch - count)
     -- Read past the sessions already picked (expired ones among the oldest).
-    add('oldest', redis.call('ZRANGE', KEYS[1], 0, want + count - 1, 'WITHSCORES'), want)
+    local oldest = add(redis.call('ZRANGE', recent, 0, want + count - 1), want, true)
+    next_[4] = {bound_of(recent, oldest), oldest}
   end
 end
-return {removed, took(), mended, owners, next_,
-  string.format('%d.%06d', tonumber(t0[1]), tonumber(t0[2]))}
+return {removed, took(), mended, owners, next_, string.format('%.17g', now_exact)}

@@ -320,8 +320,8 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
     }
     let mut raw = fx.raw().await;
     let recent_key = fx.keys.recent_in(shard);
-    // The pick, as the cleaner makes it: the two oldest guests (cap 3) with their
-    // scores.
+    // The pick, as the cleaner makes it: the two oldest guests (cap 3), and the
+    // bound of their index (the newer one's time).
     let picked: Vec<(String, String)> = redis::cmd("ZRANGE")
         .arg(fx.keys.guests_in(shard))
         .arg(0)
@@ -350,23 +350,29 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
         .arg(30 * 86_400)
         .arg(90 * 86_400)
         .arg(0)
-        .arg(format!("{picked_at:.6}"));
-    for (member, seen) in &picked {
+        .arg(format!("{picked_at:.6}"))
+        // No idle, no login candidates; two guests up to the newer one's time; no
+        // oldest.
+        .arg(0)
+        .arg("")
+        .arg(0)
+        .arg("")
+        .arg(2)
+        .arg(&picked[1].1)
+        .arg(0)
+        .arg("");
+    for (member, _) in &picked {
         call.key(fx.keys.viewed_by_member(shard, member))
             .key(fx.keys.cart_member(shard, member))
-            .arg("guests")
-            .arg(member)
-            .arg(seen);
+            .arg(member);
     }
-    let (removed, _micros, _mended, _owners, next, _at): (
-        u64,
-        u64,
-        u64,
-        Vec<String>,
-        Vec<String>,
-        String,
-    ) = call.invoke_async(&mut raw).await.unwrap();
-    assert!(next.is_empty(), "a batch of 0 picks nothing");
+    type Kinds = Vec<(String, Vec<String>)>;
+    let (removed, _micros, _mended, _owners, next, _at): (u64, u64, u64, Vec<String>, Kinds, String) =
+        call.invoke_async(&mut raw).await.unwrap();
+    assert!(
+        next.iter().all(|(_, tokens)| tokens.is_empty()),
+        "a batch of 0 picks nothing"
+    );
     assert_eq!(removed, 1, "only the session not seen since the pick");
     let live = recent(&fx).await;
     assert!(
