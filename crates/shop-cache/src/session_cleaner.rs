@@ -18,11 +18,15 @@
 //! call of a Lua script (`clean_sessions.lua`), which removes the candidates the
 //! shard's previous call picked, those still as old as when picked (their `login:`
 //! entry, `recent:` entry, `viewed:<token>` and `cart:<token>`), and picks the
-//! next ones, returned with their times: the script cannot pick and remove in one
-//! call, since every key it touches must be named in advance (a session's keys
-//! cannot be built inside the script on a cluster). Checking and deleting in one
-//! call keeps a session touched in between (the book read, then deleted in
-//! separate steps, and lost sessions refreshed in between). A shard with nothing
+//! next ones, returned as tokens by kind (idle, logged in too long, guests,
+//! oldest) with their index's bound at the pick: the script cannot pick and remove
+//! in one call, since every key it touches must be named in advance (a session's
+//! keys cannot be built inside the script on a cluster). A candidate still within
+//! its bound, among the front of its index, is unchanged: every touch writes a
+//! later time (Redis's clock), so no time is read, returned or compared per
+//! session. Checking and deleting in one call keeps a session touched in between
+//! (the book read, then deleted in separate steps, and lost sessions refreshed in
+//! between). A shard with nothing
 //! carried over (the first step, or after an idle one) gets a call that only picks
 //! first. The logged-in sessions a step removed leave their users' indexes of
 //! sessions in the next step, alongside its calls (or at once when nothing more was

@@ -185,34 +185,26 @@ if n >= 1 then
       end
     end
   end
-  -- The oldest, for the cap: only once no guest there was at the pick is left
-  -- (the guests this call removed or dropped are out of guests: first).
+  -- The guests removed or dropped leave guests: (an 'oldest' candidate never is
+  -- one: a guest is scored as in recent:, so one within the bound would still be
+  -- counted below).
   mended = mended + #stale_guests + #stale_logins
-  local unguested = 0
-  local function drop_guests()
-    local drop = stale_guests
-    for j = unguested + 1, #gone do
-      drop[#drop + 1] = gone[j]
-    end
-    unguested = #gone
-    stale_guests = {}
-    if #drop > 0 then
-      redis.call('ZREM', guests, unpack(drop))
-    end
+  for _, t in ipairs(gone) do
+    stale_guests[#stale_guests + 1] = t
   end
+  if #stale_guests > 0 then
+    redis.call('ZREM', guests, unpack(stale_guests))
+  end
+  -- The oldest, for the cap: only once no guest there was at the pick is left.
   args, tokens, users = still(4, recent)
-  if #tokens > 0 then
-    drop_guests()
-    if redis.call('ZCOUNT', guests, '-inf', picked_at) == 0 then
-      for j = 1, #args do
-        if over_cap() then
-          take(args[j], users[j])
-        end
+  if #tokens > 0 and redis.call('ZCOUNT', guests, '-inf', picked_at) == 0 then
+    for j = 1, #args do
+      if over_cap() then
+        take(args[j], users[j])
       end
     end
   end
 
-  drop_guests()
   for _, t in ipairs(gone_logged) do
     stale_logins[#stale_logins + 1] = t
   end
