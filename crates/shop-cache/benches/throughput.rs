@@ -12,7 +12,9 @@
 //!    with each structure's share measured alone; and bytes per cached item page.
 //!
 //! Run: `cargo bench -p shop-cache --bench throughput` (about a minute);
-//! `PARTS=cleaner` (or `ceiling`, `memory`, comma-separated) runs only those parts.
+//! `PARTS=cleaner` (or `ceiling`, `memory`, comma-separated) runs only those parts;
+//! in the cleaner's part, `WAYS=book,100,1000` picks the ways and `COMMANDSTATS=1`
+//! prints Redis's time per command.
 
 #![allow(missing_docs)]
 
@@ -291,6 +293,17 @@ async fn cleaner() {
         ("shop script, batch 100", 100),
         ("shop script, batch 1000", 1_000),
     ] {
+        // `WAYS=book,100` runs only those ways (the book's, the shop's at a batch).
+        if let Ok(ways) = std::env::var("WAYS") {
+            let way = if name.starts_with("book") {
+                "book".to_string()
+            } else {
+                batch.to_string()
+            };
+            if !ways.split(',').any(|w| w.trim() == way) {
+                continue;
+            }
+        }
         let server = TestRedis::start();
         let mut raw = server.conn().await;
         populate(&mut raw, &keys, SESSIONS_TO_CLEAN).await;
