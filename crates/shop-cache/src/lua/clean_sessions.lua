@@ -12,24 +12,27 @@
 --   login   logins:, logged in longer ago than ARGV[4] (bound: exclusive)
 --   guests  guests:, oldest first: idle past ARGV[2], or for the cap
 --   oldest  recent:, for the cap
--- For guests and oldest the bound is the newest candidate's time, or the pick's
--- time (Redis's clock) if that is earlier. A candidate is unchanged since the pick
--- when it is still among the first (all candidates) members of its index scored
--- within the bound: read by one ZRANGEBYSCORE per kind, tokens only. Every touch
--- after the pick writes a later time than the pick's (the touch's time is Redis's,
--- as here), so a session touched after the pick is out of range and survives (the
--- book read, then deleted in separate steps, and lost it); a touch by the book's
--- own code (its host's clock) is caught unless that clock is behind by more than
--- the candidates' age. No score is formatted or parsed per candidate (reading,
--- returning and comparing each one's time was half of the script's cost).
+-- For guests and oldest the bound is the newest candidate's time. A candidate is
+-- unchanged since the pick when it is still among the first (all candidates)
+-- members of its index scored within the bound: read by one ZRANGEBYSCORE per
+-- kind, tokens only. Every touch after the pick writes a later time than any
+-- session had at the pick (the touch's time is Redis's, as here), so a session
+-- touched after the pick is out of range and survives (the book read, then
+-- deleted in separate steps, and lost it). Two exceptions, both from the book's
+-- own code, which writes its host's clock: its touch is caught unless that clock
+-- is behind Redis's by more than the newest candidate's age, and where that code
+-- wrote a time ahead of Redis's clock, a touch after the pick may score within the
+-- bound. No score is formatted or parsed per candidate (reading, returning and
+-- comparing each one's time was half of the script's cost).
 -- A candidate another cleaner removed meanwhile is skipped, and one picked for the
 -- cap goes only while the shard is still over it, so several cleaners never remove
 -- more than the excess.
 -- Guests first: a guest (in guests:, neither logged in nor holding a cart) picked
 -- for the cap goes only if it is still a guest with the same time (a cart line or
 -- a login since takes it out of guests:); a session picked from recent: for the
--- cap ('oldest') goes only once the shard has no guest left that was there at the
--- pick, so the cap never removes a shopper while a guest is left.
+-- cap ('oldest') goes only once every guest there was at the pick has gone or been
+-- seen since (a guest seen since is newer than the candidates, and picked first
+-- by this call's pick), so the cap never removes a shopper for an older guest.
 --
 -- KEYS[1] recent: (the shard)   KEYS[2] login: (the shard)   KEYS[3] guests: (the shard)
 -- KEYS[4] logins: (the shard)
@@ -152,6 +155,12 @@ if n >= 1 then
       end
     end
   end
+  -- The guests there were at the pick, counted before any is moved below: the
+  -- 'oldest' candidates go only once all of them have gone.
+  local guests_left = 0
+  if kinds[4].count > 0 then
+    guests_left = redis.call('ZCOUNT', guests, '-inf', picked_at)
+  end
   -- Guests: judged by their last visit in recent:, which the book's own code
   -- keeps without guests:.
   args, tokens, users = still(3, guests)
@@ -185,23 +194,30 @@ if n >= 1 then
       end
     end
   end
-  -- The guests removed or dropped leave guests: (an 'oldest' candidate never is
-  -- one: a guest is scored as in recent:, so one within the bound would still be
-  -- counted below).
+  -- The guests removed or dropped leave guests:.
   mended = mended + #stale_guests + #stale_logins
   for _, t in ipairs(gone) do
     stale_guests[#stale_guests + 1] = t
   end
   if #stale_guests > 0 then
-    redis.call('ZREM', guests, unpack(stale_guests))
+    -- Each was scored at or before the pick (a guest's entry is never later than
+    -- its recent: one), so counted above.
+    guests_left = guests_left - redis.call('ZREM', guests, unpack(stale_guests))
   end
   -- The oldest, for the cap: only once no guest there was at the pick is left.
   args, tokens, users = still(4, recent)
-  if #tokens > 0 and redis.call('ZCOUNT', guests, '-inf', picked_at) == 0 then
+  if #tokens > 0 and guests_left <= 0 then
+    local before = #gone
     for j = 1, #args do
       if over_cap() then
         take(args[j], users[j])
       end
+    end
+    -- None is a guest unless the book's code scored it ahead of Redis's clock
+    -- (its guest entry was set right to that time, so not counted above); looked
+    -- up only when guests: holds anyone.
+    if #gone > before and redis.call('EXISTS', guests) == 1 then
+      redis.call('ZREM', guests, unpack(gone, before + 1))
     end
   end
 
@@ -226,6 +242,7 @@ end
 -- cap; then guests idle too long, and the oldest guests for the excess; the
 -- oldest sessions for the rest of the excess only when every guest is picked.
 -- Tokens only; each kind's bound is read once (the newest candidate's score).
+local now_text = string.format('%.17g', now_exact)
 local next_ = {}
 local picked = {}
 local count = 0
@@ -248,13 +265,15 @@ local function add(list, most, last)
   return tokens
 end
 -- The bound of a kind picked from the front of `index`: the newest candidate's
--- time, or the pick's if that is earlier.
+-- time (a session scored ahead of Redis's clock, by the book's code on a host
+-- whose clock is ahead, is within its own bound too, so it is removed rather than
+-- picked again and again).
 local function bound_of(index, tokens)
   if #tokens == 0 then
     return ''
   end
   local newest = tonumber(redis.call('ZSCORE', index, tokens[#tokens]))
-  return string.format('%.17g', math.min(newest, now_exact))
+  return string.format('%.17g', newest)
 end
 for k = 1, 4 do
   next_[k] = {'', {}}
@@ -293,4 +312,4 @@ if batch > 0 then
     next_[4] = {bound_of(recent, oldest), oldest}
   end
 end
-return {removed, took(), mended, owners, next_, string.format('%.17g', now_exact)}
+return {removed, took(), mended, owners, next_, now_text}

@@ -628,6 +628,70 @@ async fn a_guest_seen_again_behind_the_shops_back_is_judged_by_its_last_visit(fx
     assert_eq!(seen, Some(now), "its guest entry set right");
 }
 
+async fn a_guest_seen_again_behind_the_shops_back_still_holds_up_the_shoppers(fx: Fixture) {
+    // One shard, cap 0, a batch of 2: two old guests, then a shopper, then a guest.
+    // The first step removes the two old guests and picks the last guest and, no
+    // guest being left, the shopper. The book's code then touches that guest
+    // (recent: only): the next step sets its guest entry right and must keep the
+    // shopper, since the guest it was picked behind is still there.
+    let fx = fx.with_session_shards(SHARDS);
+    let shard = fx.keys.shards().next().unwrap();
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let old: Vec<SessionToken> = (0..2).map(|_| token_in(&fx.keys, shard)).collect();
+    for t in &old {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    let shopper = token_in(&fx.keys, shard);
+    carts.set(&shopper, ItemId::new(1).unwrap(), 1).await.unwrap();
+    let guest = token_in(&fx.keys, shard);
+    sessions.touch(&guest, Touch::request()).await.unwrap();
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 2).unwrap();
+    assert_eq!(cleaner.step().await.unwrap(), CleanerStep::Cleaned(2));
+    let mut raw = fx.raw().await;
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 1.0;
+    let _: () = raw.zadd(fx.keys.recent_in(shard), guest.expose(), later).await.unwrap();
+    cleaner.step().await.unwrap();
+    let live = recent(&fx).await;
+    assert!(live.contains(shopper.expose()), "the shopper waits for the guest: {live:?}");
+    assert!(live.contains(guest.expose()), "{live:?}");
+    let seen: Option<f64> = raw.zscore(fx.keys.guests_in(shard), guest.expose()).await.unwrap();
+    assert_eq!(seen, Some(later), "its guest entry set right");
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    assert!(recent(&fx).await.is_empty());
+    assert_no_orphans(&fx).await;
+}
+
+async fn a_session_scored_ahead_of_the_clock_is_removed_not_picked_forever(fx: Fixture) {
+    // The book's code on a host whose clock is an hour ahead wrote a session; over
+    // the cap (0) it goes like any other, and the cleaner comes to rest.
+    let fx = fx.with_session_shards(SHARDS);
+    let shard = fx.keys.shards().next().unwrap();
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let (ahead, guest) = (token_in(&fx.keys, shard), token_in(&fx.keys, shard));
+    sessions.touch(&guest, Touch::request()).await.unwrap();
+    let mut raw = fx.raw().await;
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 3_600.0;
+    let _: () = raw.zadd(fx.keys.recent_in(shard), ahead.expose(), later).await.unwrap();
+    let _: () = raw.hset(fx.keys.cart(&ahead), 3, 1).await.unwrap();
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 10).unwrap();
+    let mut steps = 0;
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {
+        steps += 1;
+        assert!(steps < 10, "the cleaner never came to rest");
+    }
+    assert!(recent(&fx).await.is_empty());
+    assert_no_orphans(&fx).await;
+}
+
 async fn an_upgrade_lists_the_guests_it_finds(fx: Fixture) {
     let fx = fx.with_session_shards(SHARDS);
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
