@@ -2,7 +2,9 @@
 //! `redis::Script` falling back to loading it when the server does not know it).
 //!
 //! A script is used where several commands must happen as one: Redis runs a script
-//! with nothing else in between. The sources are in `src/lua/`, one file each.
+//! with nothing else in between. The sources are in `src/lua/`, one file each;
+//! `batched.lua` holds helpers some of them start with (one command of each kind
+//! for a whole batch).
 
 use std::sync::LazyLock;
 
@@ -75,13 +77,21 @@ pub static SCHEDULE_ROW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/schedule_row.lua")));
 
 /// A row refresher's claim of the earliest due rows (up to a batch).
-pub static CLAIM_ROW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/claim_row.lua")));
+pub static CLAIM_ROW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/batched.lua"),
+        include_str!("lua/claim_row.lua")
+    ))
+});
 
 /// A row refresher's stores, removals or retries after reading the database, for
 /// a batch in one call.
-pub static FINISH_ROW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/finish_row.lua")));
+pub static FINISH_ROW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/batched.lua"),
+        include_str!("lua/finish_row.lua")
+    ))
+});
 
 /// Records an order for the shopper insights (buyers, also-bought pairs).
 pub static RECORD_ORDER: LazyLock<Script> =

@@ -313,6 +313,11 @@ impl Picked {
     fn len(&self) -> usize {
         self.kinds.iter().map(|(_, tokens)| tokens.len()).sum()
     }
+
+    /// Whether there is no candidate.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What a cleaner carries from one step to the next.
@@ -363,9 +368,9 @@ impl SessionCleaner {
         next: &mut Picked,
     ) -> Result<Cleaned, CacheError> {
         let mut done = Cleaned::default();
-        if next.len() == 0 {
+        if next.is_empty() {
             done.add(self.call(shard, cap, batch, next).await?);
-            if next.len() == 0 {
+            if next.is_empty() {
                 return Ok(done);
             }
         }
@@ -394,7 +399,7 @@ impl SessionCleaner {
             .arg(self.lifetimes.idle().as_secs())
             .arg(self.lifetimes.absolute().as_secs())
             .arg(batch)
-            .arg(if picked.len() == 0 {
+            .arg(if picked.is_empty() {
                 "0"
             } else {
                 picked.at.as_str()

@@ -19,16 +19,8 @@ if #due == 0 then
   end
   return {'idle', tostring(tonumber(nxt[2]) - now)}
 end
--- One command of each kind for the whole batch (a command a row cost Redis about
--- as much again), in chunks that Lua's unpack can hold.
-local CHUNK = 1000
-local delays = {}
-for i = 1, #due, CHUNK do
-  local part = redis.call('ZMSCORE', KEYS[2], unpack(due, i, math.min(i + CHUNK - 1, #due)))
-  for j = 1, #part do
-    delays[i + j - 1] = part[j]
-  end
-end
+-- One command of each kind for the whole batch (batched.lua).
+local delays = batched_zmscore(KEYS[2], due)
 local out = {'claimed'}
 local leased = {}
 -- Formatted once: Redis formats every number a script passes it, and formatting
@@ -45,7 +37,5 @@ for i, row in ipairs(due) do
     out[#out + 1] = delay
   end
 end
-for i = 1, #leased, 2 * CHUNK do
-  redis.call('ZADD', KEYS[1], unpack(leased, i, math.min(i + 2 * CHUNK - 1, #leased)))
-end
+batched('ZADD', KEYS[1], leased, 2)
 return out

@@ -95,28 +95,14 @@ if n >= 1 then
     if kind.count == 0 then
       return args, tokens, users
     end
-    local range = redis.call('ZRANGEBYSCORE', index, '-inf', kind.bound, 'LIMIT', 0, n)
-    -- Usually the range starts with the candidates in their order (nothing touched
-    -- or removed since): matched in step; otherwise looked up in a set of it.
-    local at, set = 1, nil
+    local in_range = {}
+    for _, t in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', kind.bound, 'LIMIT', 0, n)) do
+      in_range[t] = true
+    end
     for a = kind.first, kind.first + kind.count - 1 do
-      local t = ARGV[a]
-      local found = false
-      if set == nil and range[at] == t then
-        found = true
-        at = at + 1
-      else
-        if set == nil then
-          set = {}
-          for j = at, #range do
-            set[range[j]] = true
-          end
-        end
-        found = set[t] == true
-      end
-      if found then
+      if in_range[ARGV[a]] then
         args[#args + 1] = a
-        tokens[#tokens + 1] = t
+        tokens[#tokens + 1] = ARGV[a]
       end
     end
     if #tokens > 0 then
@@ -124,12 +110,18 @@ if n >= 1 then
     end
     return args, tokens, users
   end
-  -- Candidate i (its argument) goes, with its keys; `user` its login: entry.
-  local function take(a, user)
+  -- The viewed: and cart: keys of the candidate whose token is argument `a`.
+  local function keys_of(a)
     local i = a - 14
+    return KEYS[4 + 2 * i - 1], KEYS[4 + 2 * i]
+  end
+  -- The candidate whose token is argument `a` goes, with its keys; `user` its
+  -- login: entry.
+  local function take(a, user)
+    local viewed, cart = keys_of(a)
     gone[#gone + 1] = ARGV[a]
-    owned[#owned + 1] = KEYS[4 + 2 * i - 1]
-    owned[#owned + 1] = KEYS[4 + 2 * i]
+    owned[#owned + 1] = viewed
+    owned[#owned + 1] = cart
     if user then
       gone_logged[#gone_logged + 1] = ARGV[a]
       owners[#owners + 1] = ARGV[a]
@@ -171,7 +163,8 @@ if n >= 1 then
     -- call for all, one a candidate only when there is any.
     local carts = {}
     for j = 1, #args do
-      carts[j] = KEYS[4 + 2 * (args[j] - 14)]
+      local _, cart = keys_of(args[j])
+      carts[j] = cart
     end
     local any_cart = redis.call('EXISTS', unpack(carts)) > 0
     for j = 1, #args do

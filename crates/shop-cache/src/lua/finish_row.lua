@@ -10,30 +10,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local n = #ARGV / 3
--- One command of each kind for the whole batch (a command a row cost Redis about
--- as much again), in chunks that Lua's unpack can hold.
-local CHUNK = 1000
-local function each(cmd, key, args, width)
-  local step = CHUNK * width
-  for i = 1, #args, step do
-    if key then
-      redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
-    else
-      redis.call(cmd, unpack(args, i, math.min(i + step - 1, #args)))
-    end
-  end
-end
+-- One command of each kind for the whole batch (batched.lua).
 local rows = {}
 for i = 1, n do
   rows[i] = ARGV[3 * i - 2]
 end
-local delays = {}
-for i = 1, n, CHUNK do
-  local part = redis.call('ZMSCORE', KEYS[2], unpack(rows, i, math.min(i + CHUNK - 1, n)))
-  for j = 1, #part do
-    delays[i + j - 1] = part[j]
-  end
-end
+local delays = batched_zmscore(KEYS[2], rows)
 local out, gone, dropped, stored, due = {}, {}, {}, {}, {}
 -- Each due time formatted once (rows mostly share a delay): Redis formats every
 -- number a script passes it, and formatting was a tenth of its time here.
@@ -71,9 +53,9 @@ for i = 1, n do
     out[i] = 1
   end
 end
-each('ZREM', KEYS[1], gone, 1)
-each('ZREM', KEYS[2], gone, 1)
-each('DEL', nil, dropped, 1)
-each('MSET', nil, stored, 2)
-each('ZADD', KEYS[1], due, 2)
+batched('ZREM', KEYS[1], gone, 1)
+batched('ZREM', KEYS[2], gone, 1)
+batched('DEL', nil, dropped, 1)
+batched('MSET', nil, stored, 2)
+batched('ZADD', KEYS[1], due, 2)
 return out
