@@ -13,9 +13,12 @@
 //!   the samples (the time the oldest waiting row was that late, not the share of
 //!   refreshes).
 //!
-//! Against a private redis-server and a seeded SQLite file. `REFRESHERS=2` runs two
+//! Each batch size runs twice: the rows' first due times spread evenly over a second
+//! (as a shop's rows come to be cached), and all at once when the refresher starts
+//! (a herd; see [`Start`]); `START=spread` or `START=herd` runs one. Against a
+//! private redis-server and a seeded SQLite file. `REFRESHERS=2` runs two
 //! refreshers side by side (safe: they never take the same row).
-//! Run: `cargo bench -p shop --bench row_lag` (about a minute).
+//! Run: `cargo bench -p shop --bench row_lag` (about two minutes).
 
 #![allow(missing_docs)]
 
