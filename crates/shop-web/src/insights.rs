@@ -1,4 +1,5 @@
-//! `GET /api/items/{id}/insights`, for the item page's script: viewed-then-bought
+//! `GET /api/items/{id}/insights`, for the item page's script (every view of an
+//! item page calls it): viewed-then-bought
 //! (over the current week and the one before, stated in the answer's `window`;
 //! as the page's sentence in `viewed_then_bought_text`, null until the item has
 //! `--insights-min-viewers` distinct viewers) and also-bought (ranked by how much
@@ -6,6 +7,13 @@
 //! `--insights-min-co-buyers` orders, without retired items: see
 //! `shop_cache::insights`; the page's script leaves out the shopper's cart). Viewers are sessions that returned their cookie and do
 //! not call themselves bots (see `crate::session`).
+//!
+//! The answer is the same for everyone, so it is served through the page cache
+//! like a shared page (Redis and each server's in-process tier): a view's call
+//! costs no database read and no insights lookup while its answer is cached. It is
+//! tagged with its item and the items it recommends, so a change to any of them
+//! (a new title, a retirement) purges it; the counts and the list follow new views
+//! and orders within the page cache's TTL (5 minutes by default).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -15,13 +23,24 @@ use serde_json::json;
 
 use crate::AppState;
 use crate::error::WebError;
+use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
 use crate::request::ItemPath;
 use shop_cache::domain::ItemId;
+use shop_cache::page_cache::PageTag;
 
-/// `/api/items/{id}/insights`.
+/// `/api/items/{id}/insights`, behind the page cache.
 pub fn router(state: AppState) -> Router {
+    let cache = PageCacheLayer::new(
+        state.pages.clone(),
+        PageCacheConfig {
+            pages: Pages::Shared,
+            ..PageCacheConfig::default()
+        },
+    )
+    .with_tier(state.tier.clone());
+    state.metrics.register_page_cache("insights", cache.stats());
     Router::new()
-        .route("/api/items/{id}/insights", get(insights))
+        .route("/api/items/{id}/insights", get(insights).layer(cache))
         .with_state(state)
 }
 
@@ -66,5 +85,9 @@ async fn insights(
         "also_bought_shown": shop_cache::insights::ALSO_BOUGHT_SHOWN,
         "min_co_buyers": state.config.insights_min_co_buyers,
     });
-    Ok(Json(body).into_response())
+    // Purged when the item or one it recommends changes.
+    let tags = std::iter::once(id).chain(ids).map(PageTag::Item).collect();
+    let mut resp = Json(body).into_response();
+    resp.extensions_mut().insert(PageTags(tags));
+    Ok(resp)
 }

@@ -4,6 +4,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use redis::AsyncCommands;
+use shop_cache::domain::ItemId;
+use shop_cache::page_cache::PageTag;
 use shop_testapp::{TestApp, json, text};
 use shop_web::WebConfig;
 
@@ -160,6 +162,12 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
     assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
 }
 
+/// Purges what the page cache holds of `item` (its page, its insights).
+async fn purge(app: &TestApp, item: u64) {
+    let tag = PageTag::Item(ItemId::new(item).unwrap());
+    app.state.pages.purge(&[tag]).await.unwrap();
+}
+
 /// A view from a client that keeps its cookie, with the given user agent.
 async fn view(app: &TestApp, item: u64, cookie: &str, agent: &str) {
     let req = Request::get(format!("/items/{item}"))
@@ -210,6 +218,9 @@ async fn the_share_that_bought_is_said_with_its_evidence_past_the_minimum_and_bo
         .await;
     let placed = app.post("/checkout", Some(&buyer), "key=ins-2", true).await;
     assert_eq!(placed.status(), StatusCode::OK);
+    // The answer is cached for the page TTL (see the next test): purged to read the
+    // new figures at once.
+    purge(&app, 2).await;
     let got = json(app.get("/api/items/2/insights", None).await).await;
     assert_eq!(
         got["viewed_then_bought_text"],
@@ -217,4 +228,64 @@ async fn the_share_that_bought_is_said_with_its_evidence_past_the_minimum_and_bo
         "{got}"
     );
     assert_eq!(got["min_viewers"], 4);
+}
+
+/// Every item view's script asks for its insights: the answer is the same for
+/// everyone, so it comes from the page cache (no database read) until its TTL or
+/// a change to its item or one it recommends purges it.
+#[tokio::test]
+async fn insights_are_cached_until_an_item_they_show_changes() {
+    let app = TestApp::start().await;
+    let item = |n: u64| ItemId::new(n).unwrap();
+    let order = async |items: &[ItemId]| {
+        app.state
+            .insights
+            .record_order(&shop_cache::domain::SessionToken::generate(), items)
+            .await
+            .unwrap();
+    };
+    // Item 2 is bought three times with item 4; 30 other orders hold one item each.
+    for _ in 0..3 {
+        order(&[item(2), item(4)]).await;
+    }
+    for n in 0..30 {
+        order(&[item(10 + n % 10)]).await;
+    }
+    let ask = async || {
+        let resp = app.get("/api/items/2/insights", None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let cache = resp.headers()["x-cache"].to_str().unwrap().to_owned();
+        let got = json(resp).await;
+        let ids: Vec<u64> = got["also_bought"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_u64().unwrap())
+            .collect();
+        (cache, got["buyers"].as_u64().unwrap(), ids)
+    };
+    assert_eq!(ask().await, ("MISS".to_owned(), 3, vec![4]));
+    assert_eq!(ask().await, ("HIT".to_owned(), 3, vec![4]));
+    // New orders show within the TTL, not at once: the cached answer stands.
+    for _ in 0..3 {
+        order(&[item(2), item(5)]).await;
+    }
+    assert_eq!(ask().await, ("HIT".to_owned(), 3, vec![4]));
+    // Item 4, which it recommends, is retired: the answer is purged and rendered
+    // again from the new figures.
+    app.state.catalogue().retire(item(4)).await.unwrap();
+    assert_eq!(ask().await, ("MISS".to_owned(), 6, vec![5]));
+    // A change to the item itself purges it too.
+    order(&[item(2)]).await;
+    app.state.catalogue().retire(item(2)).await.unwrap();
+    assert_eq!(ask().await, ("MISS".to_owned(), 7, vec![5]));
+    // Not found is not kept.
+    for _ in 0..2 {
+        let resp = app.get("/api/items/999/insights", None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        assert_ne!(
+            resp.headers().get("x-cache").map(|v| v.as_bytes()),
+            Some(&b"HIT"[..])
+        );
+    }
 }
