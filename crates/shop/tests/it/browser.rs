@@ -16,6 +16,7 @@ use fantoccini::{ClientBuilder, Locator};
 use shop_cache::domain::ItemId;
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
+use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag};
 use shop_cache::session::{SessionToken, Sessions, Touch};
 
 use crate::e2e::{Binary, seeded, stop};
@@ -255,6 +256,28 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         assert!(
             std::time::Instant::now() < deadline,
             "the view was never counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The insights are cached for the page TTL, and the first visit cached them
+    // with 9 viewers: purged (as a change to the item would), then the server is
+    // asked until it answers from the new figures (its in-process tier drops the
+    // old answer when the purge's event arrives).
+    let pages = PageStore::new(
+        shop_cache::connect(&url).await.unwrap(),
+        Keys::default(),
+        DEFAULT_TTL,
+        DEFAULT_RANK_LIMIT,
+    );
+    pages.purge(&[PageTag::Item(item)]).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !crate::e2e::request(&addr, "GET", "/api/items/3/insights", None, None)
+        .body
+        .contains("\"viewers\":10")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the purged insights were never rendered again"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
