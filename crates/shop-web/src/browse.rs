@@ -21,7 +21,7 @@ use shop_db::search::SearchWords;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
+use crate::page_cache::{PageCacheConfig, PageTags, Pages};
 use crate::templates::{self, ItemView, ListingPage, SearchPage, url_encode};
 
 /// Items on a listing page.
@@ -38,18 +38,14 @@ const MAX_CATEGORY: usize = 100;
 
 /// The browsing and search routes; listings behind the page cache.
 pub fn router(state: AppState) -> Router {
-    let listing_cache = PageCacheLayer::new(
-        state.pages.clone(),
+    let listing_cache = state.page_cache(
+        "listing",
         PageCacheConfig {
             pages: Pages::Shared,
             params: vec!["after"],
             ..PageCacheConfig::default()
         },
-    )
-    .with_tier(state.tier.clone());
-    state
-        .metrics
-        .register_page_cache("listing", listing_cache.stats());
+    );
     Router::new()
         .route("/items", get(all_items).layer(listing_cache.clone()))
         .route("/c/{category}", get(category).layer(listing_cache))

@@ -10,7 +10,7 @@ use shop_cache::domain::ItemId;
 
 use crate::AppState;
 use crate::error::{Cause, WebError};
-use crate::page_cache::{PageCacheConfig, PageCacheLayer};
+use crate::page_cache::PageCacheConfig;
 use crate::request::{BadRequest, ItemPath};
 use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
 
@@ -19,11 +19,7 @@ const HOME_ITEMS: u64 = 24;
 
 /// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
-    let item_cache = PageCacheLayer::new(state.pages.clone(), PageCacheConfig::default())
-        .with_tier(state.tier.clone());
-    state
-        .metrics
-        .register_page_cache("item", item_cache.stats());
+    let item_cache = state.page_cache("item", PageCacheConfig::default());
     Router::new()
         .route("/", get(home))
         .route("/items/{id}", get(item).layer(item_cache))

@@ -45,7 +45,7 @@ use shop_cache::page_cache::PageTag;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
+use crate::page_cache::{PageCacheConfig, PageTags, Pages};
 use crate::request::{ItemPath, idempotency_key};
 use crate::session::Session;
 use crate::templates::{self, FlashPage, SaleItem};
@@ -66,17 +66,13 @@ pub use shop_app::flash::FlashDecider;
 
 /// The flash-sale routes; the shell page behind the page cache.
 pub fn router(state: AppState) -> Router {
-    let shell_cache = PageCacheLayer::new(
-        state.pages.clone(),
+    let shell_cache = state.page_cache(
+        "flash",
         PageCacheConfig {
             pages: Pages::Shared,
             ..PageCacheConfig::default()
         },
-    )
-    .with_tier(state.tier.clone());
-    state
-        .metrics
-        .register_page_cache("flash", shell_cache.stats());
+    );
     Router::new()
         .route(SHELL_PATH, get(shell).layer(shell_cache))
         .route("/api/inventory/{id}", get(inventory))

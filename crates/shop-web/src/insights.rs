@@ -23,22 +23,20 @@ use serde_json::json;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageCacheLayer, PageTags, Pages};
+use crate::page_cache::{PageCacheConfig, PageTags, Pages};
 use crate::request::ItemPath;
 use shop_cache::domain::ItemId;
 use shop_cache::page_cache::PageTag;
 
 /// `/api/items/{id}/insights`, behind the page cache.
 pub fn router(state: AppState) -> Router {
-    let cache = PageCacheLayer::new(
-        state.pages.clone(),
+    let cache = state.page_cache(
+        "insights",
         PageCacheConfig {
             pages: Pages::Shared,
             ..PageCacheConfig::default()
         },
-    )
-    .with_tier(state.tier.clone());
-    state.metrics.register_page_cache("insights", cache.stats());
+    );
     Router::new()
         .route("/api/items/{id}/insights", get(insights).layer(cache))
         .with_state(state)

@@ -285,6 +285,19 @@ impl AppState {
         }
     }
 
+    /// A page-cache layer over this state's page store and in-process tier, its
+    /// counts reported in the metrics as `name`.
+    pub fn page_cache(
+        &self,
+        name: &'static str,
+        config: page_cache::PageCacheConfig,
+    ) -> page_cache::PageCacheLayer {
+        let layer = page_cache::PageCacheLayer::new(self.pages.clone(), config)
+            .with_tier(self.tier.clone());
+        self.metrics.register_page_cache(name, layer.stats());
+        layer
+    }
+
     /// Where a placed order is recorded for the insights (failures counted in
     /// the metrics).
     pub fn order_insights(&self) -> shop_app::orders::OrderInsights<'_> {
