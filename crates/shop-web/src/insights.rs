@@ -9,11 +9,13 @@
 //! not call themselves bots (see `crate::session`).
 //!
 //! The answer is the same for everyone, so it is served through the page cache
-//! like a shared page (Redis and each server's in-process tier): a view's call
-//! costs no database read and no insights lookup while its answer is cached. It is
-//! tagged with its item and the items it recommends, so a change to any of them
-//! (a new title, a retirement) purges it; the counts and the list follow new views
-//! and orders within the page cache's TTL (5 minutes by default).
+//! (Redis and each server's in-process tier) for the same items as their pages
+//! (those ranked in `viewed:`, [`Pages::INSIGHTS`]): a view's call costs no
+//! database read and no insights lookup while its answer is cached. It is tagged
+//! with its item and the items it recommends, so a change to any of them (a new
+//! title, a retirement) purges it; the counts and the list follow new views and
+//! orders within the page TTL and its serve-stale window (5 minutes and one more
+//! by default, `--page-ttl`, `--page-stale-while-revalidate`).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -33,7 +35,7 @@ pub fn router(state: AppState) -> Router {
     let cache = state.page_cache(
         "insights",
         PageCacheConfig {
-            pages: Pages::Shared,
+            pages: Pages::INSIGHTS,
             ..PageCacheConfig::default()
         },
     );

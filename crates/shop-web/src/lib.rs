@@ -6,7 +6,8 @@
 //! limits (panic catching, timeout, body size: [`http_limits`]), cross-site
 //! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
 //! on probes or static files), then per route the metrics and,
-//! on item pages and the flash-sale shell, the page cache ([`page_cache`]).
+//! on item pages, their insights, listings and the flash-sale shell, the page
+//! cache ([`page_cache`]).
 //! `/metrics` and the detailed health check are on [`internal_router`], for a
 //! listener of their own.
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].

@@ -12,7 +12,8 @@
 //!   ([`PageCacheConfig::params`], none by default) and the headers it varies on:
 //!   other parameters cannot change the page, so they do not make a new entry;
 //! - for [`Pages::Ranked`], only paths its function maps to an item (the shop's:
-//!   `/items/{id}` with a valid id, [`Pages::ITEMS`]) whose item ranks below the
+//!   `/items/{id}` with a valid id, [`Pages::ITEMS`], and its insights,
+//!   [`Pages::INSIGHTS`]) whose item ranks below the
 //!   limit in `viewed:` (rank 9,999 is cached, 10,000 is not, no views is not);
 //!   for [`Pages::Shared`] (pages the same for everyone, like the flash-sale shell)
 //!   any path.
@@ -138,11 +139,22 @@ pub enum Pages {
 impl Pages {
     /// The shop's item pages, `/items/{id}`.
     pub const ITEMS: Self = Self::Ranked(item_path);
+    /// The shop's items' insights, `/api/items/{id}/insights` (asked for by every
+    /// item page): kept for the same items as their pages.
+    pub const INSIGHTS: Self = Self::Ranked(insights_path);
 }
 
 /// The item of a `/items/{id}` path with a valid id.
 pub fn item_path(path: &str) -> Option<ItemId> {
     path.strip_prefix("/items/")?.parse().ok()
+}
+
+/// The item of a `/api/items/{id}/insights` path with a valid id.
+pub fn insights_path(path: &str) -> Option<ItemId> {
+    path.strip_prefix("/api/items/")?
+        .strip_suffix("/insights")?
+        .parse()
+        .ok()
 }
 
 /// How a [`PageCacheLayer`] behaves.

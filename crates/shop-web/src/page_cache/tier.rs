@@ -78,7 +78,7 @@ pub struct TierStats {
 }
 
 /// The tier; see the module documentation. One per process, shared by every
-/// page-cache layer (item pages, listings, the sale page).
+/// page-cache layer (item pages, their insights, listings, the sale page).
 pub struct PageTier {
     pages: Cache<PageKey, Arc<TierEntry>>,
     trusted: AtomicBool,

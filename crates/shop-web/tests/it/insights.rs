@@ -5,6 +5,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use redis::AsyncCommands;
 use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::ItemEdit;
 use shop_cache::page_cache::PageTag;
 use shop_testapp::{TestApp, json, text};
 use shop_web::WebConfig;
@@ -231,12 +232,22 @@ async fn the_share_that_bought_is_said_with_its_evidence_past_the_minimum_and_bo
 }
 
 /// Every item view's script asks for its insights: the answer is the same for
-/// everyone, so it comes from the page cache (no database read) until its TTL or
-/// a change to its item or one it recommends purges it.
+/// everyone, so it comes from the page cache (no database read) for the items
+/// whose pages are cached, until its TTL or a change to its item or one it
+/// recommends purges it.
 #[tokio::test]
 async fn insights_are_cached_until_an_item_they_show_changes() {
     let app = TestApp::start().await;
     let item = |n: u64| ItemId::new(n).unwrap();
+    // Item 2 ranks among the most viewed (its page and insights are cached); item 3
+    // was never viewed.
+    let _: () = app
+        .redis
+        .conn()
+        .await
+        .zadd("viewed:", 2, -100)
+        .await
+        .unwrap();
     let order = async |items: &[ItemId]| {
         app.state
             .insights
@@ -275,10 +286,23 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     // again from the new figures.
     app.state.catalogue().retire(item(4)).await.unwrap();
     assert_eq!(ask().await, ("MISS".to_owned(), 6, vec![5]));
+    assert_eq!(ask().await, ("HIT".to_owned(), 6, vec![5]));
     // A change to the item itself purges it too.
     order(&[item(2)]).await;
-    app.state.catalogue().retire(item(2)).await.unwrap();
+    let edit = ItemEdit::new(Some("A new title"), None, None, None).unwrap();
+    app.state.catalogue().update(item(2), &edit).await.unwrap();
     assert_eq!(ask().await, ("MISS".to_owned(), 7, vec![5]));
+    // Retired, it leaves the ranking: answered fresh from then on, as its page.
+    order(&[item(2)]).await;
+    app.state.catalogue().retire(item(2)).await.unwrap();
+    let (cache, buyers, _) = ask().await;
+    assert_eq!((cache.as_str(), buyers), ("BYPASS", 8));
+    // An item that does not rank is answered, not kept (as its page).
+    for _ in 0..2 {
+        let resp = app.get("/api/items/3/insights", None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["x-cache"], "BYPASS");
+    }
     // Not found is not kept.
     for _ in 0..2 {
         let resp = app.get("/api/items/999/insights", None).await;
