@@ -813,8 +813,9 @@ impl PageStore {
             }
             pipe.exec_async(&mut conn).await?;
         }
-        // Then every web server's tier drops its copies, before the purge returns
-        // (a tier that missed this, its subscription lost, empties itself).
+        // Then every web server's tier is told to drop its copies, before the purge
+        // returns (each applies it as the event arrives; a tier that missed it, its
+        // subscription lost, empties itself).
         let events: Vec<PageEvent> = hashes
             .chunks(PURGE_CHUNK)
             .map(|chunk| {

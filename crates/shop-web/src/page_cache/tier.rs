@@ -11,9 +11,11 @@
 //!   past the TTL Redis gave it); after that the request goes to Redis, which
 //!   decides about serving it stale.
 //! - Coherent across the fleet through [`PageEvent`]s on one pub/sub channel
-//!   ([`TierFeed`]): a purge drops the purged pages from every tier before it
-//!   returns to its caller, and a page stored anew drops the old version from every
-//!   other tier. A fill that raced an event is not kept (a generation counter,
+//!   ([`TierFeed`]): a purge publishes the drop of the purged pages to every tier
+//!   before it returns to its caller (each tier applies it as the event arrives,
+//!   within milliseconds: BENCHMARKS.md, "purge reach"; a caller that must see the
+//!   new page polls for it), and a page stored anew drops the old version from
+//!   every other tier. A fill that raced an event is not kept (a generation counter,
 //!   bumped before each invalidation and checked after each insert).
 //! - Trusted only while subscribed: until the feed has subscribed, and from the
 //!   moment it finds its subscription gone (the connection closed, a ping
