@@ -85,8 +85,9 @@ async fn insights(
         "also_bought_shown": shop_cache::insights::ALSO_BOUGHT_SHOWN,
         "min_co_buyers": state.config.insights_min_co_buyers,
     });
-    // Purged when the item or one it recommends changes.
-    let tags = std::iter::once(id).chain(ids).map(PageTag::Item).collect();
+    // Purged when an item it recommends changes (the page cache tags it with its
+    // own item, as an item page).
+    let tags = ids.into_iter().map(PageTag::Item).collect();
     let mut resp = Json(body).into_response();
     resp.extensions_mut().insert(PageTags(tags));
     Ok(resp)
