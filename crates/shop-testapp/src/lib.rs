@@ -278,6 +278,21 @@ impl TestApp {
         self.state.sessions.flush_views().await.unwrap();
     }
 
+    /// Makes `items` rank among the most viewed (a hundred views each in
+    /// `viewed:`), so their pages and insights are cached.
+    pub async fn rank(&self, items: &[u64]) {
+        let mut conn = self.redis.conn().await;
+        for id in items {
+            let _: () = redis::cmd("ZADD")
+                .arg(self.keys.item_views())
+                .arg(-100)
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+
     /// A new visitor's cookie, as the shop issues it.
     pub async fn visitor(&self) -> String {
         let resp = self.get("/", None).await;

@@ -22,14 +22,6 @@ fn x_cache(resp: &axum::response::Response) -> String {
         .unwrap_or_default()
 }
 
-/// Makes `items` rank in `viewed:`, so their pages are cached.
-async fn rank(app: &TestApp, items: &[u64]) {
-    let mut raw = app.redis.conn().await;
-    for id in items {
-        let _: () = raw.zadd("viewed:", *id, -100).await.unwrap();
-    }
-}
-
 /// GETs `uri` until it is served from the cache (the first request renders it).
 async fn cached(app: &TestApp, uri: &str) -> String {
     let first = app.get(uri, None).await;
@@ -44,7 +36,7 @@ async fn an_edit_is_seen_at_once_through_another_web_server_on_every_page_kind()
     for app in TestApp::builder().start_on_every_database().await {
         let kind = app.kind();
         let it = app.db.item(item(3)).await.unwrap().unwrap();
-        rank(&app, &[3]).await;
+        app.rank(&[3]).await;
         app.start_sale(3, 5, 10).await;
         let dept = format!("/c/{}", it.category);
         let pages = ["/items/3", "/items", dept.as_str(), "/flash"];
@@ -134,7 +126,7 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
     for app in TestApp::builder().start_on_every_database().await {
         let kind = app.kind();
         let it = app.db.item(item(2)).await.unwrap().unwrap();
-        rank(&app, &[2]).await;
+        app.rank(&[2]).await;
         cached(&app, "/items/2").await;
         cached(&app, "/items").await;
         let buyer = app.logged_in("rita").await;
@@ -232,7 +224,7 @@ async fn checkout_charges_the_price_at_commit_not_the_page_seen() {
 #[tokio::test]
 async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
     let app = TestApp::start().await;
-    rank(&app, &[3]).await;
+    app.rank(&[3]).await;
     cached(&app, "/items/3").await;
     let before = app.db.item(item(3)).await.unwrap().unwrap();
 
@@ -336,7 +328,7 @@ async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
 #[tokio::test]
 async fn an_item_has_one_path() {
     let app = TestApp::start().await;
-    rank(&app, &[1]).await;
+    app.rank(&[1]).await;
     cached(&app, "/items/1").await;
     for other in [
         "/items/%31",
@@ -392,7 +384,7 @@ async fn retiring_an_item_ends_its_flash_sale() {
 #[tokio::test]
 async fn the_underscore_parameter_bypasses_the_cache_for_admins_only() {
     let app = TestApp::start().await;
-    rank(&app, &[4]).await;
+    app.rank(&[4]).await;
     cached(&app, "/items/4").await;
     let guest = app.visitor().await;
     let shopper = app.logged_in("sam").await;

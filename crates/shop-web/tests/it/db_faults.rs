@@ -321,7 +321,6 @@ async fn a_long_write_lock_is_degraded_never_read_only() {
 /// a page that was never cached answers 503 at once.
 #[tokio::test]
 async fn expired_pages_are_served_stale_while_the_database_cannot_render_them() {
-    use redis::AsyncCommands;
     use sqlx::Connection;
     let config = shop_web::WebConfig {
         page_ttl: Duration::from_secs(2),
@@ -337,10 +336,7 @@ async fn expired_pages_are_served_stale_while_the_database_cannot_render_them() 
         .await
     {
         let kind = app.kind();
-        let mut raw = app.redis.conn().await;
-        for id in 1..=5_u64 {
-            let _: () = raw.zadd("viewed:", id, -100).await.unwrap();
-        }
+        app.rank(&[1, 2, 3, 4, 5]).await;
         let mut pages = Vec::new();
         for id in 1..=5 {
             let resp = app.get(&format!("/items/{id}"), None).await;

@@ -241,13 +241,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     let item = |n: u64| ItemId::new(n).unwrap();
     // Item 2 ranks among the most viewed (its page and insights are cached); item 3
     // was never viewed.
-    let _: () = app
-        .redis
-        .conn()
-        .await
-        .zadd("viewed:", 2, -100)
-        .await
-        .unwrap();
+    app.rank(&[2]).await;
     let order = async |items: &[ItemId]| {
         app.state
             .insights

@@ -70,16 +70,6 @@ async fn commands_processed(app: &TestApp) -> u64 {
         .sum()
 }
 
-async fn rank(app: &TestApp, id: u64) {
-    let _: () = app
-        .redis
-        .conn()
-        .await
-        .zadd("viewed:", id, -100)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_second_server_serves_from_its_tier_and_drops_a_purged_page_at_once() {
     let app = TestApp::start().await;
@@ -87,7 +77,7 @@ async fn a_second_server_serves_from_its_tier_and_drops_a_purged_page_at_once() 
     let (a, b) = (app.state.clone(), app.second_state());
     run_feed(&a, &stop).await;
     run_feed(&b, &stop).await;
-    rank(&app, 3).await;
+    app.rank(&[3]).await;
     let old = app.db.item(item(3)).await.unwrap().unwrap().title;
     assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
     assert_eq!(x_cache(&get(&b, "/items/3").await), "HIT", "from Redis");
@@ -148,7 +138,7 @@ async fn a_tier_whose_subscription_dropped_serves_nothing_until_it_is_emptied() 
     let tier = b.tier.clone().unwrap();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(count(&tier.stats().emptied), 1);
-    rank(&app, 3).await;
+    app.rank(&[3]).await;
     let old = app.db.item(item(3)).await.unwrap().unwrap().title;
     get(&a, "/items/3").await;
     get(&b, "/items/3").await;
@@ -198,7 +188,7 @@ async fn while_redis_is_down_the_tier_serves_what_it_holds() {
     let stop = CancellationToken::new();
     let state = app.state.clone();
     run_feed(&state, &stop).await;
-    rank(&app, 3).await;
+    app.rank(&[3]).await;
     let title = app.db.item(item(3)).await.unwrap().unwrap().title;
     assert_eq!(x_cache(&get(&state, "/items/3").await), "MISS");
     assert_eq!(x_cache(&get(&state, "/items/3").await), "HIT");

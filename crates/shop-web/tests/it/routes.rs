@@ -172,13 +172,7 @@ async fn metrics_count_routes_cache_and_sessions() {
 async fn random_query_parameters_do_not_bust_the_item_page_cache() {
     let app = TestApp::start().await;
     // Item 4 must rank for its page to be cached.
-    let _: () = app
-        .redis
-        .conn()
-        .await
-        .zadd("viewed:", 4, -10)
-        .await
-        .unwrap();
+    app.rank(&[4]).await;
     let first = app.get("/items/4", None).await;
     assert_eq!(first.headers()["x-cache"], "MISS");
     for r in 0..20 {
