@@ -88,17 +88,9 @@ async fn also_bought_leaves_out_retired_items() {
             .await
             .unwrap();
     }
-    let shown = |got: &serde_json::Value| -> Vec<u64> {
-        got["also_bought"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a["id"].as_u64().unwrap())
-            .collect()
-    };
     let got = json(app.get("/api/items/2/insights", None).await).await;
     // Equal but for the microseconds between the orders (the later first): as a set.
-    let mut ids = shown(&got);
+    let mut ids = also_bought(&got);
     ids.sort();
     assert_eq!(ids, vec![4, 5], "{got}");
     let four = got["also_bought"]
@@ -113,7 +105,7 @@ async fn also_bought_leaves_out_retired_items() {
     // Retired, item 4 can no longer be bought: it is not recommended.
     app.state.catalogue().retire(item(4)).await.unwrap();
     let got = json(app.get("/api/items/2/insights", None).await).await;
-    assert_eq!(shown(&got), vec![5], "{got}");
+    assert_eq!(also_bought(&got), vec![5], "{got}");
 }
 
 #[tokio::test]
@@ -161,6 +153,16 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
     assert_eq!(json(resp).await["outcome"], "placed");
     let metrics = text(app.internal_get("/metrics").await).await;
     assert!(metrics.contains("shop_insight_errors_total 1"), "{metrics}");
+}
+
+/// The ids an insights answer recommends, best first.
+fn also_bought(got: &serde_json::Value) -> Vec<u64> {
+    got["also_bought"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_u64().unwrap())
+        .collect()
 }
 
 /// Purges what the page cache holds of `item` (its page, its insights).
@@ -261,13 +263,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
         assert_eq!(resp.status(), StatusCode::OK);
         let cache = resp.headers()["x-cache"].to_str().unwrap().to_owned();
         let got = json(resp).await;
-        let ids: Vec<u64> = got["also_bought"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a["id"].as_u64().unwrap())
-            .collect();
-        (cache, got["buyers"].as_u64().unwrap(), ids)
+        (cache, got["buyers"].as_u64().unwrap(), also_bought(&got))
     };
     assert_eq!(ask().await, ("MISS".to_owned(), 3, vec![4]));
     assert_eq!(ask().await, ("HIT".to_owned(), 3, vec![4]));
