@@ -15,23 +15,30 @@
 //! The cap is split evenly over the shards of the session index (one in the book
 //! layout, S in the cluster layout: `cap / S` each, which holds the total to the cap
 //! as tokens spread evenly over the shards). A step visits every shard with one
-//! call of a Lua script (`clean_sessions.lua`), which removes the candidates the
-//! shard's previous call picked, those still as old as when picked (their `login:`
-//! entry, `recent:` entry, `viewed:<token>` and `cart:<token>`), and picks the
-//! next ones, returned as tokens by kind (idle, logged in too long, guests,
-//! oldest) with their index's bound at the pick: the script cannot pick and remove
-//! in one call, since every key it touches must be named in advance (a session's
-//! keys cannot be built inside the script on a cluster). A candidate still within
-//! its bound, among the front of its index, is unchanged: every touch writes a
-//! later time (Redis's clock), so no time is read, returned or compared per
-//! session. Checking and deleting in one call keeps a session touched in between
-//! (the book read, then deleted in separate steps, and lost sessions refreshed in
-//! between). A shard with nothing
-//! carried over (the first step, or after an idle one) gets a call that only picks
-//! first. The logged-in sessions a step removed leave their users' indexes of
-//! sessions in the next step, alongside its calls (or at once when nothing more was
-//! picked). Any number of cleaners may run at once: a token another cleaner removed
-//! is skipped, and no shard loses more than its excess.
+//! call of a Lua script (`clean_sessions.lua`), in one of two ways:
+//! - **on one node** (the book layout) the call picks the candidates and removes
+//!   them (their `login:` entry, `recent:` entry, `viewed:<token>` and
+//!   `cart:<token>`), atomically: the script names each candidate's keys itself
+//!   from the stems [`Keys::session_stems`] gives it, which Redis allows on one
+//!   node. No candidate can change between its pick and its removal, and no
+//!   token travels to the cleaner and back;
+//! - **on a cluster** a script must be given every key it touches, so it cannot
+//!   remove in the call that picks: each call removes the candidates the shard's
+//!   previous call picked, those still as old as when picked, and picks the next
+//!   ones, returned as tokens by kind (idle, logged in too long, guests, oldest)
+//!   with their index's bound at the pick. A candidate still within its bound,
+//!   among the front of its index, is unchanged: every touch writes a later time
+//!   (Redis's clock), so no time is read, returned or compared per session. A
+//!   shard with nothing carried over (the first step, or after an idle one) gets
+//!   a call that only picks first, so a step removes what it finds.
+//!
+//! Either way checking and deleting are one call, which keeps a session touched in
+//! between (the book read, then deleted in separate steps, and lost sessions
+//! refreshed in between). The logged-in sessions a step removed that have a login
+//! time (every login of the shop's) leave their users' indexes of sessions in the
+//! next step, alongside its calls, or at once when the step found nothing more to
+//! do. Any number of cleaners may run at once: a token another cleaner removed is
+//! skipped, and no shard loses more than its excess.
 //!
 //! Pacing. A step's script blocks Redis while it deletes, and every request waits
 //! behind it; at full speed (a backlog of millions, steps back to back) the cleaner
@@ -252,11 +259,6 @@ impl SessionCleaner {
         carry.ended.truncate(MAX_HELD_ENDED);
         unindexed?;
         cleaned?;
-        if done.picked == 0 {
-            // No next call is due soon: the indexes are set right now.
-            self.unindex_carried(carry).await?;
-        }
-        let blocked = done.blocked;
         // A step that only mended guest entries or picked candidates made progress
         // too: the next one goes on at once rather than after the idle pause.
         let step = if done.removed == 0 && done.mended == 0 && done.picked == 0 {
@@ -264,7 +266,11 @@ impl SessionCleaner {
         } else {
             CleanerStep::Cleaned(done.removed)
         };
-        Ok((step, blocked))
+        if step == CleanerStep::Idle {
+            // No next step is due soon: the indexes are set right now.
+            self.unindex_carried(carry).await?;
+        }
+        Ok((step, done.blocked))
     }
 
     /// Takes the logged-in sessions removed so far out of their users' indexes (a
@@ -356,10 +362,11 @@ impl Cleaned {
 }
 
 impl SessionCleaner {
-    /// Removes the shard's candidates picked by the last call (`next`), if each is
-    /// still what it was, and picks the next ones into `next`: one script call. A
-    /// shard with nothing carried over gets a call that only picks first, so a step
-    /// removes what it finds.
+    /// On one node: picks and removes the shard's candidates in one script call
+    /// (`next` stays empty). On a cluster: removes the shard's candidates picked by
+    /// the last call (`next`), if each is still what it was, and picks the next
+    /// ones into `next`: one script call; a shard with nothing carried over gets a
+    /// call that only picks first, so a step removes what it finds.
     async fn clean_shard(
         &self,
         shard: Shard,
@@ -380,8 +387,9 @@ impl SessionCleaner {
         Ok(done)
     }
 
-    /// One call of the cleaning script: removes `candidates` as they qualify and
-    /// replaces them with the next ones.
+    /// One call of the cleaning script: removes `picked` as they qualify and
+    /// replaces them with the next ones (on one node: picks and removes, and
+    /// leaves `picked` empty).
     async fn call(
         &self,
         shard: Shard,
@@ -408,6 +416,10 @@ impl SessionCleaner {
         for (bound, tokens) in &picked.kinds {
             call.arg(tokens.len()).arg(bound);
         }
+        // On one node the script picks and removes in this call, naming the
+        // candidates' keys from these stems; on a cluster it is given them.
+        let (viewed, cart) = self.keys.session_stems(shard).unwrap_or(("", ""));
+        call.arg(viewed).arg(cart);
         for member in picked.kinds.iter().flat_map(|(_, tokens)| tokens) {
             call.key(self.keys.viewed_by_member(shard, member))
                 .key(self.keys.cart_member(shard, member))

@@ -20,7 +20,11 @@
 //!
 //! A prefix (namespace) lets several shops share one Redis. Nothing outside this
 //! module formats a key, and every key a Lua script touches is passed to it in
-//! `KEYS` (none is built inside a script), in both layouts.
+//! `KEYS` (none is built inside a script), in both layouts, with one exception on
+//! one node: the session cleaner's script names the `viewed:<token>` and
+//! `cart:<token>` keys of the sessions it picks from the stems
+//! [`Keys::session_stems`] gives it, so that it can pick and remove in one atomic
+//! call (Redis allows a script keys it was not given on one node, not on a cluster).
 
 use std::sync::Arc;
 
@@ -280,6 +284,20 @@ impl Keys {
     /// Hash: item id -> quantity, the session's cart.
     pub fn cart(&self, token: &SessionToken) -> String {
         self.cart_member(self.shard_of(token), token.expose())
+    }
+
+    /// In the book layout (one node), what goes before a token in the names of its
+    /// `viewed:<token>` and `cart:<token>` keys, for the one script that names a
+    /// session's keys itself (the cleaner's: see the module docs); none in the
+    /// cluster layout, whose scripts are given every key.
+    pub fn session_stems(&self, shard: Shard) -> Option<(&str, &str)> {
+        match self.0.layout {
+            Layout::Book => {
+                let names = self.shard(shard);
+                Some((&names.viewed_by, &names.cart))
+            }
+            Layout::Cluster { .. } => None,
+        }
     }
 
     /// [`Keys::viewed_by`] for a member read back from a shard's `recent:` (by the

@@ -1,9 +1,17 @@
--- One step of the session cleaner on one shard of the session index, in one call:
--- removes the candidates the previous call picked, if each is still what it was
--- when picked, then picks the next candidates and returns them.
--- A step is one round trip: the caller passes the candidates back (their
--- viewed:<token> and cart:<token> keys must be declared in KEYS, which is why the
--- script cannot pick and remove in the same call).
+-- One step of the session cleaner on one shard of the session index, in one call.
+-- Two ways, by ARGV[15]:
+--   on a cluster (ARGV[15] ''), it removes the candidates the previous call picked,
+--     if each is still what it was when picked, then picks the next candidates and
+--     returns them: the caller passes them back, since their viewed:<token> and
+--     cart:<token> keys must be declared in KEYS on a cluster (the script cannot
+--     name a key it was not given), so it cannot pick and remove in the same call;
+--   on one node (ARGV[15] and ARGV[16] what goes before a token in those keys'
+--     names), it picks and removes in the same call, naming each candidate's keys
+--     itself (Redis allows a script on one node keys it was not given; a cluster
+--     does not): atomic, so no candidate can change between its pick and its
+--     removal, and no token travels to the caller and back.
+-- The checks below are the same either way (on one node each candidate passes the
+-- one that it is unchanged since its pick, which is then not read).
 --
 -- Candidates come in four kinds, each picked from the front of one index and
 -- passed back with that index's bound at the pick (every candidate of the kind
@@ -36,23 +44,25 @@
 --
 -- KEYS[1] recent: (the shard)   KEYS[2] login: (the shard)   KEYS[3] guests: (the shard)
 -- KEYS[4] logins: (the shard)
--- KEYS[4 + 2i - 1] viewed:<token i>   KEYS[4 + 2i] cart:<token i>
+-- KEYS[4 + 2i - 1] viewed:<token i>   KEYS[4 + 2i] cart:<token i> (cluster only)
 -- ARGV[1] the shard's cap   ARGV[2] seconds a guest may stay idle
 -- ARGV[3] seconds any session may stay idle   ARGV[4] seconds a login lasts
--- ARGV[5] how many candidates to pick for the next call (0: none)
+-- ARGV[5] how many candidates to pick (0: none)
 -- ARGV[6] when the candidates were picked (Redis's clock, as the last call returned
 --   it; 0 when there are none)
 -- ARGV[7 .. 14] for each kind in the order idle, login, guests, oldest: how many
 --   candidates of it follow, and its bound, as the last call returned them
--- ARGV[15 ..] the candidates' tokens, kind by kind in that order (token i)
+-- ARGV[15], ARGV[16] on one node: what goes before a token in the names of its
+--   viewed: and cart: keys; '' on a cluster
+-- ARGV[17 ..] the candidates' tokens, kind by kind in that order (token i)
 -- Returns {how many sessions were removed, microseconds the script ran, how many
 -- guest or login entries were dropped or set right, {token, user, ...} of the
 -- removed sessions that were logged in, {{bound, {token, ...}} for each kind in
--- order} the next candidates, when they were picked}: the cleaner sizes its
--- batches by the time it blocks Redis (see session_cleaner.rs), goes on at once
--- after a step that only mended entries or picked candidates, and takes the
--- logged-in ones out of their users' indexes of sessions (user-sessions:, other
--- slots on a cluster).
+-- order} the next candidates (none on one node), when they were picked}: the
+-- cleaner sizes its batches by the time it blocks Redis (see session_cleaner.rs),
+-- goes on at once after a step that only mended entries or picked candidates, and
+-- takes the logged-in ones out of their users' indexes of sessions
+-- (user-sessions:, other slots on a cluster).
 local t0 = redis.call('TIME')
 local function took()
   local t = redis.call('TIME')
@@ -67,81 +77,80 @@ local guest_idle_before = now - tonumber(ARGV[2])
 local expired_before = now - tonumber(ARGV[3])
 local login_before = now - tonumber(ARGV[4])
 local batch = tonumber(ARGV[5])
-local picked_at = ARGV[6]
+local viewed_prefix, cart_prefix = ARGV[15], ARGV[16]
+-- One node: pick, then remove in this call.
+local here = viewed_prefix ~= ''
 local size = redis.call('ZCARD', recent)
-
--- 1. The candidates of the previous call, kind by kind: {first argument, count,
--- bound}.
-local kinds = {}
-local n = 0
-for k = 1, 4 do
-  local count = tonumber(ARGV[5 + 2 * k])
-  kinds[k] = {first = 15 + n, count = count, bound = ARGV[6 + 2 * k]}
-  n = n + count
-end
 local removed, mended, owners = 0, 0, {}
-if n >= 1 then
-  local gone, owned, gone_logged = {}, {}, {}
+
+-- 1. Removes the candidates: `cands` their tokens, `kinds` for each kind {first
+-- candidate, count, bound}, `picked_at` when they were picked.
+local function remove(cands, kinds, picked_at)
+  local n = #cands
+  -- The sessions going (ng of them) and their keys.
+  local gone, ng, owned = {}, 0, {}
   local stale_guests, stale_logins = {}, {}
-  local function over_cap()
-    return size - #gone > cap
-  end
   -- The candidates of kind k still among the first n members of `index` within
-  -- the kind's bound, as argument numbers, their tokens and their login: entries.
-  -- The pick never repeats a token, so each candidate is judged once.
+  -- the kind's bound, as candidate numbers and tokens (on one node, all of them:
+  -- picked in this call). The pick never repeats a token, so each candidate is
+  -- judged once.
   local function still(k, index)
     local kind = kinds[k]
-    local args, tokens, users = {}, {}, {}
+    local args, tokens = {}, {}
     if kind.count == 0 then
-      return args, tokens, users
+      return args, tokens
+    end
+    local last = kind.first + kind.count - 1
+    if here then
+      for a = kind.first, last do
+        args[a - kind.first + 1] = a
+        tokens[a - kind.first + 1] = cands[a]
+      end
+      return args, tokens
     end
     local in_range = {}
     for _, t in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', kind.bound, 'LIMIT', 0, n)) do
       in_range[t] = true
     end
-    for a = kind.first, kind.first + kind.count - 1 do
-      if in_range[ARGV[a]] then
-        args[#args + 1] = a
-        tokens[#tokens + 1] = ARGV[a]
+    local m = 0
+    for a = kind.first, last do
+      if in_range[cands[a]] then
+        m = m + 1
+        args[m] = a
+        tokens[m] = cands[a]
       end
     end
-    if #tokens > 0 then
-      users = redis.call('HMGET', login, unpack(tokens))
-    end
-    return args, tokens, users
+    return args, tokens
   end
-  -- The viewed: and cart: keys of the candidate whose token is argument `a`.
+  -- The viewed: and cart: keys of candidate `a`.
   local function keys_of(a)
-    local i = a - 14
-    return KEYS[4 + 2 * i - 1], KEYS[4 + 2 * i]
-  end
-  -- The candidate whose token is argument `a` goes, with its keys; `user` its
-  -- login: entry.
-  local function take(a, user)
-    local viewed, cart = keys_of(a)
-    gone[#gone + 1] = ARGV[a]
-    owned[#owned + 1] = viewed
-    owned[#owned + 1] = cart
-    if user then
-      gone_logged[#gone_logged + 1] = ARGV[a]
-      owners[#owners + 1] = ARGV[a]
-      owners[#owners + 1] = user
+    if here then
+      return viewed_prefix .. cands[a], cart_prefix .. cands[a]
     end
+    return KEYS[4 + 2 * a - 1], KEYS[4 + 2 * a]
+  end
+  -- Candidate `a` goes, with its keys.
+  local function take(a)
+    local viewed, cart = keys_of(a)
+    ng = ng + 1
+    gone[ng] = cands[a]
+    owned[2 * ng - 1] = viewed
+    owned[2 * ng] = cart
   end
 
   -- Idle past the lifetime: go whatever the cap.
-  local args, tokens, users = still(1, recent)
+  local args, tokens = still(1, recent)
   for j = 1, #args do
-    take(args[j], users[j])
+    take(args[j])
   end
   -- Logged in too long ago: go whatever the cap; a login entry whose session is
   -- gone (removed by the book's own code, which knows nothing of logins:) goes.
-  args, tokens, users = still(2, logins)
+  args, tokens = still(2, logins)
   if #tokens > 0 then
     local seen = redis.call('ZMSCORE', recent, unpack(tokens))
     for j = 1, #args do
       if seen[j] then
-        take(args[j], users[j])
+        take(args[j])
       else
         stale_logins[#stale_logins + 1] = tokens[j]
       end
@@ -155,10 +164,11 @@ if n >= 1 then
   end
   -- Guests: judged by their last visit in recent:, which the book's own code
   -- keeps without guests:.
-  args, tokens, users = still(3, guests)
+  args, tokens = still(3, guests)
   if #tokens > 0 then
     local bound = tonumber(kinds[3].bound)
     local seen = redis.call('ZMSCORE', recent, unpack(tokens))
+    local users = redis.call('HMGET', login, unpack(tokens))
     -- Carts written by a path that did not update guests: (the book's code): one
     -- call for all, one a candidate only when there is any.
     local carts = {}
@@ -182,15 +192,15 @@ if n >= 1 then
         -- Logged in or holding a cart by a path that did not update guests: (the
         -- book's code): no guest, so not removed as one.
         stale_guests[#stale_guests + 1] = tokens[j]
-      elseif over_cap() or s < guest_idle_before then
-        take(args[j], users[j])
+      elseif size - ng > cap or s < guest_idle_before then
+        take(args[j])
       end
     end
   end
   -- The guests removed or dropped leave guests:.
   mended = mended + #stale_guests + #stale_logins
-  for _, t in ipairs(gone) do
-    stale_guests[#stale_guests + 1] = t
+  for j = 1, ng do
+    stale_guests[#stale_guests + 1] = gone[j]
   end
   if #stale_guests > 0 then
     -- Each was scored at or before the pick (a guest's entry is never later than
@@ -198,111 +208,162 @@ if n >= 1 then
     guests_left = guests_left - redis.call('ZREM', guests, unpack(stale_guests))
   end
   -- The oldest, for the cap: only once no guest there was at the pick is left.
-  args, tokens, users = still(4, recent)
+  args, tokens = still(4, recent)
   if #tokens > 0 and guests_left <= 0 then
-    local before = #gone
+    local before = ng
     for j = 1, #args do
-      if over_cap() then
-        take(args[j], users[j])
+      if size - ng <= cap then
+        break
       end
+      take(args[j])
     end
     -- None is a guest unless the book's code scored it ahead of Redis's clock
     -- (its guest entry was set right to that time, so not counted above); looked
     -- up only when guests: holds anyone.
-    if #gone > before and redis.call('EXISTS', guests) == 1 then
-      redis.call('ZREM', guests, unpack(gone, before + 1))
+    if ng > before and redis.call('EXISTS', guests) == 1 then
+      redis.call('ZREM', guests, unpack(gone, before + 1, ng))
     end
   end
 
-  for _, t in ipairs(gone_logged) do
-    stale_logins[#stale_logins + 1] = t
+  if ng > 0 then
+    -- The logged-in sessions with a login time (every login of the shop's; the
+    -- book's own have none, and no users' index either) leave logins: here and
+    -- their users' indexes at the caller: their users are returned.
+    if redis.call('EXISTS', logins) == 1 then
+      local since = redis.call('ZMSCORE', logins, unpack(gone, 1, ng))
+      local timed = {}
+      for j = 1, ng do
+        if since[j] then
+          timed[#timed + 1] = gone[j]
+        end
+      end
+      if #timed > 0 then
+        local users = redis.call('HMGET', login, unpack(timed))
+        for j = 1, #timed do
+          stale_logins[#stale_logins + 1] = timed[j]
+          if users[j] then
+            owners[#owners + 1] = timed[j]
+            owners[#owners + 1] = users[j]
+          end
+        end
+      end
+    end
+    redis.call('ZREM', recent, unpack(gone, 1, ng))
+    redis.call('HDEL', login, unpack(gone, 1, ng))
+    redis.call('DEL', unpack(owned, 1, 2 * ng))
+    removed = ng
+    size = size - ng
   end
   if #stale_logins > 0 then
     redis.call('ZREM', logins, unpack(stale_logins))
   end
-  if #gone > 0 then
-    redis.call('ZREM', recent, unpack(gone))
-    if #gone_logged > 0 then
-      redis.call('HDEL', login, unpack(gone_logged))
-    end
-    redis.call('DEL', unpack(owned))
-    removed = #gone
-    size = size - removed
-  end
 end
 
--- 2. The next candidates, up to the batch: sessions past a lifetime whatever the
+-- 2. Picks the next candidates, up to the batch: sessions past a lifetime whatever the
 -- cap; then guests idle too long, and the oldest guests for the excess; the
 -- oldest sessions for the rest of the excess only when every guest is picked.
 -- Tokens only; each kind's bound is read once (the newest candidate's score).
 local now_text = string.format('%.17g', now_exact)
-local next_ = {}
-local picked = {}
-local count = 0
--- Adds the tokens of `list` not picked already, at most `most`; `last` is
--- whether a later kind may follow (which must know what was picked).
-local function add(list, most, last)
-  local tokens, j = {}, 1
-  local dedupe = count > 0
-  while j <= #list and count < batch and #tokens < most do
-    local t = list[j]
-    if not (dedupe and picked[t]) then
-      if not last then
-        picked[t] = true
+local function pick()
+  local next_ = {}
+  local picked = {}
+  local count = 0
+  -- Adds the tokens of `list` not picked already, at most `most`; `last` is
+  -- whether a later kind may follow (which must know what was picked).
+  local function add(list, most, last)
+    local tokens, j = {}, 1
+    local dedupe = count > 0
+    while j <= #list and count < batch and #tokens < most do
+      local t = list[j]
+      if not (dedupe and picked[t]) then
+        if not last then
+          picked[t] = true
+        end
+        tokens[#tokens + 1] = t
+        count = count + 1
       end
-      tokens[#tokens + 1] = t
-      count = count + 1
+      j = j + 1
     end
-    j = j + 1
+    return tokens
   end
-  return tokens
-end
--- The bound of a kind picked from the front of `index`: the newest candidate's
--- time (a session scored ahead of Redis's clock, by the book's code on a host
--- whose clock is ahead, is within its own bound too, so it is removed rather than
--- picked again and again).
-local function bound_of(index, tokens)
-  if #tokens == 0 then
-    return ''
+  -- The bound of a kind picked from the front of `index`: the newest candidate's
+  -- time (a session scored ahead of Redis's clock, by the book's code on a host
+  -- whose clock is ahead, is within its own bound too, so it is removed rather than
+  -- picked again and again).
+  local function bound_of(index, tokens)
+    if #tokens == 0 then
+      return ''
+    end
+    local newest = tonumber(redis.call('ZSCORE', index, tokens[#tokens]))
+    return string.format('%.17g', newest)
   end
-  local newest = tonumber(redis.call('ZSCORE', index, tokens[#tokens]))
-  return string.format('%.17g', newest)
-end
-for k = 1, 4 do
-  next_[k] = {'', {}}
-end
-if batch > 0 then
-  local idle = add(redis.call('ZRANGEBYSCORE', recent, '-inf', '(' .. expired_before,
-    'LIMIT', 0, batch), batch, false)
-  next_[1] = {'(' .. expired_before, idle}
-  if count < batch then
-    local expired = add(redis.call('ZRANGEBYSCORE', logins, '-inf', '(' .. login_before,
-      'LIMIT', 0, batch - count), batch, false)
-    next_[2] = {'(' .. login_before, expired}
+  for k = 1, 4 do
+    next_[k] = {'', {}}
   end
-  local excess = size - count - cap
-  local room = batch - count
-  local no_guest_left = true
-  if room > 0 then
-    local waiting = redis.call('ZCARD', guests)
-    if waiting > 0 then
-      local idle_guests = redis.call('ZCOUNT', guests, '-inf', '(' .. guest_idle_before)
-      local take = math.min(math.max(idle_guests, math.min(excess, waiting)), room)
-      no_guest_left = take == waiting
-      local list = {}
-      if take > 0 then
-        list = add(redis.call('ZRANGE', guests, 0, take - 1), take, false)
+  if batch > 0 then
+    local idle = add(redis.call('ZRANGEBYSCORE', recent, '-inf', '(' .. expired_before,
+      'LIMIT', 0, batch), batch, false)
+    next_[1] = {'(' .. expired_before, idle}
+    if count < batch then
+      local expired = add(redis.call('ZRANGEBYSCORE', logins, '-inf', '(' .. login_before,
+        'LIMIT', 0, batch - count), batch, false)
+      next_[2] = {'(' .. login_before, expired}
+    end
+    local excess = size - count - cap
+    local room = batch - count
+    local no_guest_left = true
+    if room > 0 then
+      local waiting = redis.call('ZCARD', guests)
+      if waiting > 0 then
+        local idle_guests = redis.call('ZCOUNT', guests, '-inf', '(' .. guest_idle_before)
+        local take = math.min(math.max(idle_guests, math.min(excess, waiting)), room)
+        no_guest_left = take == waiting
+        local list = {}
+        if take > 0 then
+          list = add(redis.call('ZRANGE', guests, 0, take - 1), take, false)
+        end
+        -- A guest picked already (past a lifetime) is not counted twice.
+        excess = excess - #list
+        next_[3] = {bound_of(guests, list), list}
       end
-      -- A guest picked already (past a lifetime) is not counted twice.
-      excess = excess - #list
-      next_[3] = {bound_of(guests, list), list}
+    end
+    if no_guest_left and excess > 0 and count < batch then
+      local want = math.min(excess, batch - count)
+      -- Read past the sessions already picked (expired ones among the oldest).
+      local oldest = add(redis.call('ZRANGE', recent, 0, want + count - 1), want, true)
+      next_[4] = {bound_of(recent, oldest), oldest}
     end
   end
-  if no_guest_left and excess > 0 and count < batch then
-    local want = math.min(excess, batch - count)
-    -- Read past the sessions already picked (expired ones among the oldest).
-    local oldest = add(redis.call('ZRANGE', recent, 0, want + count - 1), want, true)
-    next_[4] = {bound_of(recent, oldest), oldest}
+  return next_
+end
+
+-- Each kind's candidates, in one list: {first candidate, count, bound}.
+local cands, kinds = {}, {}
+local next_
+if here then
+  next_ = pick()
+  for k = 1, 4 do
+    local bound, tokens = next_[k][1], next_[k][2]
+    kinds[k] = {first = #cands + 1, count = #tokens, bound = bound}
+    for _, t in ipairs(tokens) do
+      cands[#cands + 1] = t
+    end
+    next_[k] = {'', {}}
   end
+  if #cands > 0 then
+    remove(cands, kinds, now_text)
+  end
+else
+  for k = 1, 4 do
+    local count = tonumber(ARGV[5 + 2 * k])
+    kinds[k] = {first = #cands + 1, count = count, bound = ARGV[6 + 2 * k]}
+    for i = #cands + 1, #cands + count do
+      cands[i] = ARGV[16 + i]
+    end
+  end
+  if #cands > 0 then
+    remove(cands, kinds, ARGV[6])
+  end
+  next_ = pick()
 end
 return {removed, took(), mended, owners, next_, now_text}

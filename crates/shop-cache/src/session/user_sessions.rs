@@ -24,7 +24,9 @@
 //! younger than [`IN_FLIGHT`] is a login in progress, not a leftover: it is left
 //! alone (and not listed) until its session exists or it is old enough to drop.
 //! Sessions the book's own `update_token` logs in are not indexed (the book has no
-//! such index); everything the shop does is.
+//! such index); everything the shop does is. Every indexed session has a login
+//! time in `logins:` (which the book's logins lack), which is how the cleaner
+//! knows which of the sessions it removes to take out of an index.
 
 use sha2::{Digest, Sha256};
 
@@ -200,6 +202,16 @@ impl Sessions {
                             session_id(token),
                             entry(token, since.unwrap_or(now), &Device::default()),
                         );
+                        if since.is_none() {
+                            // Every listed session has a login time, as the touch
+                            // gives one (the cleaner unlists only those).
+                            pipe.cmd("ZADD")
+                                .arg(self.keys.logins_in(shard))
+                                .arg("NX")
+                                .arg(now)
+                                .arg(token.expose())
+                                .ignore();
+                        }
                     }
                     let added: Vec<u64> = pipe.query_async(&mut conn).await?;
                     listed += added.iter().sum::<u64>();

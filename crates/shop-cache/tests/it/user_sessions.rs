@@ -191,13 +191,7 @@ async fn leftovers_of_a_crash_are_dropped_when_listed_and_logins_in_flight_are_n
 async fn an_upgrade_lists_the_logged_in_sessions_of_before(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let erin = user(9);
-    // Logged in by a build without the index: login: and recent: only.
-    let mut raw = fx.raw().await;
-    let old: Vec<SessionToken> = (0..3).map(|_| SessionToken::generate()).collect();
-    for t in &old {
-        let _: () = raw.hset(fx.keys.login_of(t), t.expose(), 9).await.unwrap();
-        let _: () = raw.zadd(fx.keys.recent_of(t), t.expose(), shop_cache_now()).await.unwrap();
-    }
+    let old = logged_in_before_the_index(&fx, 9, 3).await;
     let guest = SessionToken::generate();
     sessions.touch(&guest, Touch::request()).await.unwrap();
     let new = logins(&sessions, erin, 1).await;
@@ -211,6 +205,36 @@ async fn an_upgrade_lists_the_logged_in_sessions_of_before(fx: Fixture) {
         assert_eq!(sessions.check_token(t).await.unwrap(), None);
     }
 }
+
+async fn sessions_listed_by_an_upgrade_leave_the_index_with_the_cleaner(fx: Fixture) {
+    // The cleaner takes out of the users' indexes the sessions with a login time
+    // (the book's own logins have none, and no entry); the upgrade gives one to
+    // each session it lists.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let frank = user(10);
+    logged_in_before_the_index(&fx, 10, 3).await;
+    assert_eq!(sessions.index_logins().await.unwrap(), 3);
+    assert_eq!(entries(&fx, frank).await, 3);
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 0, 100).unwrap();
+    while cleaner.step().await.unwrap() != shop_cache::session_cleaner::CleanerStep::Idle {}
+    assert_eq!(sessions.count().await.unwrap(), 0);
+    assert_eq!(entries(&fx, frank).await, 0, "the cleaner left no entry behind");
+}
+}
+
+/// `n` sessions of user `id` logged in by a build without the index: `login:` and
+/// `recent:` only.
+async fn logged_in_before_the_index(fx: &Fixture, id: u64, n: usize) -> Vec<SessionToken> {
+    let mut raw = fx.raw().await;
+    let old: Vec<SessionToken> = (0..n).map(|_| SessionToken::generate()).collect();
+    for t in &old {
+        let _: () = raw.hset(fx.keys.login_of(t), t.expose(), id).await.unwrap();
+        let _: () = raw
+            .zadd(fx.keys.recent_of(t), t.expose(), shop_cache_now())
+            .await
+            .unwrap();
+    }
+    old
 }
 
 /// Unix time now, as the shop's scripts see it (the test and Redis share a clock).
