@@ -13,8 +13,9 @@
 //!
 //! Run: `cargo bench -p shop-cache --bench throughput` (about a minute);
 //! `PARTS=cleaner` (or `ceiling`, `memory`, comma-separated) runs only those parts;
-//! in the cleaner's part, `WAYS=book,100,1000` picks the ways and `COMMANDSTATS=1`
-//! prints Redis's time per command.
+//! in the cleaner's part, `WAYS=book,100,1000` picks the ways (the default; add
+//! `indexed` for batch 100 on sessions logged in by the shop, each in its user's
+//! index) and `COMMANDSTATS=1` prints Redis's time per command.
 
 #![allow(missing_docs)]
 
@@ -255,8 +256,11 @@ async fn ceiling() {
 
 /// `n` sessions with a login, 3 viewed items and 2 cart lines each, seen in the
 /// last `n` milliseconds, oldest first (recent enough that no lifetime has run
-/// out: the cleaner removes them for the cap, the path measured).
-async fn populate(conn: &mut MultiplexedConnection, keys: &Keys, n: usize) {
+/// out: the cleaner removes them for the cap, the path measured). Logged in as the
+/// book's code does (`login:` only), or, with `shop_logins`, as the shop does:
+/// with a login time and an entry in the user's index, which the cleaner must
+/// take out too.
+async fn populate(conn: &mut MultiplexedConnection, keys: &Keys, n: usize, shop_logins: bool) {
     let start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -278,6 +282,17 @@ async fn populate(conn: &mut MultiplexedConnection, keys: &Keys, n: usize) {
                 .ignore()
                 .hset_multiple(keys.cart(&token), &[(1, 1), (2, 2)])
                 .ignore();
+            if shop_logins {
+                let user = UserId::new(i as u64 + 1).unwrap();
+                pipe.zadd(keys.logins_of(&token), token.expose(), start)
+                    .ignore()
+                    .hset(
+                        keys.user_sessions(user),
+                        shop_cache::session::session_id(&token),
+                        index_entry(&token, start),
+                    )
+                    .ignore();
+            }
         }
         pipe.exec_async(conn).await.unwrap();
     }
@@ -288,25 +303,22 @@ async fn cleaner() {
         "== 2. session cleaner, {SESSIONS_TO_CLEAN} sessions (login, 3 views, 2 cart lines each), cap 0"
     );
     let keys = Keys::default();
-    for (name, batch) in [
-        ("book, 5 commands a round", 100),
-        ("shop script, batch 100", 100),
-        ("shop script, batch 1000", 1_000),
+    for (way, name, batch) in [
+        ("book", "book, 5 commands a round", 100),
+        ("100", "shop script, batch 100", 100),
+        ("1000", "shop script, batch 1000", 1_000),
+        ("indexed", "the same, shop logins", 100),
     ] {
-        // `WAYS=book,100` runs only those ways (the book's, the shop's at a batch).
-        if let Ok(ways) = std::env::var("WAYS") {
-            let way = if name.starts_with("book") {
-                "book".to_string()
-            } else {
-                batch.to_string()
-            };
-            if !ways.split(',').any(|w| w.trim() == way) {
-                continue;
-            }
+        // `WAYS=book,100` runs only those ways (the book's, the shop's at a batch;
+        // `indexed`: batch 100, sessions logged in by the shop, so each is in its
+        // user's index too). The default: all but `indexed`.
+        let ways = std::env::var("WAYS").unwrap_or_else(|_| "book,100,1000".into());
+        if !ways.split(',').any(|w| w.trim() == way) {
+            continue;
         }
         let server = TestRedis::start();
         let mut raw = server.conn().await;
-        populate(&mut raw, &keys, SESSIONS_TO_CLEAN).await;
+        populate(&mut raw, &keys, SESSIONS_TO_CLEAN, way == "indexed").await;
         let mut conn: RedisConn = shop_cache::connect(&server.url()).await.unwrap();
         redis::cmd("CONFIG")
             .arg("RESETSTAT")
@@ -317,7 +329,7 @@ async fn cleaner() {
         let sent_before = conn.commands_sent();
         let started = Instant::now();
         let mut removed = 0;
-        if name.starts_with("book") {
+        if way == "book" {
             loop {
                 let n = book::clean_sessions_once(&mut conn, &keys, 0, batch)
                     .await
@@ -336,6 +348,11 @@ async fn cleaner() {
         let secs = started.elapsed().as_secs_f64();
         let (redis_after, client_after) = cpu(&mut raw).await;
         assert_eq!(removed as usize, SESSIONS_TO_CLEAN);
+        if way != "book" {
+            // Everything a session owned is gone, its users' index entry too.
+            let left: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+            assert_eq!(left, 0, "keys left after cleaning");
+        }
         println!(
             "   {name:<26} {:>9.0} sessions/s | Redis CPU {:.2} us a session | cleaner's CPU {:.2} us | {:.2} commands sent a session",
             removed as f64 / secs,
@@ -457,15 +474,10 @@ async fn bytes_per_session(raw: &mut MultiplexedConnection, keys: &Keys, parts: 
             }
             if parts.contains(&Part::Index) {
                 let user = UserId::new(i as u64 + 1).unwrap();
-                let entry = format!(
-                    "{}\t{:.3}\t203.0.113.0/24\t{AGENT}",
-                    token.expose(),
-                    1.7e9 + i as f64 * 0.29
-                );
                 pipe.hset(
                     keys.user_sessions(user),
                     shop_cache::session::session_id(&token),
-                    entry,
+                    index_entry(&token, 1.7e9 + i as f64 * 0.29),
                 )
                 .ignore();
             }
@@ -480,6 +492,12 @@ async fn bytes_per_session(raw: &mut MultiplexedConnection, keys: &Keys, parts: 
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     (used_memory(raw).await - before) as f64 / MEMORY_SESSIONS as f64
+}
+
+/// A session's entry in its user's index, as a login writes it, from a typical
+/// device.
+fn index_entry(token: &SessionToken, since: f64) -> String {
+    format!("{}\t{since:.3}\t203.0.113.0/24\t{AGENT}", token.expose())
 }
 
 async fn memory() {
