@@ -200,6 +200,41 @@ impl TestRedisCluster {
         }
     }
 
+    /// Waits until every live replica has applied all that its primary had written
+    /// when the call began (the replica's `slave_repl_offset` reaches the primary's
+    /// `master_repl_offset`): replication is asynchronous, and a failover drill
+    /// about the writes before it must not lose them to a replica's last
+    /// milliseconds. Returns how long it waited. Panics after `timeout`.
+    pub async fn wait_until_replicated(&self, timeout: Duration) -> Duration {
+        let began = Instant::now();
+        let mut written = Vec::new();
+        for node in self.live() {
+            let info: String = self.ask(node, redis::cmd("INFO").arg("replication")).await;
+            if is_primary(&info) {
+                written.push((self.nodes[node].port, offset(&info, "master_repl_offset")));
+            }
+        }
+        loop {
+            let mut behind = Vec::new();
+            for node in self.live() {
+                let info: String = self.ask(node, redis::cmd("INFO").arg("replication")).await;
+                let primary = info_field(&info, "master_port").and_then(|p| p.parse().ok());
+                let wanted = written.iter().find(|(port, _)| Some(*port) == primary);
+                let applied = offset(&info, "slave_repl_offset");
+                if let Some((port, wanted)) = wanted.filter(|(_, w)| applied < *w) {
+                    behind.push(format!("node {node} at {applied} of {port}'s {wanted}"));
+                }
+            }
+            if behind.is_empty() {
+                return began.elapsed();
+            }
+            if began.elapsed() > timeout {
+                panic!("replicas still behind after {timeout:?}: {behind:?}");
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// For each live node: its address, whether it is a primary, and how many commands
     /// it has run since [`TestRedisCluster::reset_stats`] (the sum of `calls=` over
     /// `INFO commandstats`), to measure how evenly a workload spreads over primaries.
@@ -547,6 +582,13 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)
+}
+
+/// A replication offset in `INFO replication` (0 if absent).
+fn offset(info: &str, name: &str) -> u64 {
+    info_field(info, name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn is_primary(replication_info: &str) -> bool {

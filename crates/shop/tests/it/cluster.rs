@@ -7,27 +7,10 @@ use std::time::{Duration, Instant};
 use shop_db::Db;
 use shop_testkit::{TestDb, TestRedisCluster};
 
-use crate::e2e::{Reply, add_log_in_and_check_out, request, request_with, seed, serve, stop};
+use crate::e2e::{
+    Reply, add_log_in_and_check_out, eventually, request, request_with, seed, serve, stop,
+};
 use crate::shop;
-
-/// Polls `get` until `done` holds (the row refresher and the view flusher are
-/// daemons: their effect arrives within a second).
-fn eventually(what: &str, mut get: impl FnMut() -> Reply, done: impl Fn(&Reply) -> bool) -> Reply {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let reply = get();
-        if done(&reply) {
-            return reply;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: last answer {} {}",
-            reply.status,
-            reply.body
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn json(reply: &Reply) -> serde_json::Value {
     serde_json::from_str(&reply.body).unwrap_or_else(|_| panic!("not JSON: {}", reply.body))
@@ -169,21 +152,26 @@ async fn the_whole_shop_runs_on_a_cluster() {
         shop.command()
             .args(["items", "update", "7", "--title", "Sale lamp"]),
     );
-    let page = request(&addr, "GET", "/items/5", Some(&guest), None);
-    assert!(
-        page.body.contains("Cluster kettle") && page.body.contains("$7.77"),
-        "{}",
-        page.body
+    // Redis's copies are purged when the command returns; the server's own tier
+    // drops its copies as the purge's event arrives, within milliseconds.
+    eventually(
+        "the changed item's page",
+        || request(&addr, "GET", "/items/5", Some(&guest), None),
+        |page| page.body.contains("Cluster kettle") && page.body.contains("$7.77"),
     );
-    assert!(
-        request(&addr, "GET", "/items", None, None)
-            .body
-            .contains("Cluster kettle")
+    eventually(
+        "the listing showing the changed item",
+        || request(&addr, "GET", "/items", None, None),
+        |listing| listing.body.contains("Cluster kettle"),
     );
     let row = json(&request(&addr, "GET", "/api/inventory/7", None, None));
     assert_eq!(row["title"], "Sale lamp", "{row}");
     crate::e2e::succeed(shop.command().args(["items", "remove", "5"]));
-    assert_eq!(request(&addr, "GET", "/items/5", None, None).status, 410);
+    eventually(
+        "the retired item's page",
+        || request(&addr, "GET", "/items/5", None, None),
+        |page| page.status == 410,
+    );
 
     assert!(stop(child).success());
     let db = Db::connect(shop.db.url()).await.unwrap();
@@ -247,9 +235,11 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
         assert_eq!(add.status, 303, "{}", add.body);
         shoppers.push((n, cookie));
     }
-    // Replication is asynchronous: give it a moment to copy these writes, as the
+    // Replication is asynchronous: the replicas get these writes first, as the
     // drill is about failover, not about the writes of the last milliseconds.
-    std::thread::sleep(Duration::from_millis(500));
+    shop.cluster
+        .wait_until_replicated(Duration::from_secs(10))
+        .await;
 
     // Traffic: item views and carts by the shoppers, errors timed.
     let stop_traffic = Arc::new(AtomicBool::new(false));

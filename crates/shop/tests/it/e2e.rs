@@ -49,6 +49,31 @@ impl Reply {
     }
 }
 
+/// Polls `get` until `done` holds, for 10 seconds at most: the row refresher and
+/// the view flusher are daemons (their effect arrives within a second), and a
+/// server's in-process page tier drops a purged page as the purge's event arrives
+/// (within milliseconds of the command's return).
+pub fn eventually(
+    what: &str,
+    mut get: impl FnMut() -> Reply,
+    done: impl Fn(&Reply) -> bool,
+) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = get();
+        if done(&reply) {
+            return reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: last answer {} {}",
+            reply.status,
+            reply.body
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One HTTP/1.1 request on a fresh connection, read to the end.
 pub fn request(
     addr: &str,
