@@ -17,7 +17,8 @@
 //! (as a shop's rows come to be cached), and all at once when the refresher starts
 //! (a herd; see [`Start`]); `START=spread` or `START=herd` runs one. Against a
 //! private redis-server and a seeded SQLite file. `REFRESHERS=2` runs two
-//! refreshers side by side (safe: they never take the same row).
+//! refreshers side by side (safe: they never take the same row). `ORDER=scattered`
+//! schedules the rows in an order far from their ids' (see [`first_order`]).
 //! Run: `cargo bench -p shop --bench row_lag` (about two minutes).
 
 #![allow(missing_docs)]
@@ -115,6 +116,19 @@ enum Start {
     Herd,
 }
 
+/// The order the rows are first scheduled in, which the refresher keeps: by id
+/// (the default), or with `ORDER=scattered` ids far apart one after another (as a
+/// shop's rows come to be cached in the order items are viewed), so each batch
+/// reads rows from all over the table.
+fn first_order() -> Vec<u64> {
+    if std::env::var("ORDER").as_deref() == Ok("scattered") {
+        // 7,919 is prime and no factor of 100,000: every row once.
+        (0..ROWS).map(|n| n * 7_919 % ROWS + 1).collect()
+    } else {
+        (1..=ROWS).collect()
+    }
+}
+
 /// Spread over a second: a thousand rows each tick.
 const SPREAD_TICK: Duration = Duration::from_millis(10);
 
@@ -134,7 +148,7 @@ async fn run(db: &Db, batch: usize, start: Start) {
     // a thousand rows every 10 ms.
     let schedule = async |start: Start| {
         let began = Instant::now();
-        for (tick, chunk) in (1..=ROWS).collect::<Vec<_>>().chunks(1_000).enumerate() {
+        for (tick, chunk) in first_order().chunks(1_000).enumerate() {
             if start == Start::Spread {
                 tokio::time::sleep_until((began + SPREAD_TICK * tick as u32).into()).await;
             }
