@@ -146,3 +146,52 @@ async fn browsing_walks_every_item_once_by_keyset_pages() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_batch_read_writes_each_rows_json_as_one_rows_read_does() {
+    // SQLite builds the batch's JSON itself; it must be byte for byte what
+    // serializing one row writes, whatever the title holds.
+    let titles = [
+        "plain",
+        "a \"quoted\" \\ back\\slash / slash",
+        "line\nbreak\ttab\rreturn\u{8}\u{c}",
+        "\u{1}\u{1f}\u{7f} controls",
+        "ünïcødé 日本 🎉 </script>",
+    ];
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        db.seed(10, 3, &|_| {}).await.unwrap();
+        for (n, title) in titles.iter().enumerate() {
+            sqlx::query(&format!("UPDATE items SET title = $1 WHERE id = {}", n + 1))
+                .bind(*title)
+                .execute(db.pool())
+                .await
+                .unwrap();
+        }
+        sqlx::query(
+            "UPDATE inventory SET sale_price_cents = 99, sale_start = 1700000000, \
+             sale_end = 1700003600 WHERE item_id = 2",
+        )
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let ids: Vec<ItemId> = (1..=12).map(item).collect();
+        let found = db.inventory_json_many(&ids).await.unwrap();
+        assert_eq!(found.len(), 10, "{kind}: the unknown ids are left out");
+        for n in 1..=10 {
+            let one = db.inventory_json(item(n)).await.unwrap().unwrap();
+            assert_eq!(found[&item(n)], one, "{kind}: row {n}");
+        }
+        let row: serde_json::Value = serde_json::from_str(&found[&item(2)]).unwrap();
+        assert_eq!(row["title"], titles[1], "{kind}");
+        assert_eq!(row["sale_price_cents"], 99, "{kind}");
+        assert!(db.inventory_json_many(&[]).await.unwrap().is_empty());
+        assert!(
+            db.inventory_json_many(&[item(99)])
+                .await
+                .unwrap()
+                .is_empty(),
+            "{kind}"
+        );
+    }
+}
