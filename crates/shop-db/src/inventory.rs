@@ -90,7 +90,7 @@ impl Db {
     /// The inventory rows of `ids` that exist, as the JSON objects the row cache
     /// stores, by id: one query per [`ROWS_PER_QUERY`] ids (the row refresher's
     /// batch read; a query per row cost a round trip each). On SQLite the database
-    /// writes the JSON, one text for the whole chunk ([`SQLITE_JSON_SELECT`]): a
+    /// writes the JSON, one text for the whole chunk (`SQLITE_JSON_SELECT`): a
     /// row each, decoded and serialized here, cost the refresher a third of its
     /// speed over ids scattered across the table (BENCHMARKS.md, "scattered ids").
     pub async fn inventory_json_many(
