@@ -90,9 +90,10 @@ impl Db {
     /// The inventory rows of `ids` that exist, as the JSON objects the row cache
     /// stores, by id: one query per [`ROWS_PER_QUERY`] ids (the row refresher's
     /// batch read; a query per row cost a round trip each). On SQLite the database
-    /// writes the JSON, one text for the whole chunk (`SQLITE_JSON_SELECT`): a
-    /// row each, decoded and serialized here, cost the refresher a third of its
-    /// speed over ids scattered across the table (BENCHMARKS.md, "scattered ids").
+    /// writes the JSON, one text for the whole chunk (`SQLITE_JSON_SELECT`): each
+    /// row passed, decoded and serialized here kept the refresher of 100,000 rows a
+    /// second with ids scattered over the table behind (lag p99 180 ms, 45 ms so:
+    /// BENCHMARKS.md, "scattered ids").
     pub async fn inventory_json_many(
         &self,
         ids: &[ItemId],
@@ -100,26 +101,24 @@ impl Db {
         let mut found = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(ROWS_PER_QUERY) {
             let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
-            let marks = marks.join(", ");
+            let select = match self.backend() {
+                Backend::Sqlite => SQLITE_JSON_SELECT,
+                Backend::Postgres => INVENTORY_SELECT,
+            };
+            let sql = format!("{select} WHERE i.id IN ({})", marks.join(", "));
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id.to_i64());
+            }
             match self.backend() {
                 Backend::Sqlite => {
-                    let sql = format!("{SQLITE_JSON_SELECT} WHERE i.id IN ({marks})");
-                    let mut query = sqlx::query_scalar::<_, Option<String>>(&sql);
-                    for id in chunk {
-                        query = query.bind(id.to_i64());
-                    }
-                    let lines = query.fetch_one(&self.read).await?.unwrap_or_default();
-                    for line in lines.lines() {
+                    let lines: Option<String> = query.fetch_one(&self.read).await?.try_get(0)?;
+                    for line in lines.unwrap_or_default().lines() {
                         let (id, json) = sqlite_json_line(line)?;
                         found.insert(id, json.to_owned());
                     }
                 }
                 Backend::Postgres => {
-                    let sql = format!("{INVENTORY_SELECT} WHERE i.id IN ({marks})");
-                    let mut query = sqlx::query(&sql);
-                    for id in chunk {
-                        query = query.bind(id.to_i64());
-                    }
                     for row in query.fetch_all(&self.read).await? {
                         let row = inventory_from(&row)?;
                         let json = serde_json::to_string(&row)
