@@ -13,6 +13,7 @@ use shop_cache::page_cache::{PageStore, PageTag};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::inventory::Sale;
+pub use shop_db::inventory::SaleSet;
 
 use crate::AppError;
 
@@ -76,15 +77,17 @@ impl SaleParts {
 
 /// Puts `item` on sale (replacing a sale of it still running, with its buyers and
 /// answers), caches its row every `refresh` seconds and purges the cached sale page.
-/// `false` if there is no such item (nothing changed then).
+/// Anything but [`SaleSet::Started`] (no such item, or one no longer sold) changed
+/// nothing.
 pub async fn start(
     stores: &SaleStores<'_>,
     item: ItemId,
     sale: Sale,
     refresh: f64,
-) -> Result<bool, AppError> {
-    if !stores.db.set_sale(item, sale).await? {
-        return Ok(false);
+) -> Result<SaleSet, AppError> {
+    let set = stores.db.set_sale(item, sale).await?;
+    if set != SaleSet::Started {
+        return Ok(set);
     }
     stores.flash.open(item, &terms(&sale)).await?;
     stores.rows.schedule(item, refresh).await?;
@@ -92,26 +95,33 @@ pub async fn start(
         .pages
         .purge(&[PageTag::Sales, PageTag::Item(item)])
         .await?;
-    Ok(true)
+    Ok(SaleSet::Started)
 }
 
-/// The demo sale's item.
-pub const DEMO_ITEM: u64 = 1;
 /// The demo sale's units.
 pub const DEMO_STOCK: i64 = 100;
 /// How long the demo sale lasts, in seconds.
 pub const DEMO_LENGTH: i64 = 24 * 3_600;
 
-/// Starts the demo sale (item [`DEMO_ITEM`], [`DEMO_STOCK`] units at half its
-/// price, for [`DEMO_LENGTH`]) unless a sale is running or coming: a new shop's
-/// sale page then has something live to buy, and a sale an operator started is
-/// never replaced. `true` if it started one.
-pub async fn start_demo(stores: &SaleStores<'_>) -> Result<bool, AppError> {
+/// The item a demo sale is of: the catalogue's first item still sold (item 1 of
+/// the demo catalogue), `None` in an empty catalogue.
+pub async fn demo_item(db: &Db) -> Result<Option<ItemId>, AppError> {
+    Ok(db
+        .items_page(None, None, 1)
+        .await?
+        .first()
+        .map(|item| item.id))
+}
+
+/// Starts the demo sale of `item` ([`DEMO_STOCK`] units at half its price, for
+/// [`DEMO_LENGTH`]) unless a sale is running or coming: a demo shop's sale page
+/// then has something live to buy, and a sale an operator started is never
+/// replaced. `true` if it started one.
+pub async fn start_demo(stores: &SaleStores<'_>, item: ItemId) -> Result<bool, AppError> {
     let now = shop_db::unix_now();
     if !stores.db.sales(now).await?.is_empty() {
         return Ok(false);
     }
-    let item = ItemId::new(DEMO_ITEM).expect("the demo item's id is positive");
     let Some(found) = stores.db.item(item).await? else {
         return Ok(false);
     };
@@ -121,7 +131,7 @@ pub async fn start_demo(stores: &SaleStores<'_>) -> Result<bool, AppError> {
         start: now,
         end: now + DEMO_LENGTH,
     };
-    start(stores, item, sale, DEFAULT_REFRESH).await
+    Ok(start(stores, item, sale, DEFAULT_REFRESH).await? == SaleSet::Started)
 }
 
 fn terms(sale: &Sale) -> SaleTerms {

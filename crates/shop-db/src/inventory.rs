@@ -40,6 +40,17 @@ pub struct Sale {
     pub end: i64,
 }
 
+/// What [`Db::set_sale`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaleSet {
+    /// The sale is the item's now.
+    Started,
+    /// There is no such item; nothing changed.
+    NoSuchItem,
+    /// The item is no longer sold; nothing changed.
+    Retired,
+}
+
 /// The most ids one batch query names (well under SQLite's 32,766 parameters).
 pub const ROWS_PER_QUERY: usize = 500;
 
@@ -152,13 +163,15 @@ impl Db {
     }
 
     /// Puts an item on sale, replacing an earlier sale of it: the users' counts
-    /// toward the per-user limit start again (the limit is per sale). `false` if
-    /// there is no such item (nothing changed then).
-    pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<bool, DbError> {
+    /// toward the per-user limit start again (the limit is per sale). Nothing
+    /// changes unless the answer is [`SaleSet::Started`]: an item no longer sold
+    /// (retired) is refused in the same write that would start its sale.
+    pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<SaleSet, DbError> {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
-             WHERE item_id = $5",
+             WHERE item_id = $5 \
+             AND EXISTS (SELECT 1 FROM items WHERE id = $5 AND retired_at IS NULL)",
         )
         .bind(sale.stock)
         .bind(sale.price_cents)
@@ -168,15 +181,27 @@ impl Db {
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() != 1 {
+            let found = sqlx::query("SELECT retired_at FROM items WHERE id = $1")
+                .bind(id.to_i64())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let retired = match &found {
+                Some(row) => row.try_get::<Option<i64>, _>("retired_at")?.is_some(),
+                None => false,
+            };
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(if retired {
+                SaleSet::Retired
+            } else {
+                SaleSet::NoSuchItem
+            });
         }
         sqlx::query("DELETE FROM flash_claims WHERE item_id = $1")
             .bind(id.to_i64())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(SaleSet::Started)
     }
 
     /// Every sale ending after `since`, by item: its terms as the database holds

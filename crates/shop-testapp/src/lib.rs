@@ -52,6 +52,7 @@ pub struct TestAppBuilder {
     waits: RedisWaits,
     items: u64,
     catalogue_seed: u64,
+    demo_users: bool,
 }
 
 impl TestAppBuilder {
@@ -70,6 +71,13 @@ impl TestAppBuilder {
     /// Items in the catalogue, ids `1..=items` (default: [`ITEMS`]).
     pub fn items(mut self, items: u64) -> Self {
         self.items = items;
+        self
+    }
+
+    /// No demo accounts in the database (default: alice, bob and carol); with
+    /// `items(0)`, a database as a new shop's is.
+    pub fn without_users(mut self) -> Self {
+        self.demo_users = false;
         self
     }
 
@@ -105,9 +113,11 @@ impl TestAppBuilder {
         db.seed(self.items, self.catalogue_seed, &|_| {})
             .await
             .expect("the test's catalogue is seeded");
-        db.add_demo_users()
-            .await
-            .expect("the test's demo users are added");
+        if self.demo_users {
+            db.add_demo_users()
+                .await
+                .expect("the test's demo users are added");
+        }
         let keys = Keys::default();
         let state = AppState::new(db.clone(), conn.clone(), keys.clone(), self.config.clone());
         TestApp {
@@ -181,6 +191,7 @@ impl TestApp {
             waits: RedisWaits::Quick,
             items: ITEMS,
             catalogue_seed: 1,
+            demo_users: true,
         }
     }
 
@@ -228,7 +239,11 @@ impl TestApp {
             end: now + 3_600,
         };
         let item = ItemId::new(item).expect("a valid item id");
-        assert!(self.db.set_sale(item, sale).await.unwrap(), "no {item:?}");
+        assert_eq!(
+            self.db.set_sale(item, sale).await.unwrap(),
+            shop_db::inventory::SaleSet::Started,
+            "no {item:?}"
+        );
         let terms = shop_cache::flash_sale::SaleTerms {
             stock,
             price_cents,

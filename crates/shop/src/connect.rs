@@ -7,10 +7,33 @@ use shop_cache::keys::Keys;
 use shop_db::Db;
 
 use crate::config::{DatabaseSettings, RedisSettings, redact_url};
+use crate::managed_redis;
 
 /// Connects to Redis as configured, with a message that says what to do if it fails.
 pub async fn connect_redis(redis: &RedisSettings) -> anyhow::Result<(RedisConn, Keys)> {
-    connect_redis_at(redis.url(), redis).await
+    connect_redis_at(&state_url(redis).await?, redis).await
+}
+
+/// The state Redis's URL: the one named (empty for a cluster, whose nodes the
+/// settings name), else the private one a `shop serve` in this directory runs.
+/// Never a Redis nobody named.
+async fn state_url(redis: &RedisSettings) -> anyhow::Result<String> {
+    if let Some(url) = &redis.redis_url {
+        return Ok(url.expose().to_owned());
+    }
+    if redis.is_cluster() {
+        return Ok(String::new());
+    }
+    managed_redis::running(managed_redis::STATE_DIR)
+        .await
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no Redis is named: set REDIS_URL (or --redis-url, --redis-cluster), or run \
+                 `shop serve` in this directory first (it starts a private Redis under {} \
+                 that the other commands then use)",
+                managed_redis::STATE_DIR
+            )
+        })
 }
 
 /// Connects to the Redis at `url` (or the cluster the flags name).
@@ -57,10 +80,18 @@ pub async fn connect_cache(url: &str, redis: &RedisSettings) -> anyhow::Result<R
         })
 }
 
-/// The cache Redis the flags name, if any.
+/// The cache Redis the flags name, if any; with no Redis named at all, the
+/// private one a `shop serve` in this directory runs (its pages are there, so a
+/// purge must reach them there).
 pub async fn connect_configured_cache(redis: &RedisSettings) -> anyhow::Result<Option<RedisConn>> {
-    match &redis.cache_redis_url {
-        Some(url) => Ok(Some(connect_cache(url.expose(), redis).await?)),
+    if let Some(url) = &redis.cache_redis_url {
+        return Ok(Some(connect_cache(url.expose(), redis).await?));
+    }
+    if redis.redis_url.is_some() || redis.is_cluster() {
+        return Ok(None);
+    }
+    match managed_redis::running(managed_redis::CACHE_DIR).await {
+        Some(url) => Ok(Some(connect_cache(&url, redis).await?)),
         None => Ok(None),
     }
 }

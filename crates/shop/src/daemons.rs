@@ -80,13 +80,14 @@ pub async fn join_all(mut daemons: JoinSet<()>) -> anyhow::Result<()> {
 
 /// Runs `shop work`: the daemons alone, until SIGINT/SIGTERM.
 pub async fn work(args: WorkArgs) -> anyhow::Result<()> {
+    let stop = shutdown::listen();
     let (conn, keys) = connect_redis(&args.redis).await?;
     let db = connect_db(&args.database).await?;
     tracing::info!(redis = %args.redis.describe(), "worker connected");
     let shutdown = CancellationToken::new();
     let mut daemons = JoinSet::new();
     spawn_daemons(&mut daemons, &conn, &keys, &db, &args.workers, &shutdown)?;
-    shutdown::signal().await;
+    stop.await;
     tracing::info!("shutting down");
     shutdown.cancel();
     join_all(daemons).await

@@ -77,16 +77,14 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     };
     let cache = crate::connect::connect_configured_cache(&args.redis).await?;
     let parts = sale::SaleParts::new(&conn, cache, &keys);
-    if !sale::start(
+    let set = sale::start(
         &parts.stores(&db),
         args.sale_item,
         terms,
         sale::DEFAULT_REFRESH,
     )
-    .await?
-    {
-        anyhow::bail!("there is no item {}", args.sale_item);
-    }
+    .await?;
+    crate::commands::sale::started(args.sale_item, set)?;
     eprintln!(
         "prepared {} buyers and a sale of {} units in {:.1} s",
         args.buyers,

@@ -1,5 +1,6 @@
-//! The private `redis-server`s that `shop serve` starts when no Redis is configured
-//! and none answers on the default address, one per [`Role`]: their data and
+//! The private `redis-server`s that `shop serve` starts when no Redis is named
+//! (never one that merely answers on the default port: it may be another
+//! application's), one per [`Role`]: their data and
 //! sockets under `./data/redis` and `./data/redis-cache`, listening on the socket
 //! only, stopped when the shop stops.
 //!
@@ -21,6 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use shop_redis_server::{Launch, LaunchError};
+
+/// Where the private state Redis keeps its files (under the working directory).
+pub const STATE_DIR: &str = "data/redis";
+/// Where the private cache Redis keeps its socket (it keeps no data).
+pub const CACHE_DIR: &str = "data/redis-cache";
+/// The socket's name in its directory.
+const SOCKET: &str = "redis.sock";
 
 /// How long it may take to save and exit when asked to.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -47,11 +55,11 @@ impl Role {
     /// Redis without its append-only file (see [`ManagedRedis::start`]).
     fn launch(self, dir: &Path, aof: bool) -> Launch {
         match self {
-            Role::State => Launch::new(dir, "redis.sock", "300 1 60 10000")
+            Role::State => Launch::new(dir, SOCKET, "300 1 60 10000")
                 .with("appendonly", if aof { "yes" } else { "no" })
                 .with("appendfsync", "everysec")
                 .with("maxmemory-policy", "noeviction"),
-            Role::Cache { max_mb } => Launch::new(dir, "redis.sock", "")
+            Role::Cache { max_mb } => Launch::new(dir, SOCKET, "")
                 .with("maxmemory", &format!("{max_mb}mb"))
                 .with("maxmemory-policy", "allkeys-lru"),
         }
@@ -209,6 +217,15 @@ impl Drop for ManagedRedis {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The URL of the private Redis with its files in `dir` (relative to the working
+/// directory), if one answers there: what the other commands use when no Redis
+/// is named, so they reach the shop a `shop serve` in the same directory runs.
+pub async fn running(dir: &str) -> Option<String> {
+    let socket = Path::new(dir).canonicalize().ok()?.join(SOCKET);
+    let url = format!("unix://{}", socket.display());
+    ping(&url).await.then_some(url)
 }
 
 /// Does a Redis answer at `url` (within a second)?

@@ -1,26 +1,27 @@
 //! The process's stop signal: SIGINT (Ctrl-C) or SIGTERM (service managers).
 
-/// Resolves when the process is asked to stop.
-pub async fn signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+use std::future::Future;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Listens for the stop signals from the moment it is called, and returns what
+/// resolves when one arrives. Called before the process says it is ready, so a
+/// stop sent right after that is a graceful stop, never the default action (an
+/// abrupt exit).
+pub fn listen() -> impl Future<Output = ()> + Send + 'static {
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        let (mut interrupt, mut terminate) = match (interrupt, terminate) {
+            (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::error!(%error, "cannot listen for SIGINT and SIGTERM");
+                return std::future::pending().await;
             }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+        };
+        tokio::select! {
+            _ = interrupt.recv() => {},
+            _ = terminate.recv() => {},
         }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
     }
 }

@@ -1,6 +1,6 @@
 use shop_db::Db;
 use shop_db::flash::{BuyOutcome, WinRecord};
-use shop_db::inventory::Sale;
+use shop_db::inventory::{Sale, SaleSet};
 use shop_domain::{ItemId, UserId};
 
 use crate::databases;
@@ -39,7 +39,7 @@ async fn on_sale(db: &Db, stock: i64) {
         start: NOW - 10,
         end: NOW + 3_600,
     };
-    assert!(db.set_sale(item(1), sale).await.unwrap());
+    assert_eq!(db.set_sale(item(1), sale).await.unwrap(), SaleSet::Started);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +255,7 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             start: NOW - 10,
             end: NOW + 60,
         };
-        assert!(db.set_sale(item(1), sale).await.unwrap());
+        assert_eq!(db.set_sale(item(1), sale).await.unwrap(), SaleSet::Started);
         assert!(matches!(
             db.record_flash_win(u[0], item(1), "run2-a", 1, NOW)
                 .await

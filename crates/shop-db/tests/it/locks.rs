@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use shop_db::flash::BuyOutcome;
-use shop_db::inventory::Sale;
+use shop_db::inventory::{Sale, SaleSet};
 use shop_db::orders::CheckoutOutcome;
 use shop_db::{Db, DbError};
 use shop_domain::{ItemId, UserId};
@@ -26,7 +26,7 @@ async fn shop(db: &Db) -> UserId {
         start: NOW - 10,
         end: NOW + 3_600,
     };
-    assert!(db.set_sale(item(1), sale).await.unwrap());
+    assert_eq!(db.set_sale(item(1), sale).await.unwrap(), SaleSet::Started);
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO users (name, password_hash, created_at) VALUES ('lock', 'x', 0) RETURNING id",
     )

@@ -77,10 +77,11 @@ impl Shop {
             rows: &self.state.rows,
             pages: &self.state.pages,
         };
-        assert!(
+        assert_eq!(
             shop_app::sale::start(&stores, item(n), sale, 1.0)
                 .await
-                .unwrap()
+                .unwrap(),
+            shop_app::sale::SaleSet::Started
         );
         self.refresh().await;
     }

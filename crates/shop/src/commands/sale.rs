@@ -2,7 +2,8 @@
 
 use crate::config::SaleCommand;
 use crate::connect::{connect_db, connect_redis};
-use shop_app::sale;
+use shop_app::sale::{self, SaleSet};
+use shop_cache::domain::ItemId;
 
 /// Runs `shop sale`.
 pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
@@ -27,13 +28,26 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             };
             let cache = crate::connect::connect_configured_cache(&redis).await?;
             let parts = sale::SaleParts::new(&conn, cache, &keys);
-            if !sale::start(&parts.stores(&db), id, sale, refresh).await? {
-                anyhow::bail!("there is no item {id}");
-            }
+            started(
+                id,
+                sale::start(&parts.stores(&db), id, sale, refresh).await?,
+            )?;
             println!(
                 "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
             );
             Ok(())
         }
+    }
+}
+
+/// What a sale's start answered, as an error naming the item unless it started.
+pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<()> {
+    match set {
+        SaleSet::Started => Ok(()),
+        SaleSet::NoSuchItem => anyhow::bail!("there is no item {id}"),
+        SaleSet::Retired => anyhow::bail!(
+            "item {id} is no longer sold (retired): it cannot go on sale; \
+             a line of `shop items import` naming it sells it again"
+        ),
     }
 }

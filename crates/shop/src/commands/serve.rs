@@ -1,5 +1,6 @@
 //! `shop serve`: the web server, with the daemons in-process unless told not to.
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,17 +10,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::commands::seed;
-use crate::config::{DEFAULT_REDIS_URL, ServeArgs, Settings};
+use crate::config::{ServeArgs, Settings, WebSettings};
 use crate::connect::{connect_cache, connect_db, connect_redis_at};
 use crate::daemons::{join_all, spawn_daemons};
 use crate::managed_redis::{self, ManagedRedis, Role};
 use crate::{server, shutdown};
 use shop_app::sale;
-
-/// Where the managed state Redis keeps its files.
-pub const MANAGED_REDIS_DIR: &str = "data/redis";
-/// Where the managed cache Redis keeps its socket (it keeps no data).
-pub const MANAGED_CACHE_DIR: &str = "data/redis-cache";
+use shop_cache::RedisConn;
+use shop_cache::domain::ItemId;
+use shop_cache::keys::Keys;
+use shop_db::Db;
 
 /// The Redis servers `serve` uses.
 struct Served {
@@ -31,9 +31,10 @@ struct Served {
     managed: Vec<ManagedRedis>,
 }
 
-/// The Redis `serve` uses: the configured one; else the default address if it
-/// answers; else (or with `--managed-redis`) a private pair it starts (state and
-/// cache, see [`managed_redis`]).
+/// The Redis `serve` uses: the one the settings name (`REDIS_URL`, a cluster)
+/// unless `--managed-redis`; else a private pair it starts (state and cache, see [`managed_redis`]). Never a
+/// Redis nobody named: one answering on the default port may be another
+/// application's.
 async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
     let cache = settings
         .redis
@@ -45,16 +46,16 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
         cache: cache.clone(),
         managed: Vec::new(),
     };
-    if let Some(url) = &settings.redis.redis_url {
-        return Ok(configured(url.expose().to_owned()));
+    if !settings.server.managed_redis {
+        if let Some(url) = &settings.redis.redis_url {
+            return Ok(configured(url.expose().to_owned()));
+        }
+        if settings.redis.is_cluster() {
+            return Ok(configured(String::new()));
+        }
     }
-    if settings.redis.is_cluster() {
-        return Ok(configured(String::new()));
-    }
-    if !settings.server.managed_redis && managed_redis::ping(DEFAULT_REDIS_URL).await {
-        return Ok(configured(DEFAULT_REDIS_URL.to_owned()));
-    }
-    let state = ManagedRedis::start(std::path::Path::new(MANAGED_REDIS_DIR), Role::State).await?;
+    let state =
+        ManagedRedis::start(std::path::Path::new(managed_redis::STATE_DIR), Role::State).await?;
     println!(
         "started a private redis-server at {} (append-only file on, never evicts)",
         state.url()
@@ -67,7 +68,7 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
     if cache.is_none() {
         let max_mb = settings.server.managed_cache_mb;
         let pages = ManagedRedis::start(
-            std::path::Path::new(MANAGED_CACHE_DIR),
+            std::path::Path::new(managed_redis::CACHE_DIR),
             Role::Cache { max_mb },
         )
         .await?;
@@ -81,10 +82,51 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
     Ok(served)
 }
 
+/// What `--demo` (and its finer switches) add to the shop before it serves: the
+/// demo catalogue in an empty database, the demo accounts, a demo sale when none
+/// is running. Without them an empty catalogue is only reported, with how to fill
+/// it. Returns the item a demo sale is of, for its page's mark.
+async fn demo(
+    web: &WebSettings,
+    db: &Db,
+    conn: &RedisConn,
+    cache: Option<RedisConn>,
+    keys: &Keys,
+) -> anyhow::Result<Option<ItemId>> {
+    if db.item_count().await? == 0 {
+        if web.demo {
+            seed::with_progress(db, web.demo_items, shop_db::seed::DEFAULT_SEED).await?;
+        } else {
+            println!(
+                "the catalogue is empty: load yours with `shop items import FILE` \
+                 (JSON Lines), or the demo catalogue with `shop seed` (or serve with --demo)"
+            );
+        }
+    }
+    if web.demo_users() {
+        seed::demo_users(db).await?;
+    }
+    if !web.demo_sale() {
+        return Ok(None);
+    }
+    let Some(item) = sale::demo_item(db).await? else {
+        return Ok(None);
+    };
+    let parts = sale::SaleParts::new(conn, cache, keys);
+    if sale::start_demo(&parts.stores(db), item).await? {
+        println!("started a demo flash sale of item {item}: see /flash");
+    }
+    Ok(Some(item))
+}
+
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // Listening for the stop signal from the start: a stop sent while it starts
+    // (or the moment it prints its address) is a graceful one, which also stops
+    // the private Redis it started.
+    let stop_signal = shutdown::listen();
     let served = serve_redis(&args.settings).await?;
-    let result = serve_with(&args, &served.state, served.cache.as_deref()).await;
+    let result = serve_with(&args, &served.state, served.cache.as_deref(), stop_signal).await;
     for managed in served.managed {
         managed.stop().await;
     }
@@ -95,6 +137,7 @@ async fn serve_with(
     args: &ServeArgs,
     redis_url: &str,
     cache_url: Option<&str>,
+    stop_signal: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let Settings {
         server,
@@ -109,30 +152,12 @@ async fn serve_with(
         None => None,
     };
     let db = connect_db(database).await?;
-    if db.item_count().await? == 0 {
-        seed::with_progress(
-            &db,
-            shop_db::seed::DEFAULT_ITEMS,
-            shop_db::seed::DEFAULT_SEED,
-        )
-        .await?;
-    }
-    if web.demo_users {
-        seed::demo_users(&db).await?;
-    }
+    let demo_sale = demo(web, &db, &conn, cache.clone(), &keys).await?;
     let config = WebConfig {
         session_lifetimes: workers.lifetimes(),
+        demo_sale,
         ..WebConfig::from(web)
     };
-    if web.demo_sale {
-        let parts = sale::SaleParts::new(&conn, cache.clone(), &keys);
-        if sale::start_demo(&parts.stores(&db)).await? {
-            println!(
-                "started a demo flash sale of item {}: see /flash (--demo-sale false to skip)",
-                sale::DEMO_ITEM
-            );
-        }
-    }
     let state = AppState::with_cache(db.clone(), conn.clone(), cache, keys.clone(), config);
     let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind(server.bind)
@@ -210,7 +235,7 @@ async fn serve_with(
         }
     });
     server::serve(listener, shop_web::router(state), &options, async move {
-        shutdown::signal().await;
+        stop_signal.await;
         tracing::info!("shutting down");
         stop.cancel();
     })

@@ -9,7 +9,6 @@ use clap::{Args, FromArgMatches};
 use serde::Deserialize;
 use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
-use shop_cache::domain::ItemId;
 use shop_cache::page_cache;
 use shop_cache::session;
 use shop_cache::session_cleaner::{
@@ -55,8 +54,9 @@ pub struct ServerSettings {
     /// any free port when `--bind`'s is 0; the address is printed at start.
     #[arg(long, env = "SHOP_METRICS_BIND")]
     pub metrics_bind: Option<SocketAddr>,
-    /// Start a private redis-server (under ./data/redis) even if one answers on the
-    /// default address. Without REDIS_URL, one is started anyway when none answers.
+    /// Start the private redis-server pair (under ./data/redis) even if a Redis is
+    /// named (REDIS_URL, a cluster). Without one named, it is started anyway: the
+    /// shop never uses a Redis nobody named.
     #[arg(long, env = "SHOP_MANAGED_REDIS")]
     pub managed_redis: bool,
     /// Megabytes the private cache Redis (pages) may use before it evicts the
@@ -86,6 +86,18 @@ pub struct ServerSettings {
           default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+}
+
+impl WebSettings {
+    /// Whether `serve` starts a demo sale: `--demo-sale`, else `--demo`.
+    pub fn demo_sale(&self) -> bool {
+        self.demo_sale.unwrap_or(self.demo)
+    }
+
+    /// Whether `serve` adds the demo accounts: `--demo-users`, else `--demo`.
+    pub fn demo_users(&self) -> bool {
+        self.demo_users.unwrap_or(self.demo)
+    }
 }
 
 impl ServerSettings {
@@ -131,15 +143,26 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_WRITE_GRACE", default_value_t = shop_web::health::DEFAULT_WRITE_GRACE.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub write_grace: u64,
-    /// Start a demo flash sale (item 1, 100 units at half price, 24 hours) when no
-    /// sale is running or coming, so a new shop's sale page has something live.
-    #[arg(long, env = "SHOP_DEMO_SALE", default_value_t = true, action = clap::ArgAction::Set)]
-    pub demo_sale: bool,
-    /// Add the demo accounts (alice, bob, carol; their passwords are published in
-    /// the README) when missing: for a demo (`scripts/run` passes it), never for a
-    /// shop on the internet.
-    #[arg(long, env = "SHOP_DEMO_USERS")]
-    pub demo_users: bool,
+    /// A demo shop: seed the demo catalogue when the catalogue is empty, add the
+    /// demo accounts (their passwords are published in the README) and start a
+    /// demo flash sale when none is running. `scripts/run` passes it; a shop with
+    /// real customers never does (without it, `serve` writes nothing made-up).
+    #[arg(long, env = "SHOP_DEMO")]
+    pub demo: bool,
+    /// With `--demo`: how many items the demo catalogue has when it is seeded.
+    #[arg(long, env = "SHOP_DEMO_ITEMS", default_value_t = shop_db::seed::DEFAULT_ITEMS,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub demo_items: u64,
+    /// Start a demo flash sale (the first item on sale, 100 units at half price,
+    /// 24 hours) when no sale is running or coming. Default: `--demo`'s value.
+    #[arg(long, env = "SHOP_DEMO_SALE", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub demo_sale: Option<bool>,
+    /// Add the demo accounts (alice, bob, carol) when missing: for a demo, never
+    /// for a shop on the internet. Default: `--demo`'s value.
+    #[arg(long, env = "SHOP_DEMO_USERS", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub demo_users: Option<bool>,
     /// Most of one item a cart line may hold.
     #[arg(long, env = "SHOP_MAX_QUANTITY", default_value_t = DEFAULT_MAX_QUANTITY,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -401,17 +424,7 @@ impl WorkerSettings {
     }
 }
 
-/// Where Redis is when no URL is configured.
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
-
 impl RedisSettings {
-    /// The configured URL, or the default address.
-    pub fn url(&self) -> &str {
-        self.redis_url
-            .as_ref()
-            .map_or(DEFAULT_REDIS_URL, SecretUrl::expose)
-    }
-
     /// True when a cluster is configured.
     pub fn is_cluster(&self) -> bool {
         !self.redis_cluster.is_empty()
@@ -422,7 +435,10 @@ impl RedisSettings {
         if self.is_cluster() {
             format!("cluster {}", redact_url(&self.redis_cluster.join(",")))
         } else {
-            redact_url(self.url())
+            match &self.redis_url {
+                Some(url) => redact_url(url.expose()),
+                None => "the private Redis under data/redis".to_owned(),
+            }
         }
     }
 
@@ -515,9 +531,8 @@ impl From<&WebSettings> for shop_web::WebConfig {
             // which `serve` sets beside these.
             session_lifetimes: session::Lifetimes::default(),
             max_sessions_per_user: web.max_sessions_per_user,
-            demo_sale: web.demo_sale.then(|| {
-                ItemId::new(shop_app::sale::DEMO_ITEM).expect("the demo item's id is positive")
-            }),
+            // The item on demo sale is found in the database at start (`serve`).
+            demo_sale: None,
         }
     }
 }

@@ -157,7 +157,11 @@ fn a_config_file_sets_defaults_that_flags_override() {
     let Settings { server, web, .. } = serve.settings;
     assert_eq!(server.bind.to_string(), "0.0.0.0:9000");
     assert!(web.secure_cookies, "a switch turned on by the file");
-    assert!(!web.demo_sale, "a default turned off by the file");
+    assert_eq!(
+        web.demo_sale,
+        Some(false),
+        "a default turned off by the file"
+    );
     assert_eq!(web.flash_decider, FlashDeciderArg::Database);
 }
 
@@ -220,4 +224,43 @@ fn a_negative_delay_is_a_value_not_a_flag() {
         panic!("parsed as something else");
     };
     assert_eq!(delay, -1.0);
+}
+
+/// The web settings `shop serve <flags>` gets (with the settings file `file`).
+fn serve_web(flags: &[&str], file: Option<&str>) -> WebSettings {
+    let mut line = vec!["shop", "serve"];
+    if let Some(path) = file {
+        line.extend(["--config", path]);
+    }
+    line.extend(flags);
+    let Command::Serve(serve) = parse(args(&line)).unwrap().command else {
+        panic!("not serve")
+    };
+    serve.settings.web
+}
+
+#[test]
+fn nothing_made_up_unless_demo_asks_and_the_finer_switches_follow_it() {
+    let plain = serve_web(&[], None);
+    assert!(!plain.demo && !plain.demo_sale() && !plain.demo_users());
+
+    let demo = serve_web(&["--demo"], None);
+    assert!(demo.demo && demo.demo_sale() && demo.demo_users());
+
+    let no_sale = serve_web(&["--demo", "--demo-sale", "false"], None);
+    assert!(!no_sale.demo_sale() && no_sale.demo_users());
+    let no_users = serve_web(&["--demo", "--demo-users=false"], None);
+    assert!(no_users.demo_sale() && !no_users.demo_users());
+
+    // A bare switch still turns its part on, as before `--demo` existed.
+    let users = serve_web(&["--demo-users"], None);
+    assert!(users.demo_users() && !users.demo_sale());
+    let sale = serve_web(&["--demo-sale", "--bind", "127.0.0.1:0"], None);
+    assert!(sale.demo_sale() && !sale.demo_users());
+
+    let file = ConfigFile::new();
+    let path = file.write("[web]\ndemo = true\ndemo_users = false\n");
+    let from_file = serve_web(&[], Some(&path));
+    assert!(from_file.demo && from_file.demo_sale() && !from_file.demo_users());
+    assert_eq!(from_file.demo_items, shop_db::seed::DEFAULT_ITEMS);
 }

@@ -189,25 +189,31 @@ pub fn serve(cmd: Command, extra: &[&str]) -> (Served, String) {
 
 /// [`serve`], also returning the address of its operators' listener (`/metrics`),
 /// which `serve` prints before its own.
-pub fn serve_with_metrics(mut cmd: Command, extra: &[&str]) -> (Served, String, String) {
+pub fn serve_with_metrics(cmd: Command, extra: &[&str]) -> (Served, String, String) {
+    let (child, addr, printed) = serve_printing(cmd, extra);
+    let metrics = printed
+        .iter()
+        .find_map(|line| line.split("metrics at http://").nth(1))
+        .map(|rest| rest.trim_end_matches("/metrics").to_owned())
+        .unwrap_or_default();
+    (child, addr, metrics)
+}
+
+/// [`serve`], also returning the lines it printed before it served.
+pub fn serve_printing(mut cmd: Command, extra: &[&str]) -> (Served, String, Vec<String>) {
     cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
-    if !extra.contains(&"--demo-sale") {
-        cmd.args(["--demo-sale", "false"]);
-    }
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut metrics = String::new();
+    let mut printed = Vec::new();
     let addr = loop {
         let line = lines
             .next()
-            .expect("shop serve exited before printing its address")
+            .unwrap_or_else(|| panic!("shop serve exited before printing its address: {printed:?}"))
             .unwrap();
-        if let Some(rest) = line.split("metrics at http://").nth(1) {
-            metrics = rest.trim_end_matches("/metrics").to_owned();
-        }
         if let Some(rest) = line.split("serving at http://").nth(1) {
             break rest.trim_end_matches('/').to_owned();
         }
+        printed.push(line);
     };
     // Keep draining stdout and stderr so the server never blocks on a full pipe
     // (a drill makes it log).
@@ -215,7 +221,7 @@ pub fn serve_with_metrics(mut cmd: Command, extra: &[&str]) -> (Served, String, 
     if let Some(stderr) = child.stderr.take() {
         std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
     }
-    (Served(Some(child)), addr, metrics)
+    (Served(Some(child)), addr, printed)
 }
 
 /// A `shop serve` a test started: killed (and its private Redis with it, by the

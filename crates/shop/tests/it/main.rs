@@ -4,6 +4,7 @@
 mod browser;
 mod cli;
 mod cluster;
+mod defaults;
 mod drills;
 mod e2e;
 mod flash_e2e;

@@ -1,0 +1,276 @@
+//! What `shop serve` writes into a retailer's store by itself: nothing made-up
+//! (no items, users or sale) unless `--demo` asks, never a sale of an item no
+//! longer sold, and never a Redis nobody named.
+
+use shop_cache::domain::ItemId;
+use shop_db::inventory::{Sale, SaleSet};
+use shop_testapp::TestApp;
+use shop_testkit::TestDb;
+
+use crate::e2e::{Binary, eventually, request, seeded, seeded_on, serve_printing, stop, succeed};
+use crate::shop;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+/// A shop whose database is a new production database's: no items, no users.
+async fn empty_shop(db: TestDb) -> TestApp {
+    TestApp::builder()
+        .items(0)
+        .without_users()
+        .start_on(db)
+        .await
+}
+
+/// Whether any of the shop's Redis keys belongs to a flash sale.
+async fn has_sale_keys(shop: &TestApp) -> bool {
+    shop.redis
+        .all_keys()
+        .await
+        .iter()
+        .any(|key| key.starts_with("sale"))
+}
+
+#[tokio::test]
+async fn a_plain_serve_on_an_empty_database_adds_no_items_users_or_sale() {
+    for db in TestDb::all().await {
+        let shop = empty_shop(db).await;
+        let kind = shop.kind();
+        let (child, addr, printed) = serve_printing(shop.shop(), &[]);
+        let said = printed.join("\n");
+        assert!(
+            said.contains("the catalogue is empty")
+                && said.contains("shop items import FILE")
+                && said.contains("shop seed"),
+            "{kind}: it says how to load a catalogue: {said}"
+        );
+        let home = request(&addr, "GET", "/", None, None);
+        assert_eq!(home.status, 200, "{kind}: {}", home.body);
+        assert!(
+            home.body.contains("The catalogue is empty"),
+            "{kind}: {}",
+            home.body
+        );
+        assert!(stop(child).success());
+
+        assert_eq!(shop.db.item_count().await.unwrap(), 0, "{kind}");
+        for name in ["alice", "bob", "carol"] {
+            assert_eq!(shop.db.user_named(name).await.unwrap(), None, "{kind}");
+        }
+        assert!(shop.db.sales(0).await.unwrap().is_empty(), "{kind}");
+        assert!(!has_sale_keys(&shop).await, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn a_restart_after_a_sale_ended_starts_no_sale_and_leaves_the_stock_as_it_was() {
+    let shop = seeded(50).await;
+    assert!(shop.db.set_stock(item(1), 7).await.unwrap());
+    let now = shop_db::unix_now();
+    let ended = Sale {
+        stock: 3,
+        price_cents: 100,
+        start: now - 7_200,
+        end: now - 3_600,
+    };
+    assert_eq!(
+        shop.db.set_sale(item(2), ended).await.unwrap(),
+        SaleSet::Started
+    );
+
+    let (child, addr, printed) = serve_printing(shop.shop(), &[]);
+    assert!(
+        !printed.join("\n").contains("sale"),
+        "no sale is started: {printed:?}"
+    );
+    let page = request(&addr, "GET", "/flash", None, None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("data-item="), "{}", page.body);
+    assert!(stop(child).success());
+
+    let row = shop.db.inventory_row(item(1)).await.unwrap().unwrap();
+    assert_eq!(row.stock, 7, "item 1's stock as it was");
+    assert_eq!(row.sale_start, None, "item 1 was never on sale");
+    assert!(shop.db.sales(now).await.unwrap().is_empty());
+    assert!(!has_sale_keys(&shop).await);
+}
+
+#[tokio::test]
+async fn demo_seeds_the_catalogue_adds_the_users_and_starts_the_sale_once() {
+    let shop = empty_shop(TestDb::sqlite()).await;
+    let demo = ["--demo", "--demo-items", "40"];
+    let (child, addr, printed) = serve_printing(shop.shop(), &demo);
+    let said = printed.join("\n");
+    assert!(said.contains("seeded 40 new items"), "{said}");
+    assert!(
+        said.contains("demo logins: alice / alice-password"),
+        "{said}"
+    );
+    assert!(
+        said.contains("started a demo flash sale of item 1"),
+        "{said}"
+    );
+    assert_eq!(shop.db.item_count().await.unwrap(), 40);
+    for name in ["alice", "bob", "carol"] {
+        assert!(shop.db.user_named(name).await.unwrap().is_some(), "{name}");
+    }
+    let sales = shop.db.sales(shop_db::unix_now()).await.unwrap();
+    assert_eq!(sales.len(), 1, "{sales:?}");
+    assert_eq!((sales[0].0, sales[0].1.stock), (item(1), 100));
+    let page = request(&addr, "GET", "/flash", None, None);
+    assert!(page.body.contains("Demo sale"), "{}", page.body);
+    let login = request(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=alice&password=alice-password"),
+    );
+    assert!(login.session_cookie().is_some(), "{}", login.body);
+    assert!(stop(child).success());
+
+    // Started again: nothing is added twice, the running sale is kept as it is.
+    let (child, _, printed) = serve_printing(shop.shop(), &demo);
+    let said = printed.join("\n");
+    assert!(!said.contains("seeded"), "{said}");
+    assert!(said.contains("0 demo users added"), "{said}");
+    assert!(!said.contains("started a demo flash sale"), "{said}");
+    assert!(stop(child).success());
+    assert_eq!(shop.db.item_count().await.unwrap(), 40);
+    assert_eq!(
+        shop.db.sales(shop_db::unix_now()).await.unwrap(),
+        sales,
+        "the sale as it was"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_sale_never_picks_a_retired_item() {
+    let shop = seeded(50).await;
+    succeed(shop.shop().args(["items", "remove", "1"]));
+    let before = shop.db.inventory_row(item(1)).await.unwrap();
+
+    let (child, addr) = shop.serve(&["--demo-sale"]);
+    let page = request(&addr, "GET", "/flash", None, None);
+    assert!(page.body.contains("data-item=\"2\""), "{}", page.body);
+    assert!(page.body.contains("Demo sale"), "{}", page.body);
+    assert!(!page.body.contains("data-item=\"1\""), "{}", page.body);
+    assert!(stop(child).success());
+
+    let sales = shop.db.sales(shop_db::unix_now()).await.unwrap();
+    assert_eq!(
+        sales.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [item(2)]
+    );
+    assert_eq!(shop.db.inventory_row(item(1)).await.unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_sale_of_a_retired_item_is_refused_and_changes_nothing() {
+    for db in TestDb::all().await {
+        let shop = seeded_on(db, 20).await;
+        let kind = shop.kind();
+        succeed(shop.shop().args(["items", "remove", "3"]));
+        let before = shop.db.inventory_row(item(3)).await.unwrap();
+
+        let out = shop
+            .shop()
+            .args(["sale", "start", "3", "--stock", "5", "--price-cents", "100"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {stderr}");
+        assert!(
+            stderr.contains("item 3 is no longer sold (retired)"),
+            "{kind}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{kind}: {stderr}");
+
+        assert_eq!(
+            shop.db.inventory_row(item(3)).await.unwrap(),
+            before,
+            "{kind}"
+        );
+        assert!(shop.db.sales(0).await.unwrap().is_empty(), "{kind}");
+        assert!(!has_sale_keys(&shop).await, "{kind}");
+        // An item that does not exist is refused as before.
+        let out = shop
+            .shop()
+            .args([
+                "sale",
+                "start",
+                "99",
+                "--stock",
+                "5",
+                "--price-cents",
+                "100",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("there is no item 99"), "{kind}: {stderr}");
+    }
+}
+
+/// The README's first command and the one after it: `serve --demo` with no Redis
+/// named runs its own pair under `data/` (never the one that answers on the default
+/// port), and the other commands run in the same directory use that pair.
+#[test]
+fn without_a_named_redis_serve_runs_its_own_and_the_other_commands_use_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let in_cwd = || {
+        let mut cmd = shop();
+        cmd.current_dir(cwd.path());
+        cmd
+    };
+    let sale_of_2 = [
+        "sale",
+        "start",
+        "2",
+        "--stock",
+        "20",
+        "--price-cents",
+        "499",
+    ];
+    // Before any shop runs here, a command has no Redis to use, and says so.
+    let out = in_cwd().args(sale_of_2).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no Redis is named") && stderr.contains("REDIS_URL"),
+        "{stderr}"
+    );
+
+    let (child, addr, printed) = serve_printing(in_cwd(), &["--demo", "--demo-items", "30"]);
+    let said = printed.join("\n");
+    assert!(said.contains("started a private redis-server"), "{said}");
+    assert!(
+        said.contains("started a private cache redis-server"),
+        "{said}"
+    );
+    assert!(
+        said.contains("started a demo flash sale of item 1"),
+        "{said}"
+    );
+    assert!(cwd.path().join("data/redis/redis.pid").exists());
+
+    succeed(in_cwd().args(sale_of_2));
+    let sale = request(&addr, "GET", "/api/flash/2", None, None);
+    assert_eq!(sale.status, 200, "{}", sale.body);
+    assert!(sale.body.contains("\"stock\":20"), "{}", sale.body);
+
+    // A change made beside it purges the pages where this shop keeps them.
+    eventually(
+        "item 3's page is cached",
+        || request(&addr, "GET", "/items/3", None, None),
+        |page| page.header("X-Cache").as_deref() == Some("HIT"),
+    );
+    succeed(in_cwd().args(["items", "update", "3", "--title", "Renamed kettle"]));
+    eventually(
+        "item 3's page shows the change",
+        || request(&addr, "GET", "/items/3", None, None),
+        |page| page.body.contains("Renamed kettle"),
+    );
+    assert!(stop(child).success());
+}
