@@ -32,7 +32,7 @@ use shop_cache::flash_sale::FlashSales;
 use shop_cache::page_cache::{PageStore, PageTag};
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
-use shop_db::catalogue::{AddOutcome, ItemChange};
+use shop_db::catalogue::{AddOutcome, EditOutcome, ItemChange};
 use shop_db::items::Item;
 
 use crate::AppError;
@@ -46,6 +46,17 @@ pub enum CatalogueError {
     /// Another item has this id; nothing was written.
     #[error("item {0} already exists")]
     IdTaken(ItemId),
+    /// The item changed since the version the edit was made from; nothing was
+    /// written.
+    #[error(
+        "item {} is at version {}, not the one this edit was made from: it changed since; nothing was saved",
+        current.id,
+        current.version
+    )]
+    Stale {
+        /// The item as it is now.
+        current: Box<Item>,
+    },
     /// The change is committed, but the cached pages showing these items could not
     /// be purged (Redis unreachable): they may show the old content until their
     /// TTL. `shop items purge` with these ids finishes the job.
@@ -139,20 +150,35 @@ impl Catalogue<'_> {
         }
     }
 
-    /// Applies `edit` to item `id`; returns the change (unchanged if the edit
+    /// Applies `edit` to item `id`, if it is still at `if_version` when one is
+    /// given (else the later edit wins); returns the change (unchanged if the edit
     /// named the values it already had).
-    pub async fn update(&self, id: ItemId, edit: &ItemEdit) -> Result<Applied, CatalogueError> {
+    pub async fn update(
+        &self,
+        id: ItemId,
+        edit: &ItemEdit,
+        if_version: Option<i64>,
+    ) -> Result<Applied, CatalogueError> {
         let departments = self.db.categories().await?;
-        let change = self
-            .db
-            .update_item(id, edit)
-            .await?
-            .ok_or(CatalogueError::UnknownItem(id))?;
+        let change = match self.db.update_item(id, edit, if_version).await? {
+            EditOutcome::Applied(change) => change,
+            EditOutcome::NoSuchItem => return Err(CatalogueError::UnknownItem(id)),
+            EditOutcome::Stale { current } => {
+                return Err(CatalogueError::Stale {
+                    current: Box::new(current),
+                });
+            }
+        };
         self.after_commit(&[change], &departments).await
     }
 
     /// Retires item `id`: its page answers 410, it leaves every listing, search,
     /// the home page and the ranking; old orders keep it.
+    ///
+    /// It stops selling first: its sale ends in Redis before anything is purged,
+    /// and whether or not the purge works after (the database refuses a sale's win
+    /// for it meanwhile). Retiring it again, or `purge`, finishes what a retire
+    /// left undone.
     pub async fn retire(&self, id: ItemId) -> Result<Applied, CatalogueError> {
         let departments = self.db.categories().await?;
         let change = self
@@ -160,7 +186,13 @@ impl Catalogue<'_> {
             .retire_item(id, shop_db::unix_now())
             .await?
             .ok_or(CatalogueError::UnknownItem(id))?;
-        self.after_commit(&[change], &departments).await
+        let stopped = self.retired(id).await;
+        let applied = self.after_commit(&[change], &departments).await?;
+        stopped.map_err(|source| CatalogueError::NotPurged {
+            items: vec![id],
+            source,
+        })?;
+        Ok(applied)
     }
 
     /// Writes one chunk of an import (distinct ids, checked fields) and purges
@@ -179,14 +211,26 @@ impl Catalogue<'_> {
     /// Purges every page a change to `items` could have made stale, whatever the
     /// change was: their own, their departments', the whole listing's and the
     /// department lists (after a purge that failed, or by hand).
+    ///
+    /// A retired item also stops selling (its sale ended in Redis, out of the
+    /// ranking) first, in case its retire could not do that.
     pub async fn purge(&self, items: &[ItemId]) -> Result<u64, CatalogueError> {
         let mut tags: BTreeSet<PageTag> = items.iter().map(|id| PageTag::Item(*id)).collect();
+        let mut stopped = Ok(());
         for item in self.db.items(items).await? {
+            if item.retired {
+                stopped = stopped.and(self.retired(item.id).await);
+            }
             tags.insert(PageTag::Department(item.category));
         }
         tags.extend([PageTag::AllItems, PageTag::Departments, PageTag::Sales]);
         let tags: Vec<PageTag> = tags.into_iter().collect();
-        self.purge_tags(&tags, items).await
+        let purged = self.purge_tags(&tags, items).await?;
+        stopped.map_err(|source| CatalogueError::NotPurged {
+            items: items.to_vec(),
+            source,
+        })?;
+        Ok(purged)
     }
 
     /// Everything after the commit: purge, rows, ranking.
@@ -235,12 +279,7 @@ impl Catalogue<'_> {
         applied.pages_purged = self.purge_tags(&tags, &touched).await?;
         for change in changes.iter().filter(|c| c.changed()) {
             let id = change.after.id;
-            let result = self.refresh_row(id).await;
-            let result = match result {
-                Ok(()) if change.after.retired => self.retired(id).await,
-                other => other,
-            };
-            if let Err(source) = result {
+            if let Err(source) = self.refresh_row(id).await {
                 return Err(CatalogueError::NotPurged {
                     items: touched,
                     source,
@@ -270,11 +309,11 @@ impl Catalogue<'_> {
         })
     }
 
-    /// What a retired item leaves in Redis: the ranking, and a sale of it (the
-    /// database ended the sale in the retiring transaction).
+    /// What a retired item leaves in Redis: a sale of it (the database ended the
+    /// sale in the retiring transaction), ended first, and the ranking.
     async fn retired(&self, id: ItemId) -> Result<(), CacheError> {
-        self.ranking.forget(id).await?;
-        self.sales.end(id, shop_db::unix_now()).await.map(drop)
+        self.sales.end(id, shop_db::unix_now()).await?;
+        self.ranking.forget(id).await
     }
 
     /// Rewrites the item's cached row, if it is cached.

@@ -1,5 +1,6 @@
-//! Checkout: a cart becomes an order in the database; then the cart is emptied
-//! and the order recorded for the shopper insights.
+//! Checkout: a cart becomes an order in the database, if it and its prices are
+//! what the shopper confirmed; then the lines ordered leave the cart and the order
+//! is recorded for the shopper insights.
 //!
 //! The order is committed before anything else happens, and the answer "placed"
 //! comes only from that commit (`shop_db::orders`). Emptying the cart and the
@@ -10,6 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shop_cache::cart::Carts;
+use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::insights::Insights;
 use shop_cache::session::SessionToken;
@@ -52,25 +54,29 @@ pub struct Checkout<'a> {
 
 impl Checkout<'_> {
     /// Places the order of the cart of session `token` for `user`, at most once
-    /// per `key`; on success empties the cart and records the insights.
+    /// per `key`, if the cart and its prices at the commit are `shown` (what the
+    /// shopper confirmed); on success removes the lines ordered from the cart and
+    /// records the insights.
     pub async fn run(
         &self,
         token: &SessionToken,
         user: UserId,
+        shown: &CartVersion,
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, AppError> {
         let cart = self.carts.get(token).await?;
         let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
-        let outcome = self.db.checkout(user, &lines, key, now).await?;
+        let outcome = self.db.checkout(user, &lines, shown, key, now).await?;
         // Only a new order: a replayed key answers the earlier order, and the cart
         // the shopper holds now (filled since) is theirs to keep, and bought by no
-        // order. A new order holds exactly these lines (any missing one aborts it).
+        // order. A new order holds exactly these lines (any missing one aborts it),
+        // and only they leave the cart: one added or changed meanwhile stays.
         if let CheckoutOutcome::Placed { new: true, .. } = outcome {
             let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
             self.insights.record(token, &items).await;
-            if let Err(error) = self.carts.clear(token).await {
-                tracing::warn!(%error, "order placed but the cart could not be emptied");
+            if let Err(error) = self.carts.take(token, &lines).await {
+                tracing::warn!(%error, "order placed but its lines could not leave the cart");
             }
         }
         Ok(outcome)

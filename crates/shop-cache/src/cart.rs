@@ -138,13 +138,23 @@ impl Carts {
         Ok(change)
     }
 
-    /// Empties the session's cart (after checkout).
-    pub async fn clear(&self, token: &SessionToken) -> Result<(), CacheError> {
-        redis::cmd("DEL")
-            .arg(self.keys.cart(token))
-            .exec_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
+    /// Removes from the session's cart the lines an order took (after checkout),
+    /// atomically: each line whose quantity is still the one ordered. A line added
+    /// or changed since the order read the cart stays. Returns how many it removed.
+    pub async fn take(
+        &self,
+        token: &SessionToken,
+        ordered: &[(ItemId, u32)],
+    ) -> Result<u64, CacheError> {
+        let mut call = scripts::CART_TAKE.key(self.keys.cart(token));
+        call.key(self.keys.recent_of(token))
+            .key(self.keys.guests_of(token))
+            .key(self.keys.login_of(token))
+            .arg(token.expose());
+        for (item, quantity) in ordered {
+            call.arg(*item).arg(*quantity);
+        }
+        Ok(call.invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// The session's cart lines, ordered by item id.

@@ -105,6 +105,11 @@ pub static CART_SET: LazyLock<Script> =
 pub static CART_REMOVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/cart_remove.lua")));
 
+/// Removes the lines an order took, each only if its quantity is still the one
+/// ordered.
+pub static CART_TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/cart_take.lua")));
+
 /// Counts one login attempt in a fixed window and says whether it is allowed.
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/login_attempt.lua")));

@@ -34,6 +34,21 @@ impl ItemChange {
     }
 }
 
+/// The answer to [`Db::update_item`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EditOutcome {
+    /// The edit is applied (or changed nothing: the change says so).
+    Applied(ItemChange),
+    /// There is no such item; nothing was written.
+    NoSuchItem,
+    /// The item changed since the version the edit was made from; nothing was
+    /// written.
+    Stale {
+        /// The item as it is now.
+        current: Item,
+    },
+}
+
 /// The answer to [`Db::add_item`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddOutcome {
@@ -90,31 +105,40 @@ impl Db {
         }
     }
 
-    /// Applies `edit` to item `id` (retired or not): `None` if there is no such item.
+    /// Applies `edit` to item `id` (retired or not), if the item is still at
+    /// `if_version` when one is given (checked under the row's lock, so of two
+    /// edits from the same version one is refused); without one, the later edit
+    /// wins. Nothing changes unless the answer is [`EditOutcome::Applied`].
     pub async fn update_item(
         &self,
         id: ItemId,
         edit: &ItemEdit,
-    ) -> Result<Option<ItemChange>, DbError> {
+        if_version: Option<i64>,
+    ) -> Result<EditOutcome, DbError> {
         let mut tx = self.begin_write().await?;
         let Some(before) = lock_one(&mut tx, id).await? else {
             tx.rollback().await?;
-            return Ok(None);
+            return Ok(EditOutcome::NoSuchItem);
         };
+        if if_version.is_some_and(|v| v != before.version) {
+            tx.rollback().await?;
+            return Ok(EditOutcome::Stale { current: before });
+        }
         let fields = edit.apply(&before.fields());
-        let after = Item {
+        let mut after = Item {
             id,
             title: fields.title,
             description: fields.description,
             price_cents: fields.price_cents,
             category: fields.category,
-            retired: before.retired,
+            ..before.clone()
         };
         if after != before {
+            after.version += 1;
             write_fields(&mut tx, &after, None).await?;
         }
         tx.commit().await?;
-        Ok(Some(ItemChange {
+        Ok(EditOutcome::Applied(ItemChange {
             before: Some(before),
             after,
         }))
@@ -130,7 +154,7 @@ impl Db {
             return Ok(None);
         };
         if !before.retired {
-            sqlx::query("UPDATE items SET retired_at = $1 WHERE id = $2")
+            sqlx::query("UPDATE items SET retired_at = $1, version = version + 1 WHERE id = $2")
                 .bind(now)
                 .bind(id.to_i64())
                 .execute(&mut *tx)
@@ -147,6 +171,7 @@ impl Db {
         tx.commit().await?;
         let after = Item {
             retired: true,
+            version: before.version + i64::from(!before.retired),
             ..before.clone()
         };
         Ok(Some(ItemChange {
@@ -178,15 +203,17 @@ impl Db {
                     });
                 }
                 Some(before) => {
-                    let after = Item {
+                    let mut after = Item {
                         id: *id,
                         title: fields.title.clone(),
                         description: fields.description.clone(),
                         price_cents: fields.price_cents,
                         category: fields.category.clone(),
                         retired: false,
+                        version: before.version,
                     };
                     if after != before {
+                        after.version += 1;
                         write_fields(&mut tx, &after, Some(before.retired)).await?;
                         changes.push(ItemChange {
                             before: Some(before),
@@ -272,23 +299,26 @@ async fn insert(
         price_cents: fields.price_cents,
         category: fields.category.clone(),
         retired: false,
+        version: 1,
     })
 }
 
-/// Writes `item`'s fields; with `revive` (the item was retired), sells it again.
+/// Writes `item`'s fields and version; with `revive` (the item was retired),
+/// sells it again.
 async fn write_fields(tx: &mut WriteTx, item: &Item, revive: Option<bool>) -> Result<(), DbError> {
     let sql = if revive == Some(true) {
         "UPDATE items SET title = $1, description = $2, price_cents = $3, category = $4, \
-         retired_at = NULL WHERE id = $5"
+         version = $5, retired_at = NULL WHERE id = $6"
     } else {
-        "UPDATE items SET title = $1, description = $2, price_cents = $3, category = $4 \
-         WHERE id = $5"
+        "UPDATE items SET title = $1, description = $2, price_cents = $3, category = $4, \
+         version = $5 WHERE id = $6"
     };
     sqlx::query(sql)
         .bind(item.title.as_str())
         .bind(item.description.as_str())
         .bind(item.price_cents)
         .bind(item.category.as_str())
+        .bind(item.version)
         .bind(item.id.to_i64())
         .execute(&mut **tx)
         .await?;

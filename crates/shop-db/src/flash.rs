@@ -193,7 +193,11 @@ impl Db {
     /// fence between this order and the reconciler giving the unit back
     /// ([`Db::fence_flash`]), so exactly one of the two happens. The stock and the
     /// per-user limit are checked again here as a backstop (they can only refuse if
-    /// Redis lost writes); the sale window is not: Redis checked it when it reserved.
+    /// Redis lost writes), and so is the sale itself: a win for an item retired, or
+    /// outside the sale's window, or without a sale price in the database is
+    /// refused (`NotOnSale`), whatever Redis still holds. The order is charged the
+    /// sale price the database holds at its commit: the one the sale was started
+    /// with (a sale started again with another price charges that price from then on).
     pub async fn record_flash_win(
         &self,
         user: UserId,
@@ -209,16 +213,40 @@ impl Db {
                 self.earlier_answer(user, item, key).await?,
             ));
         }
+        // Only while the database says the item is on sale: in its window, at a
+        // sale price, and still sold. Redis decided the buy, but a sale ended or an
+        // item retired may not have reached it yet (a purge or Redis failing after
+        // the change): no such win becomes an order.
         let took = sqlx::query(
             "UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 \
+             AND sale_price_cents IS NOT NULL AND sale_start <= $2 AND sale_end > $3 \
+             AND EXISTS (SELECT 1 FROM items WHERE id = $4 AND retired_at IS NULL) \
              RETURNING sale_price_cents",
         )
+        .bind(item.to_i64())
+        .bind(now)
+        .bind(now)
         .bind(item.to_i64())
         .fetch_optional(&mut *tx)
         .await?;
         let Some(took) = took else {
+            let on_sale = sqlx::query(
+                "SELECT 1 FROM inventory v JOIN items i ON i.id = v.item_id \
+                 WHERE v.item_id = $1 AND v.sale_price_cents IS NOT NULL \
+                 AND v.sale_start <= $2 AND v.sale_end > $3 AND i.retired_at IS NULL",
+            )
+            .bind(item.to_i64())
+            .bind(now)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
             tx.rollback().await?;
-            return Ok(WinRecord::Refused(BuyOutcome::SoldOut));
+            return Ok(WinRecord::Refused(if on_sale {
+                BuyOutcome::SoldOut
+            } else {
+                BuyOutcome::NotOnSale
+            }));
         };
         let price: Option<i64> = took.try_get("sale_price_cents")?;
         if !claim(&mut tx, user, item, per_user_limit).await? {

@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use shop_domain::ItemId;
+use shop_domain::cart_version::{CartVersion, ShownLine};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -43,6 +44,21 @@ pub struct Item {
     /// No longer sold (kept for the orders that name it): its page answers 410,
     /// and it is in no listing, search or ranking.
     pub retired: bool,
+    /// Bumped by each change to it (1 when added): an edit made from an older
+    /// copy names an older version and is refused.
+    pub version: i64,
+}
+
+impl Item {
+    /// A cart line of `quantity` of this item as a cart page shows it: at its
+    /// price now, or as no longer sold (no price, not counted).
+    pub fn shown_line(&self, quantity: u32) -> ShownLine {
+        ShownLine {
+            item: self.id,
+            quantity,
+            price_cents: (!self.retired).then_some(self.price_cents),
+        }
+    }
 }
 
 /// `SELECT` of the items whose ids are the `n` placeholders, then `suffix` (a
@@ -55,7 +71,8 @@ pub(crate) fn items_in(n: usize, suffix: &str) -> String {
 }
 
 /// The columns [`Item::from_row`] reads, for `SELECT` lists.
-pub(crate) const ITEM_COLUMNS: &str = "id, title, description, price_cents, category, retired_at";
+pub(crate) const ITEM_COLUMNS: &str =
+    "id, title, description, price_cents, category, retired_at, version";
 
 impl Item {
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self, DbError> {
@@ -67,6 +84,7 @@ impl Item {
             price_cents: row.try_get("price_cents")?,
             category: row.try_get("category")?,
             retired: row.try_get::<Option<i64>, _>("retired_at")?.is_some(),
+            version: row.try_get("version")?,
         })
     }
 
@@ -97,6 +115,20 @@ impl Db {
     pub async fn items(&self, ids: &[ItemId]) -> Result<Vec<Item>, DbError> {
         let found = self.items_by_id(ids).await?;
         Ok(ids.iter().filter_map(|id| found.get(id).cloned()).collect())
+    }
+
+    /// The version of a cart of `lines` at the prices the database holds now (what
+    /// a cart page showing them shows); a line of an item that does not exist is
+    /// left out, as the page leaves it out.
+    pub async fn cart_version(&self, lines: &[(ItemId, u32)]) -> Result<CartVersion, DbError> {
+        let ids: Vec<ItemId> = lines.iter().map(|&(id, _)| id).collect();
+        let items = self.items_by_id(&ids).await?;
+        Ok(CartVersion::new(
+            lines
+                .iter()
+                .filter_map(|&(id, quantity)| Some(items.get(&id)?.shown_line(quantity)))
+                .collect(),
+        ))
     }
 
     /// The items (retired or not) with these ids that exist, by id (for joining them to other

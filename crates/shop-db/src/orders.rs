@@ -6,12 +6,15 @@
 //! negative and a line that cannot be filled aborts the whole order. The lines'
 //! items are read inside the transaction (in bounded `IN (...)` chunks, so a cart
 //! of any size never exceeds a database's parameter limit): an order is charged
-//! the prices the database holds when it commits, never a page's, and a retired
-//! item aborts it.
+//! the prices the database holds when it commits, never a page's, and only when
+//! they and the cart's lines are what the shopper was shown and confirmed (the
+//! cart page's [`CartVersion`]); otherwise nothing is ordered and the answer says
+//! what changed. A retired item aborts it.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
+use shop_domain::cart_version::{CartChange, CartVersion};
 use shop_domain::{ItemId, UserId};
 use sqlx::Row;
 
@@ -48,6 +51,14 @@ pub enum CheckoutOutcome {
         /// The item.
         item_id: ItemId,
     },
+    /// The cart or its prices are not what the shopper confirmed; nothing was
+    /// ordered. The shopper is shown the cart again and confirms this version.
+    Changed {
+        /// The version of the cart now, to confirm.
+        cart_version: String,
+        /// What differs from what was confirmed, a line each.
+        changes: Vec<CartChange>,
+    },
     /// The cart was empty.
     Empty,
 }
@@ -68,16 +79,24 @@ pub struct OrderSummary {
 }
 
 impl Db {
-    /// Places an order for `lines` (item, quantity > 0) at the items' regular prices.
+    /// Places an order for `lines` (item, quantity > 0) at the items' regular
+    /// prices, if they are the lines and prices of `shown` (the version of the cart
+    /// the shopper confirmed); a key used before answers its order, whatever the
+    /// cart holds now.
     pub async fn checkout(
         &self,
         user: UserId,
         lines: &[(ItemId, u32)],
+        shown: &CartVersion,
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, DbError> {
         if lines.is_empty() {
-            return Ok(CheckoutOutcome::Empty);
+            // A retry of an order placed already finds the cart it emptied.
+            return Ok(self
+                .earlier_order(user, key)
+                .await?
+                .unwrap_or(CheckoutOutcome::Empty));
         }
         let mut tx = self.begin_write().await?;
         let order = sqlx::query(
@@ -92,17 +111,9 @@ impl Db {
         .await?;
         let Some(order) = order else {
             tx.rollback().await?;
-            let row = sqlx::query(
-                "SELECT id, total_cents FROM orders WHERE user_id = $1 AND idempotency_key = $2",
-            )
-            .bind(user.to_i64())
-            .bind(key)
-            .fetch_one(&self.read)
-            .await?;
-            return Ok(CheckoutOutcome::Placed {
-                order_id: row.try_get("id")?,
-                total_cents: row.try_get("total_cents")?,
-                new: false,
+            let earlier = self.earlier_order(user, key).await?;
+            return earlier.ok_or(DbError::Corrupt {
+                what: "orders (a key's order gone)",
             });
         };
         let order_id: i64 = order.try_get("id")?;
@@ -110,19 +121,31 @@ impl Db {
         // retired before the commit is what the order gets.
         let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
         let items: HashMap<ItemId, Item> = read_items(&mut tx, &ids, RowLock::Share).await?;
+        if let Some(&(item, _)) = lines.iter().find(|(item, _)| !items.contains_key(item)) {
+            tx.rollback().await?;
+            return Ok(CheckoutOutcome::UnknownItem { item_id: item });
+        }
+        let now_version = CartVersion::new(
+            lines
+                .iter()
+                .map(|&(item, quantity)| items[&item].shown_line(quantity))
+                .collect(),
+        );
+        if &now_version != shown {
+            tx.rollback().await?;
+            return Ok(CheckoutOutcome::Changed {
+                changes: shown.changes_to(&now_version),
+                cart_version: now_version.to_string(),
+            });
+        }
         let mut total = 0i64;
         for &(item, quantity) in lines {
-            let price = match items.get(&item) {
-                None => {
-                    tx.rollback().await?;
-                    return Ok(CheckoutOutcome::UnknownItem { item_id: item });
-                }
-                Some(found) if found.retired => {
-                    tx.rollback().await?;
-                    return Ok(CheckoutOutcome::Retired { item_id: item });
-                }
-                Some(found) => found.price_cents,
-            };
+            let found = &items[&item];
+            if found.retired {
+                tx.rollback().await?;
+                return Ok(CheckoutOutcome::Retired { item_id: item });
+            }
+            let price = found.price_cents;
             let took = sqlx::query(
                 "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3",
             )
@@ -158,6 +181,29 @@ impl Db {
             total_cents: total,
             new: true,
         })
+    }
+
+    /// The order `user` placed with `key` before, as a replay's answer, if any.
+    async fn earlier_order(
+        &self,
+        user: UserId,
+        key: &str,
+    ) -> Result<Option<CheckoutOutcome>, DbError> {
+        let row = sqlx::query(
+            "SELECT id, total_cents FROM orders WHERE user_id = $1 AND idempotency_key = $2",
+        )
+        .bind(user.to_i64())
+        .bind(key)
+        .fetch_optional(&self.read)
+        .await?;
+        row.map(|row| {
+            Ok(CheckoutOutcome::Placed {
+                order_id: row.try_get("id")?,
+                total_cents: row.try_get("total_cents")?,
+                new: false,
+            })
+        })
+        .transpose()
     }
 
     /// The user's orders, newest first (at most `limit`).

@@ -98,7 +98,7 @@ impl Db {
                 // Ranked and cut in the index first, then joined: joining every
                 // match before the sort took 1.5-2x as long (10-18 ms against 6-10
                 // ms for a word that matches 6,000-12,000 of 100,000 items).
-                "SELECT i.id, i.title, i.description, i.price_cents, i.category, i.retired_at \
+                "SELECT i.id, i.title, i.description, i.price_cents, i.category, i.retired_at, i.version \
                  FROM ( \
                      SELECT rowid AS id, bm25(items_search, 10.0, 1.0) AS score \
                      FROM items_search WHERE items_search MATCH $1 \
@@ -108,7 +108,7 @@ impl Db {
                 words.fts5(),
             ),
             Backend::Postgres => (
-                "SELECT id, title, description, price_cents, category, retired_at \
+                "SELECT id, title, description, price_cents, category, retired_at, version \
                  FROM items, plainto_tsquery('english', $1) AS q \
                  WHERE search @@ q AND retired_at IS NULL \
                  ORDER BY ts_rank(search, q) DESC, id \

@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod account;
+pub mod cart_version;
 pub mod catalogue;
 mod flash;
 mod token;

@@ -100,6 +100,10 @@ struct Shopper {
     cookie: Option<String>,
     logged_in: bool,
     cart_lines: u32,
+    /// The `cart_version` of the cart page it last saw, while its cart is as that
+    /// page showed it: a checkout confirms it; without one, a checkout first
+    /// looks at the cart page, as a person does.
+    cart_version: Option<String>,
 }
 
 /// Demo accounts `shop seed` creates; shoppers who log in use these.
@@ -424,11 +428,17 @@ fn request_for(
                 Some(format!("name={name}&password={password}")),
             )
         }
-        Action::Checkout => {
-            let _ = shopper;
-            let key = format!("load-{}-{}", shared.config.seed, rng.next());
-            ("POST", "/checkout".to_owned(), Some(format!("key={key}")))
-        }
+        Action::Checkout => match &shopper.cart_version {
+            Some(version) => {
+                let key = format!("load-{}-{}", shared.config.seed, rng.next());
+                (
+                    "POST",
+                    "/checkout".to_owned(),
+                    Some(format!("key={key}&cart_version={version}")),
+                )
+            }
+            None => ("GET", "/cart".to_owned(), None),
+        },
         Action::Browse => {
             // Half the time the first page, else a page anywhere in the catalogue:
             // after a multiple of the shop's 24 items a page, where the whole
@@ -498,10 +508,30 @@ fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
     let ok = reply.status < 400;
     match action {
         Action::Login | Action::SignUp if ok => shopper.logged_in = true,
-        Action::AddToCart if ok => shopper.cart_lines += 1,
-        Action::Checkout if ok => shopper.cart_lines = 0,
+        Action::AddToCart if ok => {
+            shopper.cart_lines += 1;
+            shopper.cart_version = None;
+        }
+        // The cart page (or a refused checkout's, showing what changed) carries
+        // the version to confirm; a placed order empties the cart.
+        Action::Checkout => match cart_version_in(&reply.body) {
+            Some(version) => shopper.cart_version = Some(version),
+            None if ok => {
+                shopper.cart_lines = 0;
+                shopper.cart_version = None;
+            }
+            None => shopper.cart_version = None,
+        },
         _ => {}
     }
+}
+
+/// The `cart_version` a cart page's checkout form carries, if `body` is one.
+fn cart_version_in(body: &[u8]) -> Option<String> {
+    const FIELD: &[u8] = b"name=\"cart_version\" value=\"";
+    let start = body.windows(FIELD.len()).position(|w| w == FIELD)? + FIELD.len();
+    let len = body[start..].iter().position(|&b| b == b'"')?;
+    String::from_utf8(body[start..start + len].to_vec()).ok()
 }
 
 /// `host:port` with the port one higher: where `shop serve` puts its operators'

@@ -282,6 +282,20 @@ impl TestApp {
         self.send(req.unwrap()).await
     }
 
+    /// The `cart_version` the cart page shows the session `cookie` now: what its
+    /// checkout form confirms.
+    pub async fn cart_version(&self, cookie: &str) -> String {
+        let page = text(self.get("/cart", Some(cookie)).await).await;
+        cart_version_in(&page).expect("the cart page has a checkout form")
+    }
+
+    /// A checkout's form as the cart page shown now posts it: `key` and the
+    /// page's `cart_version`.
+    pub async fn checkout_form(&self, cookie: &str, key: &str) -> String {
+        let version = self.cart_version(cookie).await;
+        format!("key={key}&cart_version={version}")
+    }
+
     /// `/api/me`: the session's user and cart.
     pub async fn me(&self, cookie: &str) -> serde_json::Value {
         json(self.get("/api/me", Some(cookie)).await).await
@@ -328,6 +342,12 @@ impl TestApp {
         self.db.create_user(name, PASSWORD).await.unwrap().unwrap();
         self.log_in(name).await
     }
+}
+
+/// The `cart_version` in a cart page's checkout form, if `page` has one.
+pub fn cart_version_in(page: &str) -> Option<String> {
+    let (_, rest) = page.split_once("name=\"cart_version\" value=\"")?;
+    Some(rest.split('"').next()?.to_owned())
 }
 
 /// `program` with no shop setting from the environment (`SHOP_*`, `REDIS_URL`,

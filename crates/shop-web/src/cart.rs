@@ -1,7 +1,10 @@
 //! The cart page, the cart form and checkout.
 //!
 //! A form POST answers with a redirect (303); the same POST with
-//! `Accept: application/json` answers JSON. A count of 0 or less removes the line
+//! `Accept: application/json` answers JSON. Checkout places an order only for the
+//! cart its page showed, at the prices shown (the form's `cart_version`); when
+//! the cart or a price changed since, it answers 409 and shows the cart again,
+//! saying what changed, for the shopper to confirm. A count of 0 or less removes the line
 //! (as in the book). Bad input (a count that is not a whole number or
 //! is above the maximum, an unknown item, a new line for a full cart) is a 4xx and
 //! changes nothing.
@@ -15,7 +18,9 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
 use shop_cache::domain::ItemId;
+use shop_cache::domain::cart_version::{CartChange, CartVersion};
 use shop_cache::session::SessionToken;
+use shop_db::items::Item;
 use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
@@ -33,18 +38,31 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn show(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
+    let page = cart_page(&state, &session, Vec::new()).await?;
+    Ok(no_store(StatusCode::OK, templates::render(&page)?))
+}
+
+/// The cart page at today's prices, with a fresh checkout key and the version of
+/// what it shows for the checkout to confirm; `changes` says what changed since the
+/// page the shopper confirmed, if that is why it is shown.
+async fn cart_page(
+    state: &AppState,
+    session: &Session,
+    changes: Vec<String>,
+) -> Result<CartPage, WebError> {
     let cart = state.carts.get(&session.token).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let by_id = state.db.items_by_id(&ids).await?;
     let mut total = 0;
+    let mut shown = Vec::with_capacity(cart.len());
     let lines = cart
         .iter()
         .filter_map(|(id, qty)| {
             let item = by_id.get(id)?;
             // At the item's price now; a retired item is shown, not counted.
-            if !item.retired {
-                total += item.price_cents * i64::from(qty.get());
-            }
+            let line = item.shown_line(qty.get());
+            total += line.price_cents.unwrap_or(0) * i64::from(qty.get());
+            shown.push(line);
             Some(CartLineView {
                 item: ItemView::from(item),
                 quantity: qty.get(),
@@ -52,18 +70,59 @@ async fn show(State(state): State<AppState>, session: Session) -> Result<Respons
             })
         })
         .collect();
-    let page = CartPage {
+    Ok(CartPage {
         lines,
         total: templates::money(total),
         // Unguessable and fresh per render: one checkout per cart page shown.
         checkout_key: SessionToken::generate().expose().to_owned(),
+        cart_version: CartVersion::new(shown).to_string(),
         max_quantity: state.carts.max_quantity(),
-    };
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        templates::render(&page)?,
-    )
-        .into_response())
+        changes,
+    })
+}
+
+/// A personal page: never stored by a cache.
+fn no_store(status: StatusCode, body: impl IntoResponse) -> Response {
+    (status, [(header::CACHE_CONTROL, "no-store")], body).into_response()
+}
+
+/// What a change since the confirmed page means, in a sentence naming the item.
+fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
+    let title = titles.get(&change.item).map_or_else(
+        || format!("Item {}", change.item),
+        |item| item.title.clone(),
+    );
+    if change.added {
+        let quantity = change.now_quantity.unwrap_or(0);
+        return match change.now_cents {
+            Some(cents) => format!(
+                "{title} was added to your cart since you saw it: {quantity} at {} each.",
+                templates::money(cents)
+            ),
+            None => format!("{title} was added to your cart and is no longer available."),
+        };
+    }
+    if change.removed {
+        return format!("{title} is no longer in your cart.");
+    }
+    if change.retired {
+        return format!("{title} is no longer available.");
+    }
+    let mut said = Vec::new();
+    if let (Some(was), Some(now)) = (change.was_cents, change.now_cents) {
+        let way = if now > was { "up" } else { "down" };
+        said.push(format!(
+            "The price of {title} went {way} from {} to {}.",
+            templates::money(was),
+            templates::money(now)
+        ));
+    }
+    if let (Some(was), Some(now)) = (change.was_quantity, change.now_quantity) {
+        said.push(format!(
+            "The quantity of {title} changed from {was} to {now}."
+        ));
+    }
+    said.join(" ")
 }
 
 async fn update(
@@ -115,6 +174,11 @@ async fn checkout(
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
     let key = idempotency_key(form.get("key").map(String::as_str))?;
+    // Without a version the shopper confirmed nothing: every line is news to them.
+    let shown = match form.get("cart_version") {
+        Some(text) => CartVersion::parse(text).map_err(|e| WebError::bad_request(e.to_string()))?,
+        None => CartVersion::default(),
+    };
     let Some(user) = session.user else {
         if wants_json(&headers) {
             return Err(WebError::unauthorized());
@@ -123,7 +187,7 @@ async fn checkout(
     };
     let outcome = state
         .checkout()
-        .run(&session.token, user, key, shop_db::unix_now())
+        .run(&session.token, user, &shown, key, shop_db::unix_now())
         .await?;
     match outcome {
         CheckoutOutcome::Placed { .. } => {
@@ -131,6 +195,16 @@ async fn checkout(
                 return Ok(Json(outcome).into_response());
             }
             Ok(Redirect::to("/account").into_response())
+        }
+        CheckoutOutcome::Changed { ref changes, .. } => {
+            if wants_json(&headers) {
+                return Ok(no_store(StatusCode::CONFLICT, Json(outcome)));
+            }
+            let ids: Vec<ItemId> = changes.iter().map(|c| c.item).collect();
+            let titles = state.db.items_by_id(&ids).await?;
+            let said = changes.iter().map(|c| describe(c, &titles)).collect();
+            let page = cart_page(&state, &session, said).await?;
+            Ok(no_store(StatusCode::CONFLICT, templates::render(&page)?))
         }
         CheckoutOutcome::Empty => Err(WebError::bad_request("your cart is empty")),
         CheckoutOutcome::OutOfStock { item_id } => Err(WebError::new(

@@ -291,6 +291,14 @@ impl From<CatalogueError> for WebError {
                 "id_taken",
                 format!("item {id} already exists"),
             ),
+            CatalogueError::Stale { ref current } => WebError::new(
+                StatusCode::CONFLICT,
+                "stale",
+                format!(
+                    "item {} changed since (it is at version {}): nothing was saved; reload it",
+                    current.id, current.version
+                ),
+            ),
             // Saved, not yet purged: say so, and that trying again finishes it.
             CatalogueError::NotPurged { ref source, .. } => WebError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

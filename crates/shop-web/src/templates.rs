@@ -159,8 +159,12 @@ pub struct CartPage {
     pub total: String,
     /// A fresh idempotency key for the checkout form.
     pub checkout_key: String,
+    /// What this page shows, for the checkout to confirm.
+    pub cart_version: String,
     /// The most of one item a line may hold.
     pub max_quantity: u32,
+    /// What changed since the page the shopper confirmed (a checkout refused).
+    pub changes: Vec<String>,
 }
 
 /// `GET /admin/items/{id}`: an item's edit form, for admins.
@@ -179,10 +183,16 @@ pub struct AdminItemPage {
     pub category: String,
     /// It is retired.
     pub retired: bool,
+    /// The version the form edits (sent back with it, so an edit made meanwhile
+    /// refuses this one instead of being reverted by it).
+    pub version: i64,
     /// The last change was saved.
     pub saved: bool,
     /// Why the last change was refused.
     pub message: Option<String>,
+    /// The fields an edit from an older version would have changed back: what
+    /// was sent, against what the item holds now.
+    pub differs: Vec<String>,
 }
 
 /// `GET /login`, and `POST /login` when it fails.

@@ -114,4 +114,27 @@ async fn a_full_cart_refuses_new_lines_and_writes_nothing(fx: Fixture) {
         vec![(2, 5), (3, 1), (4, 1)]
     );
 }
+
+async fn an_order_takes_only_the_lines_it_ordered_as_they_were(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let t = SessionToken::generate();
+    carts.set(&t, item(1), 2).await.unwrap();
+    carts.set(&t, item(2), 1).await.unwrap();
+    carts.set(&t, item(3), 1).await.unwrap();
+    // Ordered: 1x2, 2x1, 3x1. Meanwhile (between the order's read of the cart and
+    // this), item 2 went to 4 and item 5 came in.
+    carts.set(&t, item(2), 4).await.unwrap();
+    carts.set(&t, item(5), 1).await.unwrap();
+    let ordered = [(item(1), 2), (item(2), 1), (item(3), 1)];
+    assert_eq!(carts.take(&t, &ordered).await.unwrap(), 2);
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(2, 4), (5, 1)]);
+    // Taken again (a retry): nothing more goes.
+    assert_eq!(carts.take(&t, &ordered).await.unwrap(), 0);
+    assert_eq!(lines(carts.get(&t).await.unwrap()), vec![(2, 4), (5, 1)]);
+    // Taking the rest empties the cart and leaves no key behind.
+    assert_eq!(carts.take(&t, &[(item(2), 4), (item(5), 1)]).await.unwrap(), 2);
+    assert!(carts.get(&t).await.unwrap().is_empty());
+    let cart_key = fx.keys.cart(&t).to_owned();
+    assert!(!fx.all_keys().await.contains(&cart_key));
+}
 }

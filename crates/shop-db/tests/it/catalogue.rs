@@ -1,7 +1,7 @@
 //! Catalogue changes: add, update, retire, import, and what listings, search and
 //! checkout see after each, on both backends.
 
-use shop_db::catalogue::AddOutcome;
+use shop_db::catalogue::{AddOutcome, EditOutcome};
 use shop_db::orders::CheckoutOutcome;
 use shop_db::search::SearchWords;
 use shop_domain::catalogue::{ItemEdit, ItemFields};
@@ -72,7 +72,16 @@ async fn an_added_item_is_listed_searched_and_sold() {
         assert!(garden.iter().any(|it| it.id == item(11)), "{kind}");
 
         let buyer = user(&db).await;
-        let placed = db.checkout(buyer, &[(item(11), 2)], "k1", 1).await.unwrap();
+        let placed = db
+            .checkout(
+                buyer,
+                &[(item(11), 2)],
+                &db.cart_version(&[(item(11), 2)]).await.unwrap(),
+                "k1",
+                1,
+            )
+            .await
+            .unwrap();
         assert!(
             matches!(
                 placed,
@@ -94,7 +103,10 @@ async fn an_update_changes_what_it_names_and_checkout_charges_the_new_price() {
             .await
             .unwrap();
         let edit = ItemEdit::new(Some("New title"), None, Some(1500), Some("garden")).unwrap();
-        let change = db.update_item(item(1), &edit).await.unwrap().unwrap();
+        let EditOutcome::Applied(change) = db.update_item(item(1), &edit, None).await.unwrap()
+        else {
+            panic!("{kind}: not applied")
+        };
         assert!(change.changed(), "{kind}");
         assert_eq!(change.before.as_ref().unwrap().price_cents, 1000);
         assert_eq!(
@@ -130,16 +142,28 @@ async fn an_update_changes_what_it_names_and_checkout_charges_the_new_price() {
             "{kind}"
         );
         // The same values again: no change.
-        let again = db.update_item(item(1), &edit).await.unwrap().unwrap();
+        let EditOutcome::Applied(again) = db.update_item(item(1), &edit, None).await.unwrap()
+        else {
+            panic!("{kind}: not applied")
+        };
         assert!(!again.changed(), "{kind}");
         assert_eq!(
-            db.update_item(item(9), &edit).await.unwrap(),
-            None,
+            db.update_item(item(9), &edit, None).await.unwrap(),
+            EditOutcome::NoSuchItem,
             "{kind}"
         );
 
         let buyer = user(&db).await;
-        let placed = db.checkout(buyer, &[(item(1), 1)], "k", 1).await.unwrap();
+        let placed = db
+            .checkout(
+                buyer,
+                &[(item(1), 1)],
+                &db.cart_version(&[(item(1), 1)]).await.unwrap(),
+                "k",
+                1,
+            )
+            .await
+            .unwrap();
         assert!(
             matches!(
                 placed,
@@ -164,9 +188,15 @@ async fn a_retired_item_leaves_listings_and_search_and_checkout_refuses_it() {
             .await
             .unwrap();
         let buyer = user(&db).await;
-        db.checkout(buyer, &[(item(1), 1)], "before", 1)
-            .await
-            .unwrap();
+        db.checkout(
+            buyer,
+            &[(item(1), 1)],
+            &db.cart_version(&[(item(1), 1)]).await.unwrap(),
+            "before",
+            1,
+        )
+        .await
+        .unwrap();
 
         let change = db.retire_item(item(1), 77).await.unwrap().unwrap();
         assert!(change.changed() && change.after.retired, "{kind}");
@@ -200,7 +230,15 @@ async fn a_retired_item_leaves_listings_and_search_and_checkout_refuses_it() {
         assert_eq!(found, [item(2)], "{kind}");
 
         let refused = db
-            .checkout(buyer, &[(item(2), 1), (item(1), 1)], "after", 2)
+            .checkout(
+                buyer,
+                &[(item(2), 1), (item(1), 1)],
+                &db.cart_version(&[(item(2), 1), (item(1), 1)])
+                    .await
+                    .unwrap(),
+                "after",
+                2,
+            )
             .await
             .unwrap();
         assert_eq!(

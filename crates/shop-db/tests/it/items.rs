@@ -56,7 +56,16 @@ async fn a_checkout_of_more_lines_than_one_chunk_is_placed() {
             .iter()
             .map(|it| it.price_cents)
             .sum();
-        let placed = db.checkout(user, &lines, "big", 1).await.unwrap();
+        let placed = db
+            .checkout(
+                user,
+                &lines,
+                &db.cart_version(&lines).await.unwrap(),
+                "big",
+                1,
+            )
+            .await
+            .unwrap();
         assert!(
             matches!(placed, shop_db::orders::CheckoutOutcome::Placed { total_cents, .. } if total_cents == prices),
             "{kind}: {placed:?}"
@@ -70,7 +79,9 @@ async fn a_checkout_of_more_lines_than_one_chunk_is_placed() {
         let mut bad = lines.clone();
         bad.push((item(9_999), 1));
         assert_eq!(
-            db.checkout(user, &bad, "bad", 1).await.unwrap(),
+            db.checkout(user, &bad, &db.cart_version(&bad).await.unwrap(), "bad", 1)
+                .await
+                .unwrap(),
             shop_db::orders::CheckoutOutcome::UnknownItem {
                 item_id: item(9_999)
             },

@@ -79,7 +79,15 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
         let db = db.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let outcome = db.checkout(user, &[(item(2), 1)], "k1", NOW).await;
+            let outcome = db
+                .checkout(
+                    user,
+                    &[(item(2), 1)],
+                    &db.cart_version(&[(item(2), 1)]).await.unwrap(),
+                    "k1",
+                    NOW,
+                )
+                .await;
             (outcome, started.elapsed())
         })
     };
@@ -113,7 +121,15 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
     lock.release();
     db.probe_write().await.unwrap();
     assert!(matches!(
-        db.checkout(user, &[(item(2), 1)], "k1", NOW).await.unwrap(),
+        db.checkout(
+            user,
+            &[(item(2), 1)],
+            &db.cart_version(&[(item(2), 1)]).await.unwrap(),
+            "k1",
+            NOW
+        )
+        .await
+        .unwrap(),
         CheckoutOutcome::Placed { .. }
     ));
     assert!(matches!(
@@ -140,7 +156,8 @@ async fn a_postgres_row_lock_held_elsewhere_fails_writes_fast_and_spares_reads()
 
     let started = Instant::now();
     let cart = [(item(2), 1)];
-    let checkout = db.checkout(user, &cart, "k1", NOW);
+    let shown = db.cart_version(&cart).await.unwrap();
+    let checkout = db.checkout(user, &cart, &shown, "k1", NOW);
     let flash = async {
         reads_stay_quick(&db).await;
         db.flash_buy(user, item(1), "k2", 1, NOW).await

@@ -70,7 +70,15 @@ impl Answers {
         key: &str,
         cart: Vec<(ItemId, u32)>,
     ) -> bool {
-        let outcome = db.checkout(user, &cart, key, NOW).await;
+        let outcome = db
+            .checkout(
+                user,
+                &cart,
+                &db.cart_version(&cart).await.unwrap(),
+                key,
+                NOW,
+            )
+            .await;
         self.carts.insert(key.to_owned(), cart);
         match outcome {
             Ok(CheckoutOutcome::Placed { order_id, .. }) => {

@@ -120,7 +120,12 @@ async fn checkout_turns_the_cart_into_one_order() {
     );
 
     let resp = app
-        .post("/checkout", Some(&user), &format!("key={key}"), true)
+        .post(
+            "/checkout",
+            Some(&user),
+            &app.checkout_form(&user, &key).await,
+            true,
+        )
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let placed = json(resp).await;
@@ -179,7 +184,14 @@ async fn checkout_refuses_more_than_the_stock() {
         .unwrap();
     app.post("/cart", Some(&user), "item=6&count=2", false)
         .await;
-    let resp = app.post("/checkout", Some(&user), "key=x1", true).await;
+    let resp = app
+        .post(
+            "/checkout",
+            Some(&user),
+            &app.checkout_form(&user, "x1").await,
+            true,
+        )
+        .await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     assert_eq!(json(resp).await["error"], "out_of_stock");
     assert_eq!(

@@ -46,7 +46,12 @@ async fn an_edit_is_seen_at_once_through_another_web_server_on_every_page_kind()
         }
 
         let edit = ItemEdit::new(Some("Brand new title"), None, Some(98_765), None).unwrap();
-        let applied = app.state.catalogue().update(item(3), &edit).await.unwrap();
+        let applied = app
+            .state
+            .catalogue()
+            .update(item(3), &edit, None)
+            .await
+            .unwrap();
         assert_eq!(applied.changed, [item(3)], "{kind}");
         assert!(applied.pages_purged >= 4, "{kind}: {applied:?}");
 
@@ -89,7 +94,11 @@ async fn an_item_moved_or_added_shows_in_its_department_at_once() {
         assert!(!before.contains("href=\"/items/4\""), "{kind}");
 
         let edit = ItemEdit::new(None, None, None, Some(&target)).unwrap();
-        app.state.catalogue().update(item(4), &edit).await.unwrap();
+        app.state
+            .catalogue()
+            .update(item(4), &edit, None)
+            .await
+            .unwrap();
         let other = app.second_server();
         let moved_to = text(send(&other, shop_testapp::get_request(&to)).await).await;
         assert!(
@@ -160,7 +169,12 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
             "{kind}"
         );
         let resp = app
-            .post("/checkout", Some(&buyer), "key=retired-1", true)
+            .post(
+                "/checkout",
+                Some(&buyer),
+                &app.checkout_form(&buyer, "retired-1").await,
+                true,
+            )
             .await;
         assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
         let body = text(resp).await;
@@ -189,7 +203,12 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
         app.post("/cart", Some(&buyer), "item=2&count=0", false)
             .await;
         let placed = app
-            .post("/checkout", Some(&buyer), "key=retired-2", true)
+            .post(
+                "/checkout",
+                Some(&buyer),
+                &app.checkout_form(&buyer, "retired-2").await,
+                true,
+            )
             .await;
         assert_eq!(placed.status(), StatusCode::OK, "{kind}");
     }
@@ -206,15 +225,24 @@ async fn checkout_charges_the_price_at_commit_not_the_page_seen() {
         app.post("/cart", Some(&buyer), "item=6&count=2", false)
             .await;
         let edit = ItemEdit::new(None, None, Some(old + 1_000), None).unwrap();
-        app.state.catalogue().update(item(6), &edit).await.unwrap();
+        app.state
+            .catalogue()
+            .update(item(6), &edit, None)
+            .await
+            .unwrap();
         let cart = text(app.get("/cart", Some(&buyer)).await).await;
         assert!(
             cart.contains(&money(old + 1_000)),
             "{kind}: the cart shows today's price"
         );
         let placed = shop_testapp::json(
-            app.post("/checkout", Some(&buyer), "key=price-1", true)
-                .await,
+            app.post(
+                "/checkout",
+                Some(&buyer),
+                &app.checkout_form(&buyer, "price-1").await,
+                true,
+            )
+            .await,
         )
         .await;
         assert_eq!(placed["total_cents"], 2 * (old + 1_000), "{kind}: {placed}");

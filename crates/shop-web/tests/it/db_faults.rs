@@ -128,7 +128,8 @@ async fn a_write_lock_held_elsewhere_is_a_quick_503_while_pages_and_logins_work(
     let (status, body, _) = health(&app).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "ok");
-    let resp = app.post("/checkout", Some(&lou), "key=k1", true).await;
+    let form = app.checkout_form(&lou, "k1").await;
+    let resp = app.post("/checkout", Some(&lou), &form, true).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(json(resp).await["outcome"], "placed");
 }
@@ -202,7 +203,12 @@ async fn a_full_disk_answers_503_never_a_false_placed_and_health_says_so() {
             assert_eq!(add.status(), StatusCode::OK);
         }
         let resp = app
-            .post("/checkout", Some(&lou), &format!("key={key}"), true)
+            .post(
+                "/checkout",
+                Some(&lou),
+                &app.checkout_form(&lou, &key).await,
+                true,
+            )
             .await;
         match resp.status() {
             StatusCode::OK => {

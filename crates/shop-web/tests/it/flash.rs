@@ -943,3 +943,164 @@ async fn buys_are_rate_limited_per_account() {
         .unwrap();
     assert_eq!(answers, 1);
 }
+
+/// Whether item `n`'s sale is over in Redis (ended, or not loaded at all).
+async fn ended_in_redis(shop: &Shop, n: u64) -> bool {
+    let now = shop_db::unix_now();
+    match shop.state.flash.state(item(n)).await.unwrap() {
+        Some(sale) => sale.end <= now,
+        None => true,
+    }
+}
+
+#[tokio::test]
+async fn a_retired_item_stops_selling_even_when_the_purge_after_it_fails() {
+    for shop in Shop::on_every_database(WebConfig::default()).await {
+        let kind = shop.kind();
+        shop.sale_of(5, 10).await;
+        // The pages in a cache Redis of their own, which is gone when the item is
+        // retired: the purge fails after the commit.
+        let cache = shop_testkit::TestRedis::start();
+        let quick = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(Duration::from_millis(300)))
+            .set_connection_timeout(Some(Duration::from_millis(200)))
+            .set_number_of_retries(1);
+        let cache_conn = shop_cache::connect_with(&cache.url(), quick).await.unwrap();
+        let pages = shop_cache::page_cache::PageStore::in_cache_or_state(
+            Some(cache_conn),
+            shop.conn.clone(),
+            Keys::default(),
+            shop_cache::page_cache::DEFAULT_TTL,
+            shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+        );
+        let catalogue = shop_app::catalogue::Catalogue {
+            pages: &pages,
+            ..shop.state.catalogue()
+        };
+        // A cached page showing the item, for the purge to reach.
+        let ticket = pages.begin_render().await.unwrap();
+        let key = shop_cache::page_cache::PageRequest::new("/items/5", None).key();
+        let page = shop_cache::page_cache::StoredPage::new(200, Vec::new(), b"item 5");
+        let tags = [shop_cache::page_cache::PageTag::Item(item(5))];
+        pages.store(&key, &page, &tags, &ticket).await.unwrap();
+        drop(cache);
+        let retired = catalogue.retire(item(5)).await;
+        assert!(
+            matches!(
+                retired,
+                Err(shop_app::catalogue::CatalogueError::NotPurged { .. })
+            ),
+            "{kind}: {retired:?}"
+        );
+        assert!(
+            ended_in_redis(&shop, 5).await,
+            "{kind}: the sale ended first"
+        );
+
+        let buyer = shop.login("rita").await;
+        let (status, body) = shop.buy("5", Some(&buyer), Some("after-retire")).await;
+        assert_eq!(body["outcome"], "not_on_sale", "{kind}: {status} {body}");
+        assert_eq!(shop.db_stock(5).await, 10, "{kind}");
+        assert_eq!(shop.recorded_attempts().await, 0, "{kind}: no order");
+    }
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_win_for_an_item_retired_or_off_sale_and_the_unit_goes_back() {
+    for shop in Shop::on_every_database(WebConfig::default()).await {
+        let kind = shop.kind();
+        // A retire whose Redis step never happened: the database has the item
+        // retired (and its sale ended); Redis still sells it.
+        shop.sale_of(6, 10).await;
+        shop.db
+            .retire_item(item(6), shop_db::unix_now())
+            .await
+            .unwrap();
+        let buyer = shop.login("rita").await;
+        let (status, body) = shop.buy("6", Some(&buyer), Some("r-1")).await;
+        assert_eq!(body["outcome"], "not_on_sale", "{kind}: {status} {body}");
+        assert_eq!(shop.redis_stock(6).await, 10, "{kind}: the unit is back");
+        assert_eq!(shop.recorded_attempts().await, 0, "{kind}: no order");
+
+        // Retired again, it finishes: the sale ends in Redis too.
+        assert!(!ended_in_redis(&shop, 6).await, "{kind}");
+        shop.state.catalogue().retire(item(6)).await.unwrap();
+        assert!(
+            ended_in_redis(&shop, 6).await,
+            "{kind}: ended by the second retire"
+        );
+
+        // `shop items purge` finishes it the same way.
+        shop.sale_of(7, 10).await;
+        shop.db
+            .retire_item(item(7), shop_db::unix_now())
+            .await
+            .unwrap();
+        shop.state.catalogue().purge(&[item(7)]).await.unwrap();
+        assert!(ended_in_redis(&shop, 7).await, "{kind}: ended by the purge");
+
+        // A sale the database has over (its window moved to the past) while
+        // Redis still sells it: refused, the unit back.
+        shop.sale_of(8, 10).await;
+        let past = shop_db::unix_now() - 10;
+        let moved = Sale {
+            stock: 10,
+            price_cents: 500,
+            start: past - 60,
+            end: past,
+        };
+        assert_eq!(
+            shop.db.set_sale(item(8), moved).await.unwrap(),
+            shop_app::sale::SaleSet::Started
+        );
+        let (_, body) = shop.buy("8", Some(&buyer), Some("r-2")).await;
+        assert_eq!(body["outcome"], "not_on_sale", "{kind}: {body}");
+        assert_eq!(shop.redis_stock(8).await, 10, "{kind}: the unit is back");
+        assert_eq!(shop.recorded_attempts().await, 0, "{kind}: no order");
+    }
+}
+
+#[tokio::test]
+async fn a_flash_buy_is_charged_the_sale_price_whatever_the_regular_price_does() {
+    for shop in Shop::on_every_database(WebConfig::default()).await {
+        let kind = shop.kind();
+        shop.sale_of(5, 10).await;
+        let edit =
+            shop_cache::domain::catalogue::ItemEdit::new(None, None, Some(999_999), None).unwrap();
+        shop.state
+            .catalogue()
+            .update(item(5), &edit, None)
+            .await
+            .unwrap();
+        let buyer = shop.login("rita").await;
+        let (_, body) = shop.buy("5", Some(&buyer), Some("p-1")).await;
+        assert_eq!(body["outcome"], "bought", "{kind}: {body}");
+        let order = body["order_id"].as_i64().unwrap();
+        assert_eq!(
+            shop.db.order_lines(order).await.unwrap(),
+            [(item(5), 1, 500)],
+            "{kind}: the sale's price, as its page showed it"
+        );
+
+        // A sale started again at another price charges that price from then on.
+        let now = shop_db::unix_now();
+        shop.sale_with(
+            5,
+            Sale {
+                stock: 10,
+                price_cents: 300,
+                start: now - 60,
+                end: now + 3_600,
+            },
+        )
+        .await;
+        let other = shop.login("sam").await;
+        let (_, body) = shop.buy("5", Some(&other), Some("p-2")).await;
+        let order = body["order_id"].as_i64().unwrap();
+        assert_eq!(
+            shop.db.order_lines(order).await.unwrap(),
+            [(item(5), 1, 300)],
+            "{kind}"
+        );
+    }
+}

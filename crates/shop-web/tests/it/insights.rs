@@ -44,7 +44,14 @@ async fn insights_come_from_views_and_orders() {
         .await;
     app.post("/cart", Some(&buyer), "item=4&count=1", false)
         .await;
-    let placed = app.post("/checkout", Some(&buyer), "key=ins-1", true).await;
+    let placed = app
+        .post(
+            "/checkout",
+            Some(&buyer),
+            &app.checkout_form(&buyer, "ins-1").await,
+            true,
+        )
+        .await;
     assert_eq!(placed.status(), StatusCode::OK);
 
     let got = json(app.get("/api/items/2/insights", None).await).await;
@@ -148,7 +155,14 @@ async fn a_failure_to_record_insights_does_not_fail_the_order() {
         )
         .await
         .unwrap();
-    let resp = app.post("/checkout", Some(&user), "key=k-ins", true).await;
+    let resp = app
+        .post(
+            "/checkout",
+            Some(&user),
+            &app.checkout_form(&user, "k-ins").await,
+            true,
+        )
+        .await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(json(resp).await["outcome"], "placed");
     let metrics = text(app.internal_get("/metrics").await).await;
@@ -219,7 +233,14 @@ async fn the_share_that_bought_is_said_with_its_evidence_past_the_minimum_and_bo
     app.flush_views().await;
     app.post("/cart", Some(&buyer), "item=2&count=1", false)
         .await;
-    let placed = app.post("/checkout", Some(&buyer), "key=ins-2", true).await;
+    let placed = app
+        .post(
+            "/checkout",
+            Some(&buyer),
+            &app.checkout_form(&buyer, "ins-2").await,
+            true,
+        )
+        .await;
     assert_eq!(placed.status(), StatusCode::OK);
     // The answer is cached for the page TTL (see the next test): purged to read the
     // new figures at once.
@@ -280,7 +301,11 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     // A change to the item itself purges it too.
     order(&[item(2)]).await;
     let edit = ItemEdit::new(Some("A new title"), None, None, None).unwrap();
-    app.state.catalogue().update(item(2), &edit).await.unwrap();
+    app.state
+        .catalogue()
+        .update(item(2), &edit, None)
+        .await
+        .unwrap();
     assert_eq!(ask().await, ("MISS".to_owned(), 7, vec![5]));
     // Retired, it leaves the ranking: answered fresh from then on, as its page.
     order(&[item(2)]).await;

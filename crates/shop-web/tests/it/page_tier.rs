@@ -102,7 +102,7 @@ async fn a_second_server_serves_from_its_tier_and_drops_a_purged_page_at_once() 
 
     // A change on server a: once it returns, b drops its copy within moments.
     let edit = ItemEdit::new(Some("Brand new title"), None, None, None).unwrap();
-    a.catalogue().update(item(3), &edit).await.unwrap();
+    a.catalogue().update(item(3), &edit, None).await.unwrap();
     let purged = Instant::now();
     let mut seen_old = 0;
     loop {
@@ -153,7 +153,7 @@ async fn a_tier_whose_subscription_dropped_serves_nothing_until_it_is_emptied() 
         .unwrap();
     assert_eq!(killed, 1);
     let edit = ItemEdit::new(Some("Brand new title"), None, None, None).unwrap();
-    a.catalogue().update(item(3), &edit).await.unwrap();
+    a.catalogue().update(item(3), &edit, None).await.unwrap();
 
     // The feed finds the subscription gone (after the events it had received
     // before: a's store of the page): b serves from Redis, new.

@@ -64,6 +64,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
             description,
             price_cents,
             category,
+            if_version,
         } => {
             let edit = ItemEdit::new(
                 title.as_deref(),
@@ -76,8 +77,12 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                     "nothing to change: give --title, --description, --price-cents or --category"
                 );
             }
-            let applied = catalogue.update(id, &edit).await.map_err(explain)?;
-            say(&format!("item {id}"), &applied);
+            let applied = catalogue
+                .update(id, &edit, if_version)
+                .await
+                .map_err(explain)?;
+            let version = db.item(id).await?.map_or(0, |item| item.version);
+            say(&format!("item {id}"), version, &applied);
         }
         ItemsCommand::Remove { id } => {
             let applied = catalogue.retire(id).await.map_err(explain)?;
@@ -170,13 +175,13 @@ fn read_import(file: &std::path::Path) -> anyhow::Result<Vec<shop_app::import::I
     })
 }
 
-/// What an update did, in a line.
-fn say(what: &str, applied: &Applied) {
+/// What an update did, in a line, with the item's version now.
+fn say(what: &str, version: i64, applied: &Applied) {
     if applied.changed.is_empty() {
-        println!("{what} unchanged (it already had these values)");
+        println!("{what} unchanged at version {version} (it already had these values)");
     } else {
         println!(
-            "{what} updated ({} cached pages purged)",
+            "{what} updated to version {version} ({} cached pages purged)",
             applied.pages_purged
         );
     }
@@ -192,6 +197,15 @@ fn explain(error: CatalogueError) -> anyhow::Error {
                  then run `shop items purge {}`",
                 ids.join(" ")
             ))
+        }
+        CatalogueError::Stale { current } => {
+            anyhow::anyhow!(
+                "{error}; it is now: title {:?}, description {:?}, price_cents {}, category {:?}",
+                current.title,
+                current.description,
+                current.price_cents,
+                current.category
+            )
         }
         _ => anyhow::Error::new(error),
     }

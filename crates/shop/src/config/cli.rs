@@ -325,6 +325,11 @@ pub enum ItemsCommand {
         /// A new department.
         #[arg(long)]
         category: Option<String>,
+        /// Change it only if it is still at this version (as printed by `add`,
+        /// `update` and the admin page): a change made since refuses this one,
+        /// which changes nothing. Without it, the later change wins.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+        if_version: Option<i64>,
     },
     /// Retire an item: kept for old orders, its page answers 410 Gone, and it
     /// leaves listings, search, the home page and the ranking.

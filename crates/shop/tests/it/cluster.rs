@@ -8,7 +8,8 @@ use shop_db::Db;
 use shop_testkit::{TestDb, TestRedisCluster};
 
 use crate::e2e::{
-    Reply, add_log_in_and_check_out, eventually, request, request_with, seed, serve, stop,
+    Reply, add_log_in_and_check_out, checkout_form, eventually, request, request_with, seed, serve,
+    stop,
 };
 use crate::shop;
 
@@ -206,6 +207,133 @@ async fn the_whole_shop_runs_on_a_cluster() {
             assert!(key.contains('{') && key.contains('}'), "untagged {key}");
         }
     }
+}
+
+/// What a shopper is charged on the cluster layout: a price changed between the
+/// cart page and the click is asked about, not charged; a placed order takes only
+/// its lines; a flash buy pays the sale's price; a retired item stops selling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn money_paths_hold_on_a_cluster() {
+    let shop = ClusterShop::seeded("30");
+    crate::e2e::succeed(shop.command().args([
+        "sale",
+        "start",
+        "7",
+        "--stock",
+        "3",
+        "--price-cents",
+        "100",
+    ]));
+    let (child, addr) = serve(shop.command(), &[]);
+    let alice = request(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=alice&password=alice-password"),
+    )
+    .session_cookie()
+    .expect("alice logs in");
+    let json_accept = [("accept", "application/json")];
+    request(&addr, "POST", "/cart", Some(&alice), Some("item=5&count=2"));
+    let shown = checkout_form(&addr, &alice, "cluster-1");
+    crate::e2e::succeed(
+        shop.command()
+            .args(["items", "update", "5", "--price-cents", "999999"]),
+    );
+    let refused = request_with(
+        &addr,
+        "POST",
+        "/checkout",
+        Some(&alice),
+        Some(&shown),
+        &json_accept,
+    );
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    let body = json(&refused);
+    assert_eq!(body["changes"][0]["now_cents"], 999_999, "{body}");
+    assert_eq!(body["cart_version"], "5:2:999999", "{body}");
+
+    // Confirmed; a line added meanwhile in another tab would stay (the take).
+    let confirm = format!(
+        "key=cluster-2&cart_version={}",
+        body["cart_version"].as_str().unwrap()
+    );
+    request(&addr, "POST", "/cart", Some(&alice), Some("item=6&count=1"));
+    let refused = request_with(
+        &addr,
+        "POST",
+        "/checkout",
+        Some(&alice),
+        Some(&confirm),
+        &json_accept,
+    );
+    assert_eq!(
+        json(&refused)["changes"][0]["added"],
+        true,
+        "{}",
+        refused.body
+    );
+    request(&addr, "POST", "/cart", Some(&alice), Some("item=6&count=0"));
+    let placed = request_with(
+        &addr,
+        "POST",
+        "/checkout",
+        Some(&alice),
+        Some(&confirm),
+        &json_accept,
+    );
+    assert_eq!(placed.status, 200, "{}", placed.body);
+    assert_eq!(json(&placed)["total_cents"], 2 * 999_999);
+    let me = json(&request(&addr, "GET", "/api/me", Some(&alice), None));
+    assert_eq!(me["cart"]["count"], 0, "{me}");
+
+    // The flash sale's price, whatever the regular price does.
+    crate::e2e::succeed(
+        shop.command()
+            .args(["items", "update", "7", "--price-cents", "5000"]),
+    );
+    let buy = |key: &str| {
+        request_with(
+            &addr,
+            "POST",
+            "/api/flash/7/buy",
+            Some(&alice),
+            None,
+            &[("idempotency-key", key), ("accept", "application/json")],
+        )
+    };
+    let bought = buy("c-buy-1");
+    assert_eq!(bought.status, 200, "{}", bought.body);
+    let order = json(&bought)["order_id"].as_i64().unwrap();
+    let db = Db::connect(shop.db.url()).await.unwrap();
+    let lines = db.order_lines(order).await.unwrap();
+    assert_eq!(lines[0].2, 100, "{lines:?}");
+
+    // Retired, it stops selling (bob has not bought yet).
+    crate::e2e::succeed(shop.command().args(["items", "remove", "7"]));
+    let bob = request(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=bob&password=bob-password"),
+    )
+    .session_cookie()
+    .expect("bob logs in");
+    let after = request_with(
+        &addr,
+        "POST",
+        "/api/flash/7/buy",
+        Some(&bob),
+        None,
+        &[
+            ("idempotency-key", "c-buy-2"),
+            ("accept", "application/json"),
+        ],
+    );
+    assert_eq!(json(&after)["outcome"], "not_on_sale", "{}", after.body);
+    assert!(stop(child).success());
 }
 
 /// The failover drill: under traffic, one primary of the cluster is killed; its

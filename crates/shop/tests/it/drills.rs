@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::e2e::{Binary, Reply, request, request_with, seeded, stop};
+use crate::e2e::{Binary, Reply, checkout_form, request, request_with, seeded, stop};
 use shop_testapp::TestApp;
 
 /// One request a probe made.
@@ -325,7 +325,7 @@ async fn database_write_locked_for_twenty_seconds() {
     });
     let c = alice.clone();
     drill.probe("checkout", Duration::from_millis(200), move |a, n| {
-        let form = format!("key=drill-{n}");
+        let form = checkout_form(a, &c, &format!("drill-{n}"));
         let reply = request(a, "POST", "/checkout", Some(&c), Some(&form));
         // Put something back in the cart, so the next checkout has work to do.
         request(a, "POST", "/cart", Some(&c), Some("item=3&count=1"));
@@ -418,7 +418,7 @@ fn checkout(addr: &str, cookie: &str, key: &str) -> (Reply, Checkout) {
         "POST",
         "/checkout",
         Some(cookie),
-        Some(&format!("key={key}")),
+        Some(&checkout_form(addr, cookie, key)),
         &[("Accept", "application/json")],
     );
     let order = (reply.status == 200)

@@ -285,6 +285,16 @@ pub fn stop(mut served: Served) -> ExitStatus {
     }
 }
 
+/// A checkout's form as the cart page shown now posts it: `key` and the page's
+/// `cart_version` (none when the page cannot be read, as in an outage).
+pub fn checkout_form(addr: &str, cookie: &str, key: &str) -> String {
+    let page = request(addr, "GET", "/cart", Some(cookie), None);
+    match shop_testapp::cart_version_in(&page.body) {
+        Some(version) => format!("key={key}&cart_version={version}"),
+        None => format!("key={key}"),
+    }
+}
+
 /// Runs `shop seed --items <items>` through `cmd`.
 pub fn seed(mut cmd: Command, items: &str) {
     let out = cmd
@@ -336,12 +346,13 @@ pub fn add_log_in_and_check_out(addr: &str, guest: &str) -> String {
         .and_then(|r| r.split('"').next())
         .expect("a checkout form")
         .to_owned();
+    let version = shop_testapp::cart_version_in(&cart.body).expect("a checkout form");
     let checkout = request(
         addr,
         "POST",
         "/checkout",
         Some(&user),
-        Some(&format!("key={key}")),
+        Some(&format!("key={key}&cart_version={version}")),
     );
     assert_eq!(
         (checkout.status, checkout.header("location").as_deref()),

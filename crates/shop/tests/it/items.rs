@@ -249,3 +249,55 @@ async fn an_import_checks_every_line_first_then_writes_only_what_changed() {
         assert_eq!(app.db.item_count().await.unwrap(), 12, "{kind}");
     }
 }
+
+#[tokio::test]
+async fn an_update_with_if_version_is_refused_once_the_item_changed_and_changes_nothing() {
+    for db in TestDb::all().await {
+        let app = seeded_on(db, 10).await;
+        let kind = app.kind();
+        let version = app.db.item(item(4)).await.unwrap().unwrap().version;
+        let update = |price: &str, if_version: i64| {
+            app.shop()
+                .args(["items", "update", "4", "--price-cents", price])
+                .args(["--if-version", &if_version.to_string()])
+                .output()
+                .unwrap()
+        };
+        let out = update("1111", version);
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+        assert!(
+            stdout(&out).contains(&format!("item 4 updated to version {}", version + 1)),
+            "{kind}: {}",
+            stdout(&out)
+        );
+
+        // A script that read the item before that change.
+        let out = update("2222", version);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {}", stdout(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains(&format!("item 4 is at version {}", version + 1))
+                && said.contains("nothing was saved")
+                && said.contains("price_cents 1111"),
+            "{kind}: {said}"
+        );
+        let now = app.db.item(item(4)).await.unwrap().unwrap();
+        assert_eq!(
+            (now.price_cents, now.version),
+            (1111, version + 1),
+            "{kind}"
+        );
+
+        // Without --if-version, the later change wins (last writer wins).
+        succeed(
+            app.shop()
+                .args(["items", "update", "4", "--price-cents", "3333"]),
+        );
+        let now = app.db.item(item(4)).await.unwrap().unwrap();
+        assert_eq!(
+            (now.price_cents, now.version),
+            (3333, version + 2),
+            "{kind}"
+        );
+    }
+}

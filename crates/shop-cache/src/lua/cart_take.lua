@@ -1,0 +1,22 @@
+-- Removes the lines an order took: each line whose quantity is still the one
+-- ordered. A line added since, or whose quantity changed since, stays as the
+-- shopper left it. A session whose cart this empties, and which is not logged in,
+-- is a guest again (as cart_remove.lua).
+-- KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)   KEYS[3] guests: (same)
+-- KEYS[4] login: (same)
+-- ARGV[1] token   ARGV[2], ARGV[3], ... item id, quantity ordered, in pairs
+local removed = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+if removed > 0 and redis.call('EXISTS', KEYS[1]) == 0
+    and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 0 then
+  local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if seen then
+    redis.call('ZADD', KEYS[3], seen, ARGV[1])
+  end
+end
+return removed

@@ -1,0 +1,275 @@
+//! Checkout confirms what the shopper saw: the cart page's `cart_version` is
+//! placed only while the cart and the database's prices still match it; otherwise
+//! 409 says what changed, charges nothing and changes nothing; a placed order
+//! takes exactly its own lines out of the cart.
+
+use axum::http::StatusCode;
+use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::ItemEdit;
+use shop_testapp::{TestApp, cart_version_in, json, text};
+use shop_web::templates::money;
+
+fn item(n: u64) -> ItemId {
+    ItemId::new(n).unwrap()
+}
+
+/// What must not have moved when a checkout was refused: the buyer's orders, the
+/// item's stock and the cart.
+async fn untouched(
+    app: &TestApp,
+    buyer: &str,
+    stock_of: u64,
+    stock: i64,
+    cart: &serde_json::Value,
+) {
+    let kind = app.kind();
+    let me = app.me(buyer).await;
+    assert_eq!(&me["cart"]["lines"], cart, "{kind}: the cart as it was");
+    let row = app.db.inventory_row(item(stock_of)).await.unwrap().unwrap();
+    assert_eq!(row.stock, stock, "{kind}: no stock taken");
+    let user = app.db.user_named("paula").await.unwrap().unwrap();
+    assert!(
+        app.db.orders_of(user, 10).await.unwrap().is_empty(),
+        "{kind}: nothing ordered"
+    );
+}
+
+#[tokio::test]
+async fn a_price_rise_between_the_cart_page_and_the_click_is_asked_about_not_charged() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        let five = app.db.item(item(5)).await.unwrap().unwrap();
+        let stock = app.db.inventory_row(item(5)).await.unwrap().unwrap().stock;
+        let shown = app.checkout_form(&buyer, "rise-1").await;
+        let cart = app.me(&buyer).await["cart"]["lines"].clone();
+
+        let edit = ItemEdit::new(None, None, Some(999_999), None).unwrap();
+        app.state
+            .catalogue()
+            .update(item(5), &edit, None)
+            .await
+            .unwrap();
+
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = json(resp).await;
+        assert_eq!(body["outcome"], "changed", "{kind}: {body}");
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([{"item": 5, "was_cents": five.price_cents, "now_cents": 999_999}]),
+            "{kind}"
+        );
+        assert_eq!(body["cart_version"], "5:2:999999", "{kind}");
+        untouched(&app, &buyer, 5, stock, &cart).await;
+
+        // As a page: the cart again, saying what changed, with a new confirm button.
+        let resp = app.post("/checkout", Some(&buyer), &shown, false).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let page = text(resp).await;
+        let said = format!(
+            "The price of {} went up from {} to {}.",
+            five.title,
+            money(five.price_cents),
+            money(999_999)
+        );
+        assert!(page.contains(&said), "{kind}: {page}");
+        assert_eq!(
+            cart_version_in(&page).as_deref(),
+            Some("5:2:999999"),
+            "{kind}"
+        );
+        untouched(&app, &buyer, 5, stock, &cart).await;
+
+        // Confirmed at the new price, it is placed at that price, once.
+        let confirm = format!(
+            "key=rise-2&cart_version={}",
+            body["cart_version"].as_str().unwrap()
+        );
+        let placed = json(app.post("/checkout", Some(&buyer), &confirm, true).await).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+        assert_eq!(placed["total_cents"], 2 * 999_999, "{kind}");
+        let replay = json(app.post("/checkout", Some(&buyer), &confirm, true).await).await;
+        assert_eq!(
+            replay["order_id"], placed["order_id"],
+            "{kind}: a replay answers the order"
+        );
+        assert_eq!(replay["new"], false, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn a_line_added_in_another_tab_is_not_ordered_unseen() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=1", false)
+            .await;
+        let shown = app.checkout_form(&buyer, "tab-1").await;
+        // The other tab.
+        app.post("/cart", Some(&buyer), "item=7&count=3", false)
+            .await;
+        let seven = app.db.item(item(7)).await.unwrap().unwrap();
+        let stock = app.db.inventory_row(item(7)).await.unwrap().unwrap().stock;
+        let cart = app.me(&buyer).await["cart"]["lines"].clone();
+
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = json(resp).await;
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([{"item": 7, "now_cents": seven.price_cents, "now_quantity": 3, "added": true}]),
+            "{kind}"
+        );
+        untouched(&app, &buyer, 7, stock, &cart).await;
+
+        // A line removed in the other tab, or its quantity changed, is asked about too.
+        let shown = app.checkout_form(&buyer, "tab-2").await;
+        app.post("/cart", Some(&buyer), "item=5&count=0", false)
+            .await;
+        app.post("/cart", Some(&buyer), "item=7&count=1", false)
+            .await;
+        let body = json(app.post("/checkout", Some(&buyer), &shown, true).await).await;
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([
+                {"item": 5, "removed": true},
+                {"item": 7, "was_quantity": 3, "now_quantity": 1}
+            ]),
+            "{kind}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_checkout_without_a_cart_version_or_with_a_bad_one_orders_nothing() {
+    let app = TestApp::start().await;
+    let buyer = app.logged_in("paula").await;
+    app.post("/cart", Some(&buyer), "item=5&count=2", false)
+        .await;
+    let five = app.db.item(item(5)).await.unwrap().unwrap();
+    let stock = app.db.inventory_row(item(5)).await.unwrap().unwrap().stock;
+    let cart = app.me(&buyer).await["cart"]["lines"].clone();
+
+    // An API client that confirmed nothing is shown what it would buy.
+    let resp = app.post("/checkout", Some(&buyer), "key=api-1", true).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body = json(resp).await;
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "outcome": "changed",
+            "cart_version": format!("5:2:{}", five.price_cents),
+            "changes": [{"item": 5, "now_cents": five.price_cents, "now_quantity": 2, "added": true}],
+        })
+    );
+    untouched(&app, &buyer, 5, stock, &cart).await;
+
+    for bad in ["5:2", "5:two:100", "0:1:1", "5:2:100;5:2:100", "<script>"] {
+        let form = format!("key=api-2&cart_version={bad}");
+        let resp = app.post("/checkout", Some(&buyer), &form, true).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert!(text(resp).await.contains("cart_version"), "{bad}");
+    }
+    untouched(&app, &buyer, 5, stock, &cart).await;
+
+    // Confirmed, it is placed.
+    let form = format!(
+        "key=api-3&cart_version={}",
+        body["cart_version"].as_str().unwrap()
+    );
+    let placed = json(app.post("/checkout", Some(&buyer), &form, true).await).await;
+    assert_eq!(placed["total_cents"], 2 * five.price_cents, "{placed}");
+}
+
+#[tokio::test]
+async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
+    let app = TestApp::start().await;
+    let buyer = app.logged_in("paula").await;
+    let token: shop_cache::session::SessionToken = buyer
+        .strip_prefix("shop_session=")
+        .unwrap()
+        .parse()
+        .unwrap();
+    app.post("/cart", Some(&buyer), "item=5&count=2", false)
+        .await;
+    app.post("/cart", Some(&buyer), "item=6&count=1", false)
+        .await;
+    // What an order of 5x2 and 6x1 takes, once the shopper (in another tab, while
+    // the order committed) has added item 7 and changed item 6 to 4.
+    app.post("/cart", Some(&buyer), "item=7&count=1", false)
+        .await;
+    app.post("/cart", Some(&buyer), "item=6&count=4", false)
+        .await;
+    let taken = app
+        .state
+        .carts
+        .take(&token, &[(item(5), 2), (item(6), 1)])
+        .await
+        .unwrap();
+    assert_eq!(taken, 1);
+    assert_eq!(
+        app.me(&buyer).await["cart"]["lines"],
+        serde_json::json!([{"item": 6, "quantity": 4}, {"item": 7, "quantity": 1}])
+    );
+}
+
+/// A line the shopper adds while the order commits: on PostgreSQL another
+/// transaction holds the ordered item's stock row, so the order waits there, past
+/// its read of the cart; the line added then must stay in the cart.
+#[tokio::test]
+async fn a_line_added_while_the_order_commits_stays_in_the_cart() {
+    let Some(db) = shop_testkit::TestDb::postgres().await else {
+        return;
+    };
+    let app = TestApp::builder().start_on(db).await;
+    let buyer = app.logged_in("paula").await;
+    app.post("/cart", Some(&buyer), "item=5&count=2", false)
+        .await;
+    let form = app.checkout_form(&buyer, "during-1").await;
+
+    let mut blocker = app.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT stock FROM inventory WHERE item_id = 5 FOR UPDATE")
+        .fetch_one(&mut *blocker)
+        .await
+        .unwrap();
+    let router = app.router.clone();
+    let request = shop_testapp::form_post("/checkout", Some(&buyer), true)
+        .body(axum::body::Body::from(form))
+        .unwrap();
+    let order = tokio::spawn(async move { shop_testapp::send(&router, request).await });
+
+    // Until the order waits on that row (it has read the cart by then).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE inventory%'",
+        )
+        .fetch_one(app.db.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the order never waited on the row"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The other tab adds a line now, then the row is let go.
+    app.post("/cart", Some(&buyer), "item=7&count=1", false)
+        .await;
+    blocker.commit().await.unwrap();
+
+    let placed = json(order.await.unwrap()).await;
+    assert_eq!(placed["outcome"], "placed", "{placed}");
+    assert_eq!(
+        app.me(&buyer).await["cart"]["lines"],
+        serde_json::json!([{"item": 7, "quantity": 1}]),
+        "the line added during the order stays; the ordered one is gone"
+    );
+}
