@@ -56,8 +56,30 @@ impl Checkout<'_> {
     /// Places the order of the cart of session `token` for `user`, at most once
     /// per `key`, if the cart and its prices at the commit are `shown` (what the
     /// shopper confirmed); on success removes the lines ordered from the cart and
-    /// records the insights.
+    /// records the insights. One checkout of a cart at a time: another one (a
+    /// second tab) meanwhile is [`AppError::CartBusy`], so one cart is never
+    /// ordered twice.
     pub async fn run(
+        &self,
+        token: &SessionToken,
+        user: UserId,
+        shown: &CartVersion,
+        key: &str,
+        now: i64,
+    ) -> Result<CheckoutOutcome, AppError> {
+        let Some(hold) = self.carts.hold_for_checkout(token).await? else {
+            return Err(AppError::CartBusy);
+        };
+        let outcome = self.place(token, user, shown, key, now).await;
+        if let Err(error) = self.carts.release(hold).await {
+            // It expires on its own (`CHECKOUT_HOLD`).
+            tracing::warn!(%error, "could not let a cart go after its checkout");
+        }
+        outcome
+    }
+
+    /// [`Checkout::run`] while the cart is held.
+    async fn place(
         &self,
         token: &SessionToken,
         user: UserId,

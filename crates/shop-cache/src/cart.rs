@@ -62,6 +62,19 @@ pub struct Carts {
     max_lines: u32,
 }
 
+/// How long a checkout may hold its cart: well past the longest a checkout's
+/// database write waits before it gives up (about 3 s), so a hold never ends
+/// under a checkout still running, and short enough that a server dying
+/// mid-checkout holds the cart only briefly.
+pub const CHECKOUT_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A checkout's hold on a cart ([`Carts::hold_for_checkout`]).
+#[derive(Debug)]
+pub struct CartHold {
+    key: String,
+    holder: String,
+}
+
 impl Carts {
     /// Carts stored under `keys`, with at most `max_quantity` of one item per line
     /// and [`DEFAULT_MAX_LINES`] lines (see [`Carts::with_max_lines`]).
@@ -136,6 +149,38 @@ impl Carts {
             }
         }
         Ok(change)
+    }
+
+    /// Holds the session's cart for one checkout: `None` if another checkout
+    /// holds it now. Held until [`Carts::release`], or [`CHECKOUT_HOLD`] at most.
+    pub async fn hold_for_checkout(
+        &self,
+        token: &SessionToken,
+    ) -> Result<Option<CartHold>, CacheError> {
+        let hold = CartHold {
+            key: self.keys.checkout_hold(token),
+            holder: SessionToken::generate().expose().to_owned(),
+        };
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(&hold.key)
+            .arg(&hold.holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(CHECKOUT_HOLD.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(taken.map(|_| hold))
+    }
+
+    /// Lets the cart go after its checkout (unless the hold expired and another
+    /// checkout holds it now).
+    pub async fn release(&self, hold: CartHold) -> Result<(), CacheError> {
+        scripts::UNLOCK
+            .key(&hold.key)
+            .arg(&hold.holder)
+            .invoke_async::<i64>(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// Removes from the session's cart the lines an order took (after checkout),

@@ -48,6 +48,30 @@ pub enum WinRecord {
     Refused(BuyOutcome),
 }
 
+/// The condition (on the `inventory` row of item `$1`, at unix time `$2` = `$3`)
+/// that the item is on sale: inside its sale's window, at a sale price, and still
+/// sold. Both deciders check it when they take a unit, whatever Redis holds.
+const ON_SALE: &str = "sale_price_cents IS NOT NULL AND sale_start <= $2 AND $3 < sale_end \
+     AND EXISTS (SELECT 1 FROM items WHERE id = $1 AND retired_at IS NULL)";
+
+/// Takes one unit of `item` if it is in stock and on sale ([`ON_SALE`]) at `now`;
+/// the row's sale price, or `None` if nothing was taken.
+async fn take_one(
+    tx: &mut crate::WriteTx,
+    item: ItemId,
+    now: i64,
+) -> Result<Option<sqlx::any::AnyRow>, DbError> {
+    Ok(sqlx::query(&format!(
+        "UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND {ON_SALE} \
+         RETURNING sale_price_cents"
+    ))
+    .bind(item.to_i64())
+    .bind(now)
+    .bind(now)
+    .fetch_optional(&mut **tx)
+    .await?)
+}
+
 impl Db {
     /// One purchase of one unit of `item` by `user` at time `now`, idempotent on
     /// `key` (per user). See the module documentation for how it cannot oversell.
@@ -65,16 +89,7 @@ impl Db {
             return self.earlier_answer(user, item, key).await;
         }
 
-        let took = sqlx::query(
-            "UPDATE inventory SET stock = stock - 1 \
-             WHERE item_id = $1 AND stock > 0 AND sale_start <= $2 AND $3 < sale_end \
-             RETURNING sale_price_cents",
-        )
-        .bind(item.to_i64())
-        .bind(now)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let took = take_one(&mut tx, item, now).await?;
         let Some(took) = took else {
             let why = self.why_not(&mut tx, item, now).await?;
             if why == BuyOutcome::UnknownItem {
@@ -117,18 +132,20 @@ impl Db {
         item: ItemId,
         now: i64,
     ) -> Result<BuyOutcome, DbError> {
-        let row =
-            sqlx::query("SELECT stock, sale_start, sale_end FROM inventory WHERE item_id = $1")
-                .bind(item.to_i64())
-                .fetch_optional(&mut **tx)
-                .await?;
+        let row = sqlx::query(&format!(
+            "SELECT (SELECT COUNT(*) FROM inventory WHERE item_id = $1 AND {ON_SALE}) AS open \
+             FROM inventory WHERE item_id = $1"
+        ))
+        .bind(item.to_i64())
+        .bind(now)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?;
         let Some(row) = row else {
             return Ok(BuyOutcome::UnknownItem);
         };
-        let start: Option<i64> = row.try_get("sale_start")?;
-        let end: Option<i64> = row.try_get("sale_end")?;
-        let open = matches!((start, end), (Some(s), Some(e)) if s <= now && now < e);
-        Ok(if open {
+        let open: i64 = row.try_get("open")?;
+        Ok(if open > 0 {
             BuyOutcome::SoldOut
         } else {
             BuyOutcome::NotOnSale
@@ -213,40 +230,13 @@ impl Db {
                 self.earlier_answer(user, item, key).await?,
             ));
         }
-        // Only while the database says the item is on sale: in its window, at a
-        // sale price, and still sold. Redis decided the buy, but a sale ended or an
-        // item retired may not have reached it yet (a purge or Redis failing after
-        // the change): no such win becomes an order.
-        let took = sqlx::query(
-            "UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 \
-             AND sale_price_cents IS NOT NULL AND sale_start <= $2 AND sale_end > $3 \
-             AND EXISTS (SELECT 1 FROM items WHERE id = $4 AND retired_at IS NULL) \
-             RETURNING sale_price_cents",
-        )
-        .bind(item.to_i64())
-        .bind(now)
-        .bind(now)
-        .bind(item.to_i64())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(took) = took else {
-            let on_sale = sqlx::query(
-                "SELECT 1 FROM inventory v JOIN items i ON i.id = v.item_id \
-                 WHERE v.item_id = $1 AND v.sale_price_cents IS NOT NULL \
-                 AND v.sale_start <= $2 AND v.sale_end > $3 AND i.retired_at IS NULL",
-            )
-            .bind(item.to_i64())
-            .bind(now)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some();
+        // Only while the database says the item is on sale ([`ON_SALE`]): Redis
+        // decided the buy, but a sale ended or an item retired may not have reached
+        // it yet (Redis failing after the change): no such win becomes an order.
+        let Some(took) = take_one(&mut tx, item, now).await? else {
+            let why = self.why_not(&mut tx, item, now).await?;
             tx.rollback().await?;
-            return Ok(WinRecord::Refused(if on_sale {
-                BuyOutcome::SoldOut
-            } else {
-                BuyOutcome::NotOnSale
-            }));
+            return Ok(WinRecord::Refused(why));
         };
         let price: Option<i64> = took.try_get("sale_price_cents")?;
         if !claim(&mut tx, user, item, per_user_limit).await? {

@@ -6,6 +6,7 @@ use serde::Serialize;
 use shop_domain::ItemId;
 use sqlx::Row;
 
+use crate::catalogue::{RowLock, read_items};
 use crate::{Backend, Db, DbError};
 
 /// One item's inventory row as the row cache publishes it: column name -> value.
@@ -168,10 +169,23 @@ impl Db {
     /// (retired) is refused in the same write that would start its sale.
     pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<SaleSet, DbError> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
+        // The item held against a retire until this commits (a retire waiting on
+        // it then ends this sale; one that went first is seen here).
+        let item = read_items(&mut tx, &[id], RowLock::Share)
+            .await?
+            .remove(&id);
+        let refused = match item {
+            None => Some(SaleSet::NoSuchItem),
+            Some(item) if item.retired => Some(SaleSet::Retired),
+            Some(_) => None,
+        };
+        if let Some(refused) = refused {
+            tx.rollback().await?;
+            return Ok(refused);
+        }
+        sqlx::query(
             "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
-             WHERE item_id = $5 \
-             AND EXISTS (SELECT 1 FROM items WHERE id = $5 AND retired_at IS NULL)",
+             WHERE item_id = $5",
         )
         .bind(sale.stock)
         .bind(sale.price_cents)
@@ -180,22 +194,6 @@ impl Db {
         .bind(id.to_i64())
         .execute(&mut *tx)
         .await?;
-        if done.rows_affected() != 1 {
-            let found = sqlx::query("SELECT retired_at FROM items WHERE id = $1")
-                .bind(id.to_i64())
-                .fetch_optional(&mut *tx)
-                .await?;
-            let retired = match &found {
-                Some(row) => row.try_get::<Option<i64>, _>("retired_at")?.is_some(),
-                None => false,
-            };
-            tx.rollback().await?;
-            return Ok(if retired {
-                SaleSet::Retired
-            } else {
-                SaleSet::NoSuchItem
-            });
-        }
         sqlx::query("DELETE FROM flash_claims WHERE item_id = $1")
             .bind(id.to_i64())
             .execute(&mut *tx)

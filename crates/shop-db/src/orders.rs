@@ -36,11 +36,6 @@ pub enum CheckoutOutcome {
         /// same key did (a replay: the caller must not act on the cart again).
         new: bool,
     },
-    /// Not enough stock of this item; nothing was ordered.
-    OutOfStock {
-        /// The item.
-        item_id: ItemId,
-    },
     /// No such item; nothing was ordered.
     UnknownItem {
         /// The item.
@@ -51,8 +46,9 @@ pub enum CheckoutOutcome {
         /// The item.
         item_id: ItemId,
     },
-    /// The cart or its prices are not what the shopper confirmed; nothing was
-    /// ordered. The shopper is shown the cart again and confirms this version.
+    /// The cart or its prices are not what the shopper confirmed, or a line's
+    /// quantity is more than is left; nothing was ordered. The shopper is shown
+    /// the cart again (saying what changed) and confirms this version.
     Changed {
         /// The version of the cart now, to confirm.
         cart_version: String,
@@ -92,11 +88,18 @@ impl Db {
         now: i64,
     ) -> Result<CheckoutOutcome, DbError> {
         if lines.is_empty() {
-            // A retry of an order placed already finds the cart it emptied.
-            return Ok(self
-                .earlier_order(user, key)
-                .await?
-                .unwrap_or(CheckoutOutcome::Empty));
+            // A retry of an order placed already finds the cart it emptied; a page
+            // that showed lines since emptied (another tab ordered them) is told so.
+            if let Some(earlier) = self.earlier_order(user, key).await? {
+                return Ok(earlier);
+            }
+            if shown.lines().is_empty() {
+                return Ok(CheckoutOutcome::Empty);
+            }
+            return Ok(CheckoutOutcome::Changed {
+                cart_version: String::new(),
+                changes: shown.changes_to(&CartVersion::default()),
+            });
         }
         let mut tx = self.begin_write().await?;
         let order = sqlx::query(
@@ -156,8 +159,20 @@ impl Db {
             .await?
             .rows_affected();
             if took != 1 {
+                // Not enough left: the shopper is shown how many are, and lowers
+                // the line (the cart's version is unchanged, so nothing else is).
+                let in_stock: i64 = sqlx::query("SELECT stock FROM inventory WHERE item_id = $1")
+                    .bind(item.to_i64())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map(|row| row.try_get("stock"))
+                    .transpose()?
+                    .unwrap_or(0);
                 tx.rollback().await?;
-                return Ok(CheckoutOutcome::OutOfStock { item_id: item });
+                return Ok(CheckoutOutcome::Changed {
+                    cart_version: now_version.to_string(),
+                    changes: vec![CartChange::out_of_stock(item, in_stock)],
+                });
             }
             sqlx::query(
                 "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, $3, $4)",

@@ -45,7 +45,7 @@ pub struct BadCartVersion;
 /// One difference between what a page showed and the cart now (serialized as the
 /// checkout's JSON answer names it: `{"item":5,"was_cents":56335,"now_cents":999999}`,
 /// `{"item":7,"added":true,...}`, `{"item":8,"removed":true}`,
-/// `{"item":9,"retired":true}`).
+/// `{"item":9,"retired":true}`, `{"item":6,"out_of_stock":true,"in_stock":1}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CartChange {
     /// The item.
@@ -71,9 +71,25 @@ pub struct CartChange {
     /// The item was for sale on the page and is no longer sold.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retired: bool,
+    /// Not enough of the item is left for the line's quantity ([`Self::in_stock`]
+    /// is how many are).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_stock: bool,
+    /// How many are left, when not enough are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_stock: Option<i64>,
 }
 
 impl CartChange {
+    /// Not enough of `item` left for its line: `in_stock` are.
+    pub fn out_of_stock(item: ItemId, in_stock: i64) -> Self {
+        Self {
+            out_of_stock: true,
+            in_stock: Some(in_stock),
+            ..Self::of(item)
+        }
+    }
+
     fn of(item: ItemId) -> Self {
         Self {
             item,
@@ -84,6 +100,8 @@ impl CartChange {
             added: false,
             removed: false,
             retired: false,
+            out_of_stock: false,
+            in_stock: None,
         }
     }
 }

@@ -108,14 +108,29 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
     if change.retired {
         return format!("{title} is no longer available.");
     }
+    if change.out_of_stock {
+        return match change.in_stock {
+            Some(left) if left > 0 => {
+                format!("Only {left} of {title} are left: lower its quantity to check out.")
+            }
+            _ => format!("{title} is out of stock: remove it to check out."),
+        };
+    }
     let mut said = Vec::new();
-    if let (Some(was), Some(now)) = (change.was_cents, change.now_cents) {
-        let way = if now > was { "up" } else { "down" };
-        said.push(format!(
-            "The price of {title} went {way} from {} to {}.",
-            templates::money(was),
+    match (change.was_cents, change.now_cents) {
+        (Some(was), Some(now)) => {
+            let way = if now > was { "up" } else { "down" };
+            said.push(format!(
+                "The price of {title} went {way} from {} to {}.",
+                templates::money(was),
+                templates::money(now)
+            ));
+        }
+        (None, Some(now)) => said.push(format!(
+            "{title} is available again, at {}.",
             templates::money(now)
-        ));
+        )),
+        _ => {}
     }
     if let (Some(was), Some(now)) = (change.was_quantity, change.now_quantity) {
         said.push(format!(
@@ -207,11 +222,6 @@ async fn checkout(
             Ok(no_store(StatusCode::CONFLICT, templates::render(&page)?))
         }
         CheckoutOutcome::Empty => Err(WebError::bad_request("your cart is empty")),
-        CheckoutOutcome::OutOfStock { item_id } => Err(WebError::new(
-            StatusCode::CONFLICT,
-            "out_of_stock",
-            format!("not enough stock of item {item_id}; lower its quantity and try again"),
-        )),
         CheckoutOutcome::UnknownItem { item_id } => Err(WebError::new(
             StatusCode::CONFLICT,
             "unknown_item",

@@ -278,6 +278,15 @@ impl From<AppError> for WebError {
             AppError::Cache(error) => error.into(),
             AppError::Db(error) => error.into(),
             AppError::Pending => WebError::in_progress(),
+            AppError::CartBusy => {
+                let mut e = WebError::new(
+                    StatusCode::CONFLICT,
+                    "checkout_in_progress",
+                    "another checkout of this cart is in progress; look at your cart again in a moment",
+                );
+                e.retry_after = Some(1);
+                e
+            }
         }
     }
 }

@@ -286,6 +286,13 @@ impl Keys {
         self.cart_member(self.shard_of(token), token.expose())
     }
 
+    /// String: the checkout holding the session's cart (a random value of the
+    /// holder's), so two checkouts of one cart (two tabs) cannot both order it.
+    /// It expires on its own (a server that died mid-checkout holds it no longer).
+    pub fn checkout_hold(&self, token: &SessionToken) -> String {
+        format!("{}checkout:{}", self.0.prefix, token.expose())
+    }
+
     /// In the book layout (one node), what goes before a token in the names of its
     /// `viewed:<token>` and `cart:<token>` keys, for the one script that names a
     /// session's keys itself (the cleaner's: see the module docs); none in the

@@ -193,12 +193,27 @@ async fn checkout_refuses_more_than_the_stock() {
         )
         .await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
-    assert_eq!(json(resp).await["error"], "out_of_stock");
+    let body = json(resp).await;
+    assert_eq!(body["outcome"], "changed", "{body}");
+    assert_eq!(
+        body["changes"],
+        serde_json::json!([{"item": 6, "out_of_stock": true, "in_stock": 1}])
+    );
     assert_eq!(
         app.me(&user).await["cart"]["count"],
         2,
         "the cart stays for the user to fix"
     );
+    // As a page: the cart, saying how many are left.
+    let form = app.checkout_form(&user, "x2").await;
+    let page = text(app.post("/checkout", Some(&user), &form, false).await).await;
+    assert!(page.contains("Only 1 of "), "{page}");
+    // Lowered to what is left, it is placed.
+    app.post("/cart", Some(&user), "item=6&count=1", false)
+        .await;
+    let form = app.checkout_form(&user, "x3").await;
+    let placed = json(app.post("/checkout", Some(&user), &form, true).await).await;
+    assert_eq!(placed["outcome"], "placed", "{placed}");
 }
 
 #[tokio::test]

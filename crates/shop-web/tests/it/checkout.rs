@@ -185,6 +185,27 @@ async fn a_checkout_without_a_cart_version_or_with_a_bad_one_orders_nothing() {
 }
 
 #[tokio::test]
+async fn a_page_whose_cart_another_tab_ordered_is_told_so_and_the_order_is_not_repeated() {
+    let app = TestApp::start().await;
+    let buyer = app.logged_in("paula").await;
+    app.post("/cart", Some(&buyer), "item=5&count=1", false)
+        .await;
+    let first_tab = app.checkout_form(&buyer, "tab-a").await;
+    let second_tab = app.checkout_form(&buyer, "tab-b").await;
+    let placed = json(app.post("/checkout", Some(&buyer), &first_tab, true).await).await;
+    assert_eq!(placed["outcome"], "placed", "{placed}");
+    let resp = app.post("/checkout", Some(&buyer), &second_tab, true).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let body = json(resp).await;
+    assert_eq!(
+        body,
+        serde_json::json!({"outcome": "changed", "cart_version": "", "changes": [{"item": 5, "removed": true}]})
+    );
+    let user = app.db.user_named("paula").await.unwrap().unwrap();
+    assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
     let app = TestApp::start().await;
     let buyer = app.logged_in("paula").await;
@@ -216,60 +237,105 @@ async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
     );
 }
 
-/// A line the shopper adds while the order commits: on PostgreSQL another
-/// transaction holds the ordered item's stock row, so the order waits there, past
-/// its read of the cart; the line added then must stay in the cart.
-#[tokio::test]
-async fn a_line_added_while_the_order_commits_stays_in_the_cart() {
-    let Some(db) = shop_testkit::TestDb::postgres().await else {
-        return;
-    };
-    let app = TestApp::builder().start_on(db).await;
-    let buyer = app.logged_in("paula").await;
-    app.post("/cart", Some(&buyer), "item=5&count=2", false)
-        .await;
-    let form = app.checkout_form(&buyer, "during-1").await;
-
-    let mut blocker = app.db.pool().begin().await.unwrap();
-    sqlx::query("SELECT stock FROM inventory WHERE item_id = 5 FOR UPDATE")
-        .fetch_one(&mut *blocker)
+/// How many times the shop's Redis has answered `HGETALL` (a cart's read).
+async fn cart_reads(app: &TestApp) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut app.redis.conn().await)
         .await
         .unwrap();
-    let router = app.router.clone();
-    let request = shop_testapp::form_post("/checkout", Some(&buyer), true)
-        .body(axum::body::Body::from(form))
-        .unwrap();
-    let order = tokio::spawn(async move { shop_testapp::send(&router, request).await });
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
 
-    // Until the order waits on that row (it has read the cart by then).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE inventory%'",
-        )
-        .fetch_one(app.db.pool())
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
+/// The database's write path held where a checkout of item 5 waits for it:
+/// SQLite's one write connection, or PostgreSQL's lock on item 5's stock row.
+enum Held {
+    Sqlite(#[allow(dead_code)] shop_db::write::WriteTx),
+    Postgres(sqlx::Transaction<'static, sqlx::Any>),
+}
+
+impl Held {
+    async fn take(app: &TestApp) -> Self {
+        if app.kind() == "sqlite" {
+            return Held::Sqlite(app.db.begin_write().await.unwrap());
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the order never waited on the row"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut tx = app.db.pool().begin().await.unwrap();
+        sqlx::query("SELECT stock FROM inventory WHERE item_id = 5 FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        Held::Postgres(tx)
     }
-    // The other tab adds a line now, then the row is let go.
-    app.post("/cart", Some(&buyer), "item=7&count=1", false)
-        .await;
-    blocker.commit().await.unwrap();
 
-    let placed = json(order.await.unwrap()).await;
-    assert_eq!(placed["outcome"], "placed", "{placed}");
-    assert_eq!(
-        app.me(&buyer).await["cart"]["lines"],
-        serde_json::json!([{"item": 7, "quantity": 1}]),
-        "the line added during the order stays; the ordered one is gone"
-    );
+    async fn release(self) {
+        match self {
+            Held::Sqlite(tx) => drop(tx),
+            Held::Postgres(tx) => tx.commit().await.unwrap(),
+        }
+    }
+}
+
+/// While one checkout waits for the database (after it read the cart), a second
+/// checkout of the same cart from another tab is refused at once, and a line added
+/// then stays in the cart: one order, of the lines the first one read.
+#[tokio::test]
+async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        let version = app.cart_version(&buyer).await;
+
+        let held = Held::take(&app).await;
+        let reads = cart_reads(&app).await;
+        let router = app.router.clone();
+        let request = shop_testapp::form_post("/checkout", Some(&buyer), true)
+            .body(axum::body::Body::from(format!(
+                "key=tab-1&cart_version={version}"
+            )))
+            .unwrap();
+        let first = tokio::spawn(async move { shop_testapp::send(&router, request).await });
+        // Until the first checkout has read the cart (it then waits on the database).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while cart_reads(&app).await == reads {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{kind}: the checkout never read the cart"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The other tab: the same cart, another key.
+        let second = app
+            .post(
+                "/checkout",
+                Some(&buyer),
+                &format!("key=tab-2&cart_version={version}"),
+                true,
+            )
+            .await;
+        assert_eq!(second.status(), StatusCode::CONFLICT, "{kind}");
+        assert_eq!(
+            json(second).await["error"],
+            "checkout_in_progress",
+            "{kind}"
+        );
+        app.post("/cart", Some(&buyer), "item=7&count=1", false)
+            .await;
+        held.release().await;
+
+        let placed = json(first.await.unwrap()).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+        assert_eq!(placed["new"], true, "{kind}");
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"],
+            serde_json::json!([{"item": 7, "quantity": 1}]),
+            "{kind}: the line added during the order stays; the ordered one is gone"
+        );
+        let user = app.db.user_named("paula").await.unwrap().unwrap();
+        assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1, "{kind}");
+    }
 }

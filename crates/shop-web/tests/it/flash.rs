@@ -958,7 +958,7 @@ async fn a_retired_item_stops_selling_even_when_the_purge_after_it_fails() {
     for shop in Shop::on_every_database(WebConfig::default()).await {
         let kind = shop.kind();
         shop.sale_of(5, 10).await;
-        // The pages in a cache Redis of their own, which is gone when the item is
+        // The pages in a cache Redis of their own, paused when the item is
         // retired: the purge fails after the commit.
         let cache = shop_testkit::TestRedis::start();
         let quick = redis::aio::ConnectionManagerConfig::new()
@@ -983,7 +983,15 @@ async fn a_retired_item_stops_selling_even_when_the_purge_after_it_fails() {
         let page = shop_cache::page_cache::StoredPage::new(200, Vec::new(), b"item 5");
         let tags = [shop_cache::page_cache::PageTag::Item(item(5))];
         pages.store(&key, &page, &tags, &ticket).await.unwrap();
-        drop(cache);
+        // The cache Redis stops taking writes (as for a slow fork or a failover):
+        // the purge after the commit times out.
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(15_000)
+            .arg("WRITE")
+            .query_async(&mut cache.conn().await)
+            .await
+            .unwrap();
         let retired = catalogue.retire(item(5)).await;
         assert!(
             matches!(

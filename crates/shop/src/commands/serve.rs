@@ -1,6 +1,5 @@
 //! `shop serve`: the web server, with the daemons in-process unless told not to.
 
-use std::future::Future;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -122,11 +121,22 @@ async fn demo(
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Listening for the stop signal from the start: a stop sent while it starts
-    // (or the moment it prints its address) is a graceful one, which also stops
-    // the private Redis it started.
-    let stop_signal = shutdown::listen();
-    let served = serve_redis(&args.settings).await?;
-    let result = serve_with(&args, &served.state, served.cache.as_deref(), stop_signal).await;
+    // (a long seed, say) ends the start, and one sent the moment it prints its
+    // address is a graceful stop; either way the private Redis it started stops.
+    let stopping = CancellationToken::new();
+    tokio::spawn({
+        let signal = shutdown::listen();
+        let stopping = stopping.clone();
+        async move {
+            signal.await;
+            stopping.cancel();
+        }
+    });
+    let served = tokio::select! {
+        served = serve_redis(&args.settings) => served?,
+        () = stopping.cancelled() => return Ok(()),
+    };
+    let result = serve_with(&args, &served.state, served.cache.as_deref(), &stopping).await;
     for managed in served.managed {
         managed.stop().await;
     }
@@ -137,7 +147,7 @@ async fn serve_with(
     args: &ServeArgs,
     redis_url: &str,
     cache_url: Option<&str>,
-    stop_signal: impl Future<Output = ()> + Send + 'static,
+    stopping: &CancellationToken,
 ) -> anyhow::Result<()> {
     let Settings {
         server,
@@ -146,13 +156,20 @@ async fn serve_with(
         database,
         workers,
     } = &args.settings;
-    let (conn, keys) = connect_redis_at(redis_url, redis).await?;
-    let cache = match cache_url {
-        Some(url) => Some(connect_cache(url, redis).await?),
-        None => None,
+    let start = async {
+        let (conn, keys) = connect_redis_at(redis_url, redis).await?;
+        let cache = match cache_url {
+            Some(url) => Some(connect_cache(url, redis).await?),
+            None => None,
+        };
+        let db = connect_db(database).await?;
+        let demo_sale = demo(web, &db, &conn, cache.clone(), &keys).await?;
+        anyhow::Ok((conn, keys, cache, db, demo_sale))
     };
-    let db = connect_db(database).await?;
-    let demo_sale = demo(web, &db, &conn, cache.clone(), &keys).await?;
+    let (conn, keys, cache, db, demo_sale) = tokio::select! {
+        started = start => started?,
+        () = stopping.cancelled() => return Ok(()),
+    };
     let config = WebConfig {
         session_lifetimes: workers.lifetimes(),
         demo_sale,
@@ -234,8 +251,9 @@ async fn serve_with(
             server::serve(metrics_listener, app, &options, stop.cancelled_owned()).await;
         }
     });
+    let stopping = stopping.clone();
     server::serve(listener, shop_web::router(state), &options, async move {
-        stop_signal.await;
+        stopping.cancelled().await;
         tracing::info!("shutting down");
         stop.cancel();
     })

@@ -274,3 +274,55 @@ fn without_a_named_redis_serve_runs_its_own_and_the_other_commands_use_it() {
     );
     assert!(stop(child).success());
 }
+
+/// A stop sent while `serve` starts (here, while it seeds a large demo catalogue)
+/// ends it at once, stopping the private Redis it started, instead of waiting for
+/// the seed to finish.
+#[test]
+fn a_stop_during_the_start_ends_it_and_its_private_redis() {
+    use std::io::BufRead;
+    let cwd = tempfile::tempdir().unwrap();
+    let mut child = shop()
+        .current_dir(cwd.path())
+        .args(["serve", "--bind", "127.0.0.1:0", "--demo"])
+        .args(["--demo-items", "10000000"])
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = lines.next().expect("serve printed nothing").unwrap();
+    assert!(
+        started.contains("started a private redis-server"),
+        "{started}"
+    );
+    let pid = std::fs::read_to_string(cwd.path().join("data/redis/redis.pid")).unwrap();
+    let pid = pid.trim().to_owned();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop during its start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        !rest.iter().any(|l| l.contains("serving at")),
+        "it never served: {rest:?}"
+    );
+    let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .contains("State:\tZ");
+    assert!(gone, "the private redis-server {pid} outlived serve");
+}
