@@ -296,6 +296,23 @@ impl TestApp {
         format!("key={key}&cart_version={version}")
     }
 
+    /// How many times Redis has run each command so far (`INFO commandstats`), by
+    /// its lowercase name.
+    pub async fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.redis.conn().await)
+            .await
+            .unwrap();
+        info.lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let calls = rest.split(',').next()?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
     /// `/api/me`: the session's user and cart.
     pub async fn me(&self, cookie: &str) -> serde_json::Value {
         json(self.get("/api/me", Some(cookie)).await).await

@@ -8,8 +8,8 @@ use shop_db::Db;
 use shop_testkit::{TestDb, TestRedisCluster};
 
 use crate::e2e::{
-    Reply, add_log_in_and_check_out, checkout_form, eventually, request, request_with, seed, serve,
-    stop,
+    Reply, add_log_in_and_check_out, checkout_form, eventually, log_in, request, request_with,
+    seed, serve, stop,
 };
 use crate::shop;
 
@@ -27,13 +27,31 @@ struct ClusterShop {
 
 impl ClusterShop {
     fn seeded(items: &str) -> Self {
+        Self::seeded_on(TestDb::sqlite(), items)
+    }
+
+    /// The same on `db` (SQLite or PostgreSQL).
+    fn seeded_on(db: TestDb, items: &str) -> Self {
         let shop = Self {
             cluster: TestRedisCluster::start(),
-            db: TestDb::sqlite(),
+            db,
             cwd: tempfile::tempdir().unwrap(),
         };
         seed(shop.command(), items);
         shop
+    }
+
+    /// Puts item 7 on sale: 3 units at 100 cents.
+    fn sale_of_7(&self) {
+        crate::e2e::succeed(self.command().args([
+            "sale",
+            "start",
+            "7",
+            "--stock",
+            "3",
+            "--price-cents",
+            "100",
+        ]));
     }
 
     fn command(&self) -> std::process::Command {
@@ -48,15 +66,7 @@ impl ClusterShop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_shop_runs_on_a_cluster() {
     let shop = ClusterShop::seeded("30");
-    crate::e2e::succeed(shop.command().args([
-        "sale",
-        "start",
-        "7",
-        "--stock",
-        "3",
-        "--price-cents",
-        "100",
-    ]));
+    shop.sale_of_7();
     let (child, addr) = serve(shop.command(), &["--rank-limit", "100"]);
 
     // Pages, and the page cache: once item 5's views reach viewed: (batched and
@@ -214,26 +224,15 @@ async fn the_whole_shop_runs_on_a_cluster() {
 /// its lines; a flash buy pays the sale's price; a retired item stops selling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn money_paths_hold_on_a_cluster() {
-    let shop = ClusterShop::seeded("30");
-    crate::e2e::succeed(shop.command().args([
-        "sale",
-        "start",
-        "7",
-        "--stock",
-        "3",
-        "--price-cents",
-        "100",
-    ]));
+    for db in TestDb::all().await {
+        money_paths_on(ClusterShop::seeded_on(db, "30")).await;
+    }
+}
+
+async fn money_paths_on(shop: ClusterShop) {
+    shop.sale_of_7();
     let (child, addr) = serve(shop.command(), &[]);
-    let alice = request(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=alice&password=alice-password"),
-    )
-    .session_cookie()
-    .expect("alice logs in");
+    let alice = log_in(&addr, "alice");
     let json_accept = [("accept", "application/json")];
     request(&addr, "POST", "/cart", Some(&alice), Some("item=5&count=2"));
     let shown = checkout_form(&addr, &alice, "cluster-1");
@@ -312,15 +311,7 @@ async fn money_paths_hold_on_a_cluster() {
 
     // Retired, it stops selling (bob has not bought yet).
     crate::e2e::succeed(shop.command().args(["items", "remove", "7"]));
-    let bob = request(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=bob&password=bob-password"),
-    )
-    .session_cookie()
-    .expect("bob logs in");
+    let bob = log_in(&addr, "bob");
     let after = request_with(
         &addr,
         "POST",

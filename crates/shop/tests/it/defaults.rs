@@ -7,7 +7,9 @@ use shop_db::inventory::{Sale, SaleSet};
 use shop_testapp::TestApp;
 use shop_testkit::TestDb;
 
-use crate::e2e::{Binary, eventually, request, seeded, seeded_on, serve_printing, stop, succeed};
+use crate::e2e::{
+    Binary, eventually, log_in, request, seeded, seeded_on, serve_printing, stop, succeed,
+};
 use crate::shop;
 
 fn item(n: u64) -> ItemId {
@@ -120,14 +122,7 @@ async fn demo_seeds_the_catalogue_adds_the_users_and_starts_the_sale_once() {
     assert_eq!((sales[0].0, sales[0].1.stock), (item(1), 100));
     let page = request(&addr, "GET", "/flash", None, None);
     assert!(page.body.contains("Demo sale"), "{}", page.body);
-    let login = request(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=alice&password=alice-password"),
-    );
-    assert!(login.session_cookie().is_some(), "{}", login.body);
+    log_in(&addr, "alice");
     assert!(stop(child).success());
 
     // Started again: nothing is added twice, the running sale is kept as it is.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::e2e::{Binary, Reply, checkout_form, request, request_with, seeded, stop};
+use crate::e2e::{Binary, Reply, checkout_form, log_in, request, request_with, seeded, stop};
 use shop_testapp::TestApp;
 
 /// One request a probe made.
@@ -153,18 +153,6 @@ impl Drill {
 }
 
 /// Views items 1..=n twice, so they rank in `viewed:` and their pages get cached.
-/// A session cookie of the demo user alice.
-fn log_in_alice(addr: &str) -> String {
-    let login = request(
-        addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=alice&password=alice-password"),
-    );
-    login.session_cookie().expect("alice logs in")
-}
-
 fn warm_item_pages(addr: &str, n: u64) {
     for _ in 0..2 {
         for i in 1..=n {
@@ -293,7 +281,7 @@ async fn database_write_locked_for_twenty_seconds() {
     // its order (refusals are Redis's alone and never wait on the database).
     let (child, addr) = shop.serve(&["--flash-limit", "1000"]);
     warm_item_pages(&addr, 20);
-    let alice = log_in_alice(&addr);
+    let alice = log_in(&addr, "alice");
     assert_eq!(
         request(&addr, "POST", "/cart", Some(&alice), Some("item=3&count=1")).status,
         303
@@ -446,7 +434,7 @@ async fn disk_full_for_five_seconds() {
     assert!(shop.db.set_stock(three, 1_000_000).await.unwrap());
     let (child, addr) = shop.serve(&["--write-grace", "2"]);
     warm_item_pages(&addr, 20);
-    let alice = log_in_alice(&addr);
+    let alice = log_in(&addr, "alice");
     // A reader in a long transaction (a report, a backup) keeps the WAL from being
     // reset: every commit must grow it, so a full disk stops every write.
     let reader = shop.test_db.pin_wal().await;

@@ -285,6 +285,15 @@ pub fn stop(mut served: Served) -> ExitStatus {
     }
 }
 
+/// A session cookie of the demo user `name` (password `<name>-password`).
+pub fn log_in(addr: &str, name: &str) -> String {
+    let form = format!("name={name}&password={name}-password");
+    let login = request(addr, "POST", "/login", None, Some(&form));
+    login
+        .session_cookie()
+        .unwrap_or_else(|| panic!("{name} logs in: {} {}", login.status, login.body))
+}
+
 /// A checkout's form as the cart page shown now posts it: `key` and the page's
 /// `cart_version` (none when the page cannot be read, as in an outage).
 pub fn checkout_form(addr: &str, cookie: &str, key: &str) -> String {
@@ -514,15 +523,7 @@ async fn a_new_shop_runs_one_demo_sale_and_keeps_it_across_restarts() {
     let state = request(&addr, "GET", "/api/flash/1", None, None);
     assert_eq!(state.status, 200, "{}", state.body);
     assert!(state.body.contains("\"stock\":100"), "{}", state.body);
-    let alice = request(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=alice&password=alice-password"),
-    )
-    .session_cookie()
-    .expect("alice logs in");
+    let alice = log_in(&addr, "alice");
     let bought = request_with(
         &addr,
         "POST",
