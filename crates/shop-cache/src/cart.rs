@@ -69,11 +69,7 @@ pub struct Carts {
 pub const CHECKOUT_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A checkout's hold on a cart ([`Carts::hold_for_checkout`]).
-#[derive(Debug)]
-pub struct CartHold {
-    key: String,
-    holder: String,
-}
+pub type CartHold = crate::lock::Lock;
 
 impl Carts {
     /// Carts stored under `keys`, with at most `max_quantity` of one item per line
@@ -157,30 +153,13 @@ impl Carts {
         &self,
         token: &SessionToken,
     ) -> Result<Option<CartHold>, CacheError> {
-        let hold = CartHold {
-            key: self.keys.checkout_hold(token),
-            holder: SessionToken::generate().expose().to_owned(),
-        };
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(&hold.key)
-            .arg(&hold.holder)
-            .arg("NX")
-            .arg("PX")
-            .arg(CHECKOUT_HOLD.as_millis() as u64)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(taken.map(|_| hold))
+        crate::lock::take(&self.conn, self.keys.checkout_hold(token), CHECKOUT_HOLD).await
     }
 
     /// Lets the cart go after its checkout (unless the hold expired and another
     /// checkout holds it now).
     pub async fn release(&self, hold: CartHold) -> Result<(), CacheError> {
-        scripts::UNLOCK
-            .key(&hold.key)
-            .arg(&hold.holder)
-            .invoke_async::<i64>(&mut self.conn.clone())
-            .await?;
-        Ok(())
+        crate::lock::release(&self.conn, hold).await
     }
 
     /// Removes from the session's cart the lines an order took (after checkout),

@@ -26,6 +26,7 @@ pub mod error;
 pub mod flash_sale;
 pub mod insights;
 pub mod keys;
+pub mod lock;
 pub mod login_limit;
 pub mod page_cache;
 pub mod row_cache;

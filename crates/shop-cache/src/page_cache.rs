@@ -42,7 +42,7 @@ use flate2::write::GzEncoder;
 use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
-use crate::domain::{ItemId, SessionToken};
+use crate::domain::ItemId;
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
@@ -469,11 +469,7 @@ pub enum Lookup {
 }
 
 /// A held render lock; pass it back to [`PageStore::unlock`].
-#[derive(Debug)]
-pub struct RenderLock {
-    key: String,
-    holder: String,
-}
+pub type RenderLock = crate::lock::Lock;
 
 /// Pages replaced by tombstones per round trip of a purge.
 const PURGE_CHUNK: usize = 1_000;
@@ -838,30 +834,12 @@ impl PageStore {
 
     /// Tries to become the one process rendering `key`. `None`: another holds it.
     pub async fn try_lock(&self, key: &PageKey) -> Result<Option<RenderLock>, CacheError> {
-        let lock = RenderLock {
-            key: self.keys.page_lock(key.as_str()),
-            // Any unguessable value works; a session token is one.
-            holder: SessionToken::generate().expose().to_owned(),
-        };
-        let ok: Option<String> = redis::cmd("SET")
-            .arg(&lock.key)
-            .arg(&lock.holder)
-            .arg("NX")
-            .arg("PX")
-            .arg(LOCK_TTL.as_millis() as u64)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(ok.map(|_| lock))
+        crate::lock::take(&self.conn, self.keys.page_lock(key.as_str()), LOCK_TTL).await
     }
 
     /// Releases a lock this process holds (a lock that already expired is left alone).
     pub async fn unlock(&self, lock: RenderLock) -> Result<(), CacheError> {
-        scripts::UNLOCK
-            .key(&lock.key)
-            .arg(&lock.holder)
-            .invoke_async::<()>(&mut self.conn.clone())
-            .await?;
-        Ok(())
+        crate::lock::release(&self.conn, lock).await
     }
 }
 
