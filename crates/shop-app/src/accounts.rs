@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use shop_cache::domain::UserId;
+use shop_cache::domain::client::ClientAddress;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
 use shop_cache::session::{Device, SessionToken, Sessions};
 use shop_db::Db;
@@ -53,7 +54,7 @@ pub struct PasswordChange<'a> {
     /// Their session, the one kept.
     pub session: &'a SessionToken,
     /// The client's address, counted against the per-address limit.
-    pub address: Option<&'a str>,
+    pub address: Option<&'a ClientAddress>,
     /// The client's device cookie, if it sent one.
     pub device: Option<&'a str>,
     /// The password now.
@@ -91,7 +92,7 @@ pub struct Attempted<'a> {
     /// The session the attempt came from (a guest's, usually).
     pub session: &'a SessionToken,
     /// The client's address, counted against the per-address limit.
-    pub address: Option<&'a str>,
+    pub address: Option<&'a ClientAddress>,
     /// The account name.
     pub name: &'a str,
     /// The password.

@@ -34,6 +34,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::OnceCell;
 
+use crate::domain::client::ClientAddress;
 use crate::keys::Keys;
 use crate::{CacheError, RedisConn, scripts};
 
@@ -134,22 +135,23 @@ impl LoginLimiter {
     /// must be settled: [`LoginLimiter::succeeded`] or [`LoginLimiter::failed`].
     pub async fn attempt(
         &self,
-        address: Option<&str>,
+        address: Option<&ClientAddress>,
         name: &str,
         device: Option<&str>,
     ) -> Result<Attempt, CacheError> {
         // The address first: a refused client does not touch the name's count.
+        // An IPv6 client counts in its /64, /56 and /48, each with its shares.
         if let Some(address) = address {
-            let mut counters = vec![(
-                self.keys.login_attempts("ip", address),
-                self.limits.per_address,
-            )];
-            for (block, times) in wider_blocks(address) {
-                counters.push((
-                    self.keys.login_attempts("ip", &block),
-                    self.limits.per_address.saturating_mul(times),
-                ));
-            }
+            let counters: Vec<(String, u32)> = address
+                .blocks()
+                .into_iter()
+                .map(|block| {
+                    (
+                        self.keys.login_attempts("ip", &block.name),
+                        self.limits.per_address.saturating_mul(block.shares),
+                    )
+                })
+                .collect();
             // One call per counter: they are separate keys (separate slots in a
             // cluster).
             let calls = counters
@@ -360,28 +362,6 @@ async fn count(
     Ok(Attempt::from_script(ok, wait_ms))
 }
 
-/// The wider blocks an IPv6 /64 (as the web tier names it: `2001:db8:1:2::/64`)
-/// is counted in as well, each with its multiple of the per-address limit: its
-/// /56 (a household's usual allocation: 4x) and its /48 (a site's: 16x). Without
-/// them, one /48 had 65,536 times the allowance of one /64. Nothing for an IPv4
-/// address.
-pub fn wider_blocks(address: &str) -> Vec<(String, u32)> {
-    let Some(prefix) = address.strip_suffix("::/64") else {
-        return Vec::new();
-    };
-    let parts: Vec<u16> = prefix
-        .split(':')
-        .filter_map(|p| u16::from_str_radix(p, 16).ok())
-        .collect();
-    let [a, b, c, d] = parts[..] else {
-        return Vec::new();
-    };
-    vec![
-        (format!("{a:x}:{b:x}:{c:x}:{:x}::/56", d & 0xff00), 4),
-        (format!("{a:x}:{b:x}:{c:x}::/48"), 16),
-    ]
-}
-
 /// A fixed-window limit on one kind of request per client (the flash sale's buys
 /// per account), counted in Redis like the login attempts (one script call, so
 /// every web server shares the count) with the same script. A refused request is
@@ -417,26 +397,5 @@ impl RateLimit {
     pub async fn hit(&self, who: &str) -> Result<Attempt, CacheError> {
         let key = self.keys.rate_limit(self.scope, who);
         count(&self.conn, &key, self.limit, self.window).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_ipv6_block_counts_in_its_56_and_48_too() {
-        assert_eq!(
-            wider_blocks("2001:db8:1:2a3::/64"),
-            vec![
-                ("2001:db8:1:200::/56".to_owned(), 4),
-                ("2001:db8:1::/48".to_owned(), 16)
-            ]
-        );
-        assert!(wider_blocks("203.0.113.7").is_empty());
-        assert!(
-            wider_blocks("2001:db8::/64").is_empty(),
-            "not the web tier's form"
-        );
     }
 }

@@ -9,6 +9,7 @@ use std::str::FromStr;
 pub mod account;
 pub mod cart_version;
 pub mod catalogue;
+pub mod client;
 mod flash;
 mod token;
 

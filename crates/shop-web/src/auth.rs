@@ -25,6 +25,7 @@ use serde_json::json;
 use shop_app::accounts::{Attempted, Outcome};
 use shop_cache::domain::UserId;
 use shop_cache::domain::account::check_new_account;
+use shop_cache::domain::client::ClientAddress;
 use shop_cache::session::{Device, SessionToken};
 
 use crate::AppState;
@@ -81,21 +82,15 @@ pub fn client_ip(
     Some(forwarded.or(peer)?.to_canonical())
 }
 
-/// The address login attempts are counted under ([`client_ip`]). IPv6 addresses
-/// count per /64, the block one subscriber usually holds, so rotating addresses
-/// inside it buys no more attempts.
+/// The address every per-client limit counts ([`client_ip`]): IPv6 addresses
+/// per /64, the block one subscriber usually holds (and its /56 and /48), so
+/// rotating addresses inside it buys nothing.
 pub fn client_address(
     peer: Option<std::net::IpAddr>,
     headers: &HeaderMap,
     trust_forwarded_for: bool,
-) -> Option<String> {
-    Some(match client_ip(peer, headers, trust_forwarded_for)? {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-    })
+) -> Option<ClientAddress> {
+    client_ip(peer, headers, trust_forwarded_for).map(ClientAddress::of)
 }
 
 /// The network a client is in, as a user's list of sessions shows it: the
@@ -196,8 +191,8 @@ fn credentials(form: &HashMap<String, String>) -> Result<(&str, &str, String), W
 /// Who is trying a password (a login, a sign-up, a password change), as the
 /// login limits and the list of sessions see them.
 pub(crate) struct Client {
-    /// The address the limits count (IPv6 per /64).
-    pub address: Option<String>,
+    /// The address the limits count (IPv6 per /64, /56 and /48).
+    pub address: Option<ClientAddress>,
     /// The device cookie it sent, if any.
     pub device: Option<String>,
     /// Its browser and network, for the list of sessions.
@@ -251,7 +246,7 @@ impl AttemptParts {
     ) -> Attempted<'a> {
         Attempted {
             session: &session.token,
-            address: self.client.address.as_deref(),
+            address: self.client.address.as_ref(),
             name,
             password,
             device: self.client.device.as_deref(),
@@ -423,16 +418,18 @@ mod tests {
             "x-forwarded-for",
             HeaderValue::from_static("6.6.6.6, 203.0.113.7"),
         );
-        assert_eq!(client_address(peer, &h, false).unwrap(), "10.0.0.9");
-        assert_eq!(client_address(peer, &h, true).unwrap(), "203.0.113.7");
+        let text =
+            |peer, h: &HeaderMap, trust| client_address(peer, h, trust).map(|a| a.to_string());
+        assert_eq!(text(peer, &h, false).unwrap(), "10.0.0.9");
+        assert_eq!(text(peer, &h, true).unwrap(), "203.0.113.7");
         h.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
-        assert_eq!(client_address(peer, &h, true).unwrap(), "10.0.0.9");
+        assert_eq!(text(peer, &h, true).unwrap(), "10.0.0.9");
         assert_eq!(client_address(None, &HeaderMap::new(), true), None);
         let a = client_address(Some("2001:db8:1:2:aaaa::1".parse().unwrap()), &h, false);
         let b = client_address(Some("2001:db8:1:2:bbbb::9".parse().unwrap()), &h, false);
         assert_eq!(a, b);
-        assert_eq!(a.unwrap(), "2001:db8:1:2::/64");
-        let mapped = client_address(Some("::ffff:192.0.2.1".parse().unwrap()), &h, false);
+        assert_eq!(a.unwrap().to_string(), "2001:db8:1:2::/64");
+        let mapped = text(Some("::ffff:192.0.2.1".parse().unwrap()), &h, false);
         assert_eq!(mapped.unwrap(), "192.0.2.1");
     }
 }

@@ -257,7 +257,7 @@ async fn change_password(
     let change = PasswordChange {
         user,
         session: &session.token,
-        address: client.address.as_deref(),
+        address: client.address.as_ref(),
         device: client.device.as_deref(),
         current,
         new,

@@ -5,9 +5,10 @@
 //!
 //! - At most [`StreamLimits::total`] streams open in this process, and at most
 //!   [`StreamLimits::per_address`] from one client address (the login limits'
-//!   address: the peer, or behind a trusted proxy the address it forwarded; a
-//!   /64 for IPv6). Past either, 503 with `Retry-After`, before anything is
-//!   opened. A stream gives its place back the moment it ends, however it ends.
+//!   [`ClientAddress`]: the peer, or behind a trusted proxy the address it
+//!   forwarded; for IPv6 its /64, and 4 and 16 times as many from its /56 and
+//!   /48). Past either, 503 with `Retry-After`, before anything is opened. A
+//!   stream gives its place back the moment it ends, however it ends.
 //! - Each stream ends after [`StreamLimits::lifetime`]; the page's `EventSource`
 //!   reconnects by itself (and is counted again), so a forgotten tab cannot hold
 //!   a place for ever.
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use shop_cache::domain::client::ClientAddress;
 use shop_cache::flash_sale::Board;
 
 /// How many event streams may be open, and for how long.
@@ -56,7 +58,7 @@ pub struct Streams {
 pub enum Refused {
     /// The process holds [`StreamLimits::total`] streams.
     Full,
-    /// This address holds [`StreamLimits::per_address`] streams.
+    /// This address (or a block it is in) holds its share of streams.
     TooManyFromAddress,
 }
 
@@ -67,16 +69,27 @@ impl Streams {
     }
 
     /// Takes a place for a stream from `address` (`None`: not known, counted
-    /// together), or says why not. The place is given back when the slot drops.
+    /// together), or says why not: each block the address counts in (an IPv6
+    /// client's /64, /56 and /48) holds at most its shares of
+    /// [`StreamLimits::per_address`]. The place is given back when the slot drops.
     pub fn admit(
         self: &Arc<Self>,
-        address: Option<String>,
+        address: Option<ClientAddress>,
         limits: StreamLimits,
     ) -> Result<StreamSlot, Refused> {
-        let address = address.unwrap_or_default();
+        let blocks: Vec<(String, usize)> = match address {
+            Some(address) => address
+                .blocks()
+                .into_iter()
+                .map(|b| (b.name, limits.per_address.saturating_mul(b.shares as usize)))
+                .collect(),
+            None => vec![(String::new(), limits.per_address)],
+        };
         let mut by_address = lock(&self.by_address);
-        let mine = by_address.get(&address).copied().unwrap_or(0);
-        if mine >= limits.per_address {
+        let full = blocks
+            .iter()
+            .any(|(block, cap)| by_address.get(block).copied().unwrap_or(0) >= *cap);
+        if full {
             return Err(Refused::TooManyFromAddress);
         }
         if self
@@ -88,10 +101,13 @@ impl Streams {
         {
             return Err(Refused::Full);
         }
-        by_address.insert(address.clone(), mine + 1);
+        let blocks: Vec<String> = blocks.into_iter().map(|(block, _)| block).collect();
+        for block in &blocks {
+            *by_address.entry(block.clone()).or_default() += 1;
+        }
         Ok(StreamSlot {
             streams: self.clone(),
-            address,
+            blocks,
         })
     }
 
@@ -122,16 +138,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct StreamSlot {
     streams: Arc<Streams>,
-    address: String,
+    /// The blocks it is counted in.
+    blocks: Vec<String>,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut by_address = lock(&self.streams.by_address);
-        if let Some(n) = by_address.get_mut(&self.address) {
-            *n -= 1;
-            if *n == 0 {
-                by_address.remove(&self.address);
+        for block in &self.blocks {
+            if let Some(n) = by_address.get_mut(block) {
+                *n -= 1;
+                if *n == 0 {
+                    by_address.remove(block);
+                }
             }
         }
         self.streams.open.fetch_sub(1, Ordering::AcqRel);
@@ -150,7 +169,7 @@ mod tests {
             per_address: 2,
             lifetime: Duration::from_secs(1),
         };
-        let a = |s: &str| Some(s.to_owned());
+        let a = |s: &str| Some(ClientAddress::of(s.parse().unwrap()));
         let one = streams.admit(a("1.1.1.1"), limits).unwrap();
         let _two = streams.admit(a("1.1.1.1"), limits).unwrap();
         assert_eq!(
@@ -167,6 +186,45 @@ mod tests {
         assert_eq!(streams.open(), 2);
         assert!(streams.admit(a("1.1.1.1"), limits).is_ok());
         assert!(lock(&streams.by_address).len() <= 2, "no entry left behind");
+    }
+
+    #[test]
+    fn an_ipv6_48_gets_sixteen_64s_worth_not_every_64s() {
+        let streams = Arc::new(Streams::default());
+        let limits = StreamLimits {
+            total: 1_000,
+            per_address: 2,
+            lifetime: Duration::from_secs(1),
+        };
+        // One /48 rotating through /64s in different /56s: 2 streams a /64 (and
+        // a /56 would allow 8), 32 in all from the /48.
+        let mut held = Vec::new();
+        for n in 0..100u16 {
+            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, n << 8, 0, 0, 0, 1);
+            for _ in 0..3 {
+                if let Ok(slot) = streams.admit(Some(ip.into()), limits) {
+                    held.push(slot);
+                }
+            }
+        }
+        assert_eq!(held.len(), 32, "16 shares of the /48");
+        // Within one /56: 8 (4 shares), however many /64s.
+        let mut in_56 = Vec::new();
+        for n in 0..50u16 {
+            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 9, n, 0, 0, 0, 1);
+            if let Ok(slot) = streams.admit(Some(ip.into()), limits) {
+                in_56.push(slot);
+            }
+        }
+        assert_eq!(in_56.len(), 8, "4 shares of the /56");
+        drop(in_56);
+        let other = std::net::Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
+        assert!(
+            streams.admit(Some(other.into()), limits).is_ok(),
+            "another /48"
+        );
+        drop(held);
+        assert!(lock(&streams.by_address).is_empty(), "no entry left behind");
     }
 
     #[test]

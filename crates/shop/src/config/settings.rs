@@ -237,7 +237,8 @@ pub struct WebSettings {
           default_value_t = shop_web::event_streams::StreamLimits::default().total as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_event_streams: u64,
-    /// Sale-page event streams open at once from one client address.
+    /// Sale-page event streams open at once from one client address (IPv6: its
+    /// /64; its /56 may hold 4 times as many, its /48 16 times).
     #[arg(long, env = "SHOP_MAX_EVENT_STREAMS_PER_ADDRESS",
           default_value_t = shop_web::event_streams::StreamLimits::default().per_address as u64,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
