@@ -181,6 +181,15 @@ impl Carts {
         Ok(call.invoke_async(&mut self.conn.clone()).await?)
     }
 
+    /// Whether the session's cart holds no line.
+    pub async fn is_empty(&self, token: &SessionToken) -> Result<bool, CacheError> {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(self.keys.cart(token))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(!exists)
+    }
+
     /// The session's cart lines, ordered by item id.
     pub async fn get(&self, token: &SessionToken) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
         let raw: Vec<(String, String)> = redis::cmd("HGETALL")

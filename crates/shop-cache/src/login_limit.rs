@@ -142,7 +142,7 @@ impl LoginLimiter {
         // The address first: a refused client does not touch the name's count.
         // An IPv6 client counts in its /64, /56 and /48, each with its shares.
         if let Some(address) = address {
-            let counters: Vec<(String, u32)> = address
+            let counters = address
                 .blocks()
                 .into_iter()
                 .map(|block| {
@@ -152,22 +152,9 @@ impl LoginLimiter {
                     )
                 })
                 .collect();
-            // One call per counter: they are separate keys (separate slots in a
-            // cluster).
-            let calls = counters
-                .iter()
-                .map(|(key, limit)| count(&self.conn, key, *limit, self.limits.window));
-            let answers = futures::future::try_join_all(calls).await?;
-            // Refused if any counter refuses, for as long as the longest refusal.
-            if let Some(refused) = answers
-                .into_iter()
-                .filter(|a| *a != Attempt::Allowed)
-                .max_by_key(|a| match a {
-                    Attempt::Allowed => Duration::ZERO,
-                    Attempt::Refused { retry_after } => *retry_after,
-                })
-            {
-                return Ok(refused);
+            let answer = count_all(&self.conn, counters, self.limits.window).await?;
+            if answer != Attempt::Allowed {
+                return Ok(answer);
             }
         }
         let name = normal(name);
@@ -360,6 +347,74 @@ async fn count(
         .invoke_async(&mut conn.clone())
         .await?;
     Ok(Attempt::from_script(ok, wait_ms))
+}
+
+/// Counts one request in each of `counters` (a key and its limit), one call each
+/// (separate keys: separate slots in a cluster): refused if any refuses, for as
+/// long as the longest refusal.
+async fn count_all(
+    conn: &RedisConn,
+    counters: Vec<(String, u32)>,
+    window: Duration,
+) -> Result<Attempt, CacheError> {
+    let calls = counters
+        .iter()
+        .map(|(key, limit)| count(conn, key, *limit, window));
+    let answers = futures::future::try_join_all(calls).await?;
+    Ok(answers
+        .into_iter()
+        .max_by_key(|a| match a {
+            Attempt::Allowed => Duration::ZERO,
+            Attempt::Refused { retry_after } => *retry_after + Duration::from_nanos(1),
+        })
+        .unwrap_or(Attempt::Allowed))
+}
+
+/// A fixed-window limit on one kind of request per client address, counted in
+/// every block the address is in (an IPv6 client's /64, and its /56 and /48 with
+/// 4 and 16 times the share), in Redis like the login attempts, so every web
+/// server shares the count. A refused request is counted too.
+#[derive(Clone)]
+pub struct AddressLimit {
+    conn: RedisConn,
+    keys: Keys,
+    scope: &'static str,
+    per_address: u32,
+    window: Duration,
+}
+
+impl AddressLimit {
+    /// At most `per_address` requests of `scope` per client address per `window`.
+    pub fn new(
+        conn: RedisConn,
+        keys: Keys,
+        scope: &'static str,
+        per_address: u32,
+        window: Duration,
+    ) -> Self {
+        Self {
+            conn,
+            keys,
+            scope,
+            per_address,
+            window,
+        }
+    }
+
+    /// Counts one request from `address` and says whether it may go ahead.
+    pub async fn hit(&self, address: &ClientAddress) -> Result<Attempt, CacheError> {
+        let counters = address
+            .blocks()
+            .into_iter()
+            .map(|block| {
+                (
+                    self.keys.rate_limit(self.scope, &block.name),
+                    self.per_address.saturating_mul(block.shares),
+                )
+            })
+            .collect();
+        count_all(&self.conn, counters, self.window).await
+    }
 }
 
 /// A fixed-window limit on one kind of request per client (the flash sale's buys

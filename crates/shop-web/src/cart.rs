@@ -19,11 +19,13 @@ use axum::{Form, Json, Router};
 use serde_json::json;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::cart_version::{CartChange, CartVersion};
+use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
 use shop_db::items::Item;
 use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
+use crate::auth::{PeerAddr, client_address};
 use crate::error::WebError;
 use crate::request::{idempotency_key, log_in_first, wants_json};
 use crate::session::Session;
@@ -143,6 +145,7 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
 async fn update(
     State(state): State<AppState>,
     session: Session,
+    PeerAddr(peer): PeerAddr,
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
@@ -169,6 +172,7 @@ async fn update(
             }
             Some(_) => {}
         }
+        new_cart_allowed(&state, &session, peer, &headers).await?;
     }
     state.carts.set(&session.token, item, count).await?;
     if wants_json(&headers) {
@@ -180,6 +184,30 @@ async fn update(
         return Ok(Json(json!({ "cart": lines })).into_response());
     }
     Ok(Redirect::to("/cart").into_response())
+}
+
+/// A first line in a cart of a session not logged in starts a cart the cleaner
+/// keeps: one client address may start only so many a minute
+/// ([`crate::WebConfig::cart_starts_per_minute`]); past it, 429 and nothing written.
+async fn new_cart_allowed(
+    state: &AppState,
+    session: &Session,
+    peer: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<(), WebError> {
+    if session.user.is_some() || !state.carts.is_empty(&session.token).await? {
+        return Ok(());
+    }
+    let Some(address) = client_address(peer, headers, state.config.trust_forwarded_for) else {
+        return Ok(());
+    };
+    match state.cart_starts.hit(&address).await? {
+        Attempt::Allowed => Ok(()),
+        Attempt::Refused { retry_after } => Err(WebError::too_many_requests(
+            "too many new carts from your address; try again shortly",
+            retry_after,
+        )),
+    }
 }
 
 async fn checkout(

@@ -46,7 +46,7 @@ use shop_cache::cart::Carts;
 use shop_cache::flash_sale::{Board, FlashSales, SaleWatcher};
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::login_limit::{LoginLimiter, LoginLimits, RateLimit};
+use shop_cache::login_limit::{AddressLimit, LoginLimiter, LoginLimits, RateLimit};
 use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
@@ -58,6 +58,12 @@ use crate::error::WebError;
 /// The default flash-sale buys one account may send per minute: a person clicks
 /// a few times; a script looping buys is slowed to one a second on average.
 pub const DEFAULT_FLASH_BUYS_PER_MINUTE: u32 = 60;
+
+/// Carts one client address may start per minute by default: an office of
+/// shoppers behind one NAT starts far fewer; a script starting carts to fill the
+/// session index gets 86,400 a day from one address (4x from an IPv6 /56, 16x
+/// from a /48) instead of thousands a second.
+pub const DEFAULT_CART_STARTS_PER_MINUTE: u32 = 60;
 
 /// Settings of the web tier.
 #[derive(Debug, Clone)]
@@ -89,6 +95,11 @@ pub struct WebConfig {
     pub login_limits: LoginLimits,
     /// Flash-sale buys one account may send per minute (beyond: 429).
     pub flash_buys_per_minute: u32,
+    /// Carts one client address may start per minute (a first line in a session
+    /// not logged in; beyond: 429, nothing written). Every such cart is a session
+    /// the cleaner keeps for its idle time, so this bounds what one client can
+    /// add to the session index.
+    pub cart_starts_per_minute: u32,
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
@@ -129,6 +140,7 @@ impl Default for WebConfig {
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
             flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
+            cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
             trust_forwarded_for: false,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
@@ -191,6 +203,8 @@ pub struct AppParts {
     pub login_limiter: LoginLimiter,
     /// Flash-sale buys per account.
     pub buy_limit: RateLimit,
+    /// New carts (a session's first line, not logged in) per client address.
+    pub cart_starts: AddressLimit,
     /// The shared Redis handle (its circuit breaker's state, for health and metrics).
     pub redis: RedisConn,
     /// The last `/healthz` answer, reused for a second.
@@ -252,6 +266,13 @@ impl AppState {
                 keys.clone(),
                 "buy",
                 config.flash_buys_per_minute,
+                Duration::from_secs(60),
+            ),
+            cart_starts: AddressLimit::new(
+                conn.clone(),
+                keys.clone(),
+                "cart-start",
+                config.cart_starts_per_minute,
                 Duration::from_secs(60),
             ),
             redis: conn.clone(),

@@ -283,3 +283,61 @@ async fn a_full_cart_refuses_another_item_with_409() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn one_address_starts_only_so_many_carts_and_a_refused_one_writes_nothing() {
+    let config = WebConfig {
+        cart_starts_per_minute: 3,
+        trust_forwarded_for: true,
+        ..WebConfig::default()
+    };
+    let app = TestApp::with_config(config).await;
+    let post = |from: &str, cookie: Option<&str>, form: &str| {
+        let req = shop_testapp::form_post("/cart", cookie, true)
+            .header("x-forwarded-for", from)
+            .body(axum::body::Body::from(form.to_owned()))
+            .unwrap();
+        app.send(req)
+    };
+    let sessions = || async {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(app.keys.recent_in(app.keys.shards().next().unwrap()))
+            .query_async(&mut app.redis.conn().await)
+            .await
+            .unwrap();
+        n
+    };
+    // Cookieless cart posts from one address: three carts, then 429.
+    let mut first = None;
+    for _ in 0..3 {
+        let resp = post("198.51.100.7", None, "item=3&count=1").await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        first = first.or(shop_testapp::cookie_of(&resp));
+    }
+    let before = sessions().await;
+    let refused = post("198.51.100.7", None, "item=3&count=1").await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    assert_eq!(sessions().await, before, "nothing written");
+
+    // A cart already started takes more lines; another address starts its own.
+    let first = first.expect("a cart's cookie");
+    let more = post("198.51.100.7", Some(&first), "item=4&count=1").await;
+    assert_eq!(more.status(), StatusCode::OK);
+    let other = post("203.0.113.9", None, "item=3&count=1").await;
+    assert_eq!(other.status(), StatusCode::OK);
+    // A logged-in shopper's cart is not a new anonymous one.
+    let user = app.logged_in("lena").await;
+    let mine = post("198.51.100.7", Some(&user), "item=3&count=1").await;
+    assert_eq!(mine.status(), StatusCode::OK);
+
+    // IPv6: per /64, and the /56 around them holds 4 shares however many /64s.
+    let mut started = 0;
+    for n in 0..20u16 {
+        let from = format!("2001:db8:0:{n:x}::1");
+        if post(&from, None, "item=3&count=1").await.status() == StatusCode::OK {
+            started += 1;
+        }
+    }
+    assert_eq!(started, 12, "4 shares of 3 in one /56");
+}

@@ -136,6 +136,12 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_FLASH_BUYS_PER_MINUTE", default_value_t = shop_web::DEFAULT_FLASH_BUYS_PER_MINUTE,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub flash_buys_per_minute: u32,
+    /// Carts one client address may start per minute (a first line in a session
+    /// not logged in); beyond, 429 with `Retry-After` and nothing written. IPv6:
+    /// per /64, 4x per /56, 16x per /48.
+    #[arg(long, env = "SHOP_CART_STARTS_PER_ADDRESS", default_value_t = shop_web::DEFAULT_CART_STARTS_PER_MINUTE,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub cart_starts_per_address: u32,
     /// Seconds the database may refuse writes before `/healthz` answers 503
     /// (`"database": "read_only"`) so load balancers take this server out; shorter
     /// refusals, and writes that only wait (a lock, a queue), answer 200
@@ -504,6 +510,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             flash_decider: web.flash_decider.into(),
             flash_hold: Duration::from_secs(web.flash_hold),
             flash_buys_per_minute: web.flash_buys_per_minute,
+            cart_starts_per_minute: web.cart_starts_per_address,
             write_grace: Duration::from_secs(web.write_grace),
             secure_cookies: web.secure_cookies,
             max_quantity: web.max_quantity,

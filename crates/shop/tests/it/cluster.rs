@@ -337,7 +337,8 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
     use std::sync::{Arc, Mutex};
 
     let mut shop = ClusterShop::seeded("200");
-    let (child, addr) = serve(shop.command(), &[]);
+    // The 64 shoppers all come from this machine's one address.
+    let (child, addr) = serve(shop.command(), &["--cart-starts-per-address", "1000"]);
 
     // 64 shoppers, each with a one-line cart: sessions in (nearly) every shard.
     let mut shoppers = Vec::new();
