@@ -14,7 +14,9 @@
 //!
 //! - Per client address (and IPv6 /56 and /48): every attempt counts, refused ones
 //!   too, so hammering keeps a client locked out. This is what bounds the password
-//!   hashing one client can cause.
+//!   hashing one client can cause. A refused attempt counts in the narrowest block
+//!   that refused it and not in the wider ones, so one /64 hammering cannot use
+//!   up its /56's or /48's share for the other subscribers in them.
 //! - Per account name: only failures count (an attempt is counted when it is let
 //!   through and taken back when it logs in: [`LoginLimiter::succeeded`]), so a
 //!   user's own logins never lock them out. A name at its limit is not shut: a
@@ -349,25 +351,23 @@ async fn count(
     Ok(Attempt::from_script(ok, wait_ms))
 }
 
-/// Counts one request in each of `counters` (a key and its limit), one call each
-/// (separate keys: separate slots in a cluster): refused if any refuses, for as
-/// long as the longest refusal.
+/// Counts one request in `counters` (a key and its limit, the narrowest block
+/// first), one call each (separate keys: separate slots in a cluster), and stops
+/// at the first that refuses: a client refused in its own block counts nothing
+/// in the wider ones, so one /64 hammering away cannot use up its /48's share
+/// for the other /64s in it.
 async fn count_all(
     conn: &RedisConn,
     counters: Vec<(String, u32)>,
     window: Duration,
 ) -> Result<Attempt, CacheError> {
-    let calls = counters
-        .iter()
-        .map(|(key, limit)| count(conn, key, *limit, window));
-    let answers = futures::future::try_join_all(calls).await?;
-    Ok(answers
-        .into_iter()
-        .max_by_key(|a| match a {
-            Attempt::Allowed => Duration::ZERO,
-            Attempt::Refused { retry_after } => *retry_after + Duration::from_nanos(1),
-        })
-        .unwrap_or(Attempt::Allowed))
+    for (key, limit) in &counters {
+        let answer = count(conn, key, *limit, window).await?;
+        if answer != Attempt::Allowed {
+            return Ok(answer);
+        }
+    }
+    Ok(Attempt::Allowed)
 }
 
 /// A fixed-window limit on one kind of request per client address, counted in

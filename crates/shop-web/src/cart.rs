@@ -17,6 +17,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
+use shop_cache::CacheError;
+use shop_cache::cart::LineChange;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::cart_version::{CartChange, CartVersion};
 use shop_cache::login_limit::Attempt;
@@ -161,6 +163,10 @@ async fn update(
         .parse()
         .map_err(|_| WebError::bad_request("count must be a whole number"))?;
     if count > 0 {
+        // The checks that cost no database read first: a flood refused by the
+        // budget, or sending a bad quantity, costs Redis one call and no lookup.
+        LineChange::from_count(count, state.carts.max_quantity()).map_err(CacheError::from)?;
+        new_cart_allowed(&state, &session, peer, &headers).await?;
         match state.db.item(item).await? {
             None => return Err(WebError::not_found("there is no such item")),
             Some(found) if found.retired => {
@@ -172,7 +178,6 @@ async fn update(
             }
             Some(_) => {}
         }
-        new_cart_allowed(&state, &session, peer, &headers).await?;
     }
     state.carts.set(&session.token, item, count).await?;
     if wants_json(&headers) {

@@ -340,4 +340,11 @@ async fn one_address_starts_only_so_many_carts_and_a_refused_one_writes_nothing(
         }
     }
     assert_eq!(started, 12, "4 shares of 3 in one /56");
+    // A /64 refused in its own block counts nothing in its /56 and /48: hammering
+    // on, it leaves the rest of its /48 their share.
+    for _ in 0..60 {
+        post("2001:db8:6:100::1", None, "item=3&count=1").await;
+    }
+    let neighbour = post("2001:db8:6:200::1", None, "item=3&count=1").await;
+    assert_eq!(neighbour.status(), StatusCode::OK);
 }
