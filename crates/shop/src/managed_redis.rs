@@ -97,7 +97,9 @@ impl ManagedRedis {
             && !dir.join("appendonlydir/appendonly.aof.manifest").exists();
         let launch = role.launch(&dir, !upgrading);
         let starting = launch.clone();
-        let child = tokio::task::spawn_blocking(move || starting.start())
+        // Handed over in a guard: a start cancelled midway (a stop while the shop
+        // starts) drops it and leaves no redis-server behind.
+        let child = tokio::task::spawn_blocking(move || starting.start().map(Started::new))
             .await
             .context("the redis-server launcher panicked")?
             .map_err(|error| match error {
@@ -110,7 +112,7 @@ impl ManagedRedis {
                 other => anyhow::Error::new(other),
             })?;
         let managed = Self {
-            child,
+            child: child.hand_over(),
             launch,
             role,
         };
@@ -206,6 +208,28 @@ impl ManagedRedis {
                 return; // Drop kills it.
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A `redis-server` just started, killed if dropped before it is handed over.
+struct Started(Option<Child>);
+
+impl Started {
+    fn new(child: Child) -> Self {
+        Self(Some(child))
+    }
+
+    fn hand_over(mut self) -> Child {
+        self.0.take().expect("handed over once")
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

@@ -320,4 +320,14 @@ fn a_stop_during_the_start_ends_it_and_its_private_redis() {
             .unwrap_or_default()
             .contains("State:\tZ");
     assert!(gone, "the private redis-server {pid} outlived serve");
+    // Nor the cache's, whether it had started or was starting.
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("redis-server.*{}", cwd.path().display())])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "a private redis-server outlived serve: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
 }
