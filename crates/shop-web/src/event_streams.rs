@@ -15,13 +15,14 @@
 //! - The board is serialised once per change for all streams ([`Streams::json`]),
 //!   not once per stream.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shop_cache::domain::client::ClientAddress;
 use shop_cache::flash_sale::Board;
+
+use crate::client_shares::{Share, Shares};
 
 /// How many event streams may be open, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,7 @@ impl Default for StreamLimits {
 #[derive(Debug, Default)]
 pub struct Streams {
     open: AtomicUsize,
-    by_address: Mutex<HashMap<String, usize>>,
+    by_address: Arc<Shares>,
     /// The last board serialised, and its JSON.
     last: Mutex<Option<(Board, Arc<str>)>>,
 }
@@ -77,21 +78,10 @@ impl Streams {
         address: Option<ClientAddress>,
         limits: StreamLimits,
     ) -> Result<StreamSlot, Refused> {
-        let blocks: Vec<(String, usize)> = match address {
-            Some(address) => address
-                .blocks()
-                .into_iter()
-                .map(|b| (b.name, limits.per_address.saturating_mul(b.shares as usize)))
-                .collect(),
-            None => vec![(String::new(), limits.per_address)],
-        };
-        let mut by_address = lock(&self.by_address);
-        let full = blocks
-            .iter()
-            .any(|(block, cap)| by_address.get(block).copied().unwrap_or(0) >= *cap);
-        if full {
-            return Err(Refused::TooManyFromAddress);
-        }
+        let share = self
+            .by_address
+            .take(address, limits.per_address)
+            .ok_or(Refused::TooManyFromAddress)?;
         if self
             .open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -101,13 +91,9 @@ impl Streams {
         {
             return Err(Refused::Full);
         }
-        let blocks: Vec<String> = blocks.into_iter().map(|(block, _)| block).collect();
-        for block in &blocks {
-            *by_address.entry(block.clone()).or_default() += 1;
-        }
         Ok(StreamSlot {
             streams: self.clone(),
-            blocks,
+            _share: share,
         })
     }
 
@@ -138,21 +124,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct StreamSlot {
     streams: Arc<Streams>,
-    /// The blocks it is counted in.
-    blocks: Vec<String>,
+    /// Its client's place (given back when dropped).
+    _share: Share,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut by_address = lock(&self.streams.by_address);
-        for block in &self.blocks {
-            if let Some(n) = by_address.get_mut(block) {
-                *n -= 1;
-                if *n == 0 {
-                    by_address.remove(block);
-                }
-            }
-        }
         self.streams.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -185,46 +162,10 @@ mod tests {
         drop(one);
         assert_eq!(streams.open(), 2);
         assert!(streams.admit(a("1.1.1.1"), limits).is_ok());
-        assert!(lock(&streams.by_address).len() <= 2, "no entry left behind");
-    }
-
-    #[test]
-    fn an_ipv6_48_gets_sixteen_64s_worth_not_every_64s() {
-        let streams = Arc::new(Streams::default());
-        let limits = StreamLimits {
-            total: 1_000,
-            per_address: 2,
-            lifetime: Duration::from_secs(1),
-        };
-        // One /48 rotating through /64s in different /56s: 2 streams a /64 (and
-        // a /56 would allow 8), 32 in all from the /48.
-        let mut held = Vec::new();
-        for n in 0..100u16 {
-            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, n << 8, 0, 0, 0, 1);
-            for _ in 0..3 {
-                if let Ok(slot) = streams.admit(Some(ip.into()), limits) {
-                    held.push(slot);
-                }
-            }
-        }
-        assert_eq!(held.len(), 32, "16 shares of the /48");
-        // Within one /56: 8 (4 shares), however many /64s.
-        let mut in_56 = Vec::new();
-        for n in 0..50u16 {
-            let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 9, n, 0, 0, 0, 1);
-            if let Ok(slot) = streams.admit(Some(ip.into()), limits) {
-                in_56.push(slot);
-            }
-        }
-        assert_eq!(in_56.len(), 8, "4 shares of the /56");
-        drop(in_56);
-        let other = std::net::Ipv6Addr::new(0x2001, 0xdb8, 8, 0, 0, 0, 0, 1);
         assert!(
-            streams.admit(Some(other.into()), limits).is_ok(),
-            "another /48"
+            streams.by_address.blocks_held() <= 2,
+            "no entry left behind"
         );
-        drop(held);
-        assert!(lock(&streams.by_address).is_empty(), "no entry left behind");
     }
 
     #[test]

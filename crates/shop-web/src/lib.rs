@@ -19,6 +19,7 @@ pub mod auth;
 pub mod browse;
 pub mod cart;
 pub mod catalogue;
+pub mod client_shares;
 pub mod csrf;
 pub mod devices;
 pub mod error;

@@ -10,6 +10,10 @@
 //! - on the stop signal the listener is closed, idle connections are closed, those
 //!   mid-request finish their request (the graceful part), and whatever is still
 //!   open after [`ServeOptions::shutdown_grace`] is dropped, so [`serve`] returns;
+//! - one client address (its blocks, as [`shop_web::client_shares`] counts them)
+//!   holds at most [`ServeOptions::max_connections_per_address`] of the
+//!   connections: one more is closed at once, not queued, so one client cannot
+//!   take the whole connection cap from everyone else;
 //! - each request carries its peer's address as
 //!   [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo), for handlers and
 //!   layers that limit by client (the login rate limiter).
@@ -24,6 +28,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use shop_cache::domain::client::ClientAddress;
+use shop_web::client_shares::Shares;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -44,6 +50,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Connections open at once unless configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Connections one client address may hold unless configured: a tenth of the
+/// cap, room for an office of browsers behind one NAT (a browser opens about six
+/// to a host), while no single client can hold the whole cap.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 1_000;
 
 /// File descriptors kept for everything but client connections (Redis and
 /// database connections, files, the listener).
@@ -75,6 +86,10 @@ pub struct ServeOptions {
     /// until one closes, so a flood of idle connections cannot take every file
     /// descriptor (the health check and pages keep answering on the others).
     pub max_connections: usize,
+    /// Connections one client address may hold at once (an IPv6 client's /56 and
+    /// /48 4 and 16 times as many); past it, a new one is closed at once. `None`:
+    /// no share (behind a reverse proxy every connection is the proxy's).
+    pub max_connections_per_address: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -83,6 +98,7 @@ impl Default for ServeOptions {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: Some(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
         }
     }
 }
@@ -115,6 +131,7 @@ pub async fn serve(
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
+    let shares = std::sync::Arc::new(Shares::default());
     tokio::pin!(signal);
     loop {
         tokio::select! {
@@ -126,6 +143,20 @@ pub async fn serve(
             }
             accepted = listener.accept(), if connections.len() < options.max_connections => match accepted {
                 Ok((stream, peer)) => {
+                    let share = match options.max_connections_per_address {
+                        Some(per_address) => {
+                            let address = ClientAddress::of(peer.ip());
+                            match shares.take(Some(address), per_address) {
+                                Some(share) => Some(share),
+                                None => {
+                                    tracing::debug!(%address, "a client over its share of connections; closed");
+                                    drop(stream);
+                                    continue;
+                                }
+                            }
+                        }
+                        None => None,
+                    };
                     let app = app.clone();
                     let service = service_fn(move |mut req: hyper::Request<Incoming>| {
                         req.extensions_mut().insert(ConnectInfo(peer));
@@ -138,6 +169,7 @@ pub async fn serve(
                         if let Err(error) = conn.await {
                             tracing::debug!(%error, %peer, "connection closed with an error");
                         }
+                        drop(share);
                     });
                 }
                 Err(error) if is_connection_error(&error) => {

@@ -240,6 +240,9 @@ async fn serve_with(
         header_timeout: Duration::from_secs(server.header_timeout),
         shutdown_grace: Duration::from_secs(server.shutdown_grace),
         max_connections: max_connections as usize,
+        // Behind a trusted proxy every connection comes from the proxy.
+        max_connections_per_address: (!web.trust_forwarded_for)
+            .then_some(server.max_connections_per_address as usize),
     };
     // The operators' listener: `/metrics` and the detailed `/healthz`, stopped
     // with the rest.

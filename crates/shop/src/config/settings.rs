@@ -86,6 +86,14 @@ pub struct ServerSettings {
           default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+    /// Connections one client address may hold at once (IPv6: per /64, 4x per
+    /// /56, 16x per /48); past it, a new one is closed at once. Not applied with
+    /// `--trust-forwarded-for`: behind a reverse proxy every connection is the
+    /// proxy's.
+    #[arg(long, env = "SHOP_MAX_CONNECTIONS_PER_ADDRESS",
+          default_value_t = crate::server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections_per_address: u64,
 }
 
 impl WebSettings {

@@ -347,3 +347,75 @@ async fn at_the_connection_cap_a_new_connection_waits_for_one_to_close() {
     stop.send(()).unwrap();
     server.await.unwrap();
 }
+
+/// One client address holds at most its share of the connections: one more is
+/// closed at once (not queued), while another address is served; a place given
+/// back is the client's again.
+#[tokio::test]
+async fn one_address_holds_only_its_share_of_the_connections() {
+    let options = ServeOptions {
+        header_timeout: Duration::from_secs(60),
+        max_connections: 10,
+        max_connections_per_address: Some(2),
+        ..ServeOptions::default()
+    };
+    let (addr, stop, server) = serve_echo(options).await;
+    let get = b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    // Two idle connections from 127.0.0.1 hold its share (each sent half a head).
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        idle.push(s);
+    }
+    // A third from the same address is closed at once, unanswered.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = third.write_all(get).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut rest))
+        .await
+        .expect("closed at once, not left waiting");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed without an answer: {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+    // Another address (127.0.0.2, loopback too) is served.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(addr).await.unwrap();
+    other.write_all(get).await.unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(10), other.read_to_string(&mut reply))
+        .await
+        .expect("another address is served")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        reply.ends_with("127.0.0.2") || reply.contains("127.0.0.2:"),
+        "{reply}"
+    );
+    // A place given back is taken again (the server sees the close as it comes).
+    drop(idle.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = again.write_all(get).await;
+        let mut reply = String::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), again.read_to_string(&mut reply)).await;
+        if reply.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed place was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(idle);
+    stop.send(()).unwrap();
+    server.await.unwrap();
+}
