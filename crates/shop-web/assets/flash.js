@@ -2,7 +2,7 @@
 // through /api/flash/events, one stream for every item: the server pushes each
 // change, so "sold out" shows within a second; the page itself is the same for
 // everyone and cached whole.
-const money = c => '$' + (c / 100).toFixed(2);
+const money = c => '$' + (c / 100).toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2});
 const when = s => new Date(s * 1000).toLocaleTimeString();
 function show(li, sale) {
   const stock = li.querySelector('.stock');

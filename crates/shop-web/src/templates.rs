@@ -7,7 +7,18 @@ use shop_db::items::Item;
 
 /// Cents as dollars, e.g. `$12.34`.
 pub fn money(cents: i64) -> String {
-    format!("${}.{:02}", cents / 100, cents % 100)
+    let sign = if cents < 0 { "-" } else { "" };
+    let (dollars, cents) = (cents.unsigned_abs() / 100, cents.unsigned_abs() % 100);
+    // Thousands grouped with commas, as shoppers read prices: $9,999.99.
+    let digits = dollars.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{sign}${grouped}.{cents:02}")
 }
 
 /// An item as pages show it.
@@ -357,7 +368,11 @@ mod tests {
         assert_eq!(money(0), "$0.00");
         assert_eq!(money(5), "$0.05");
         assert_eq!(money(1234), "$12.34");
-        assert_eq!(money(100_000), "$1000.00");
+        assert_eq!(money(100_000), "$1,000.00");
+        assert_eq!(money(999_999), "$9,999.99");
+        assert_eq!(money(12_345_678_901), "$123,456,789.01");
+        assert_eq!(money(99_999), "$999.99");
+        assert_eq!(money(-123_456), "-$1,234.56");
     }
 
     #[test]
