@@ -375,13 +375,7 @@ async fn count_all(
 /// 4 and 16 times the share), in Redis like the login attempts, so every web
 /// server shares the count. A refused request is counted too.
 #[derive(Clone)]
-pub struct AddressLimit {
-    conn: RedisConn,
-    keys: Keys,
-    scope: &'static str,
-    per_address: u32,
-    window: Duration,
-}
+pub struct AddressLimit(RateLimit);
 
 impl AddressLimit {
     /// At most `per_address` requests of `scope` per client address per `window`.
@@ -392,28 +386,23 @@ impl AddressLimit {
         per_address: u32,
         window: Duration,
     ) -> Self {
-        Self {
-            conn,
-            keys,
-            scope,
-            per_address,
-            window,
-        }
+        Self(RateLimit::new(conn, keys, scope, per_address, window))
     }
 
     /// Counts one request from `address` and says whether it may go ahead.
     pub async fn hit(&self, address: &ClientAddress) -> Result<Attempt, CacheError> {
+        let limit = &self.0;
         let counters = address
             .blocks()
             .into_iter()
             .map(|block| {
                 (
-                    self.keys.rate_limit(self.scope, &block.name),
-                    self.per_address.saturating_mul(block.shares),
+                    limit.keys.rate_limit(limit.scope, &block.name),
+                    limit.limit.saturating_mul(block.shares),
                 )
             })
             .collect();
-        count_all(&self.conn, counters, self.window).await
+        count_all(&limit.conn, counters, limit.window).await
     }
 }
 
