@@ -149,6 +149,7 @@ async fn logins_per_second(
                         .key(keys.cart(&new))
                         .key(keys.guests_of(&old))
                         .key(keys.logins_of(&old))
+                        .key(keys.anonymous_of(&old))
                         .arg(old.expose())
                         .arg(new.expose())
                         .arg(user)

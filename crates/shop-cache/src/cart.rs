@@ -119,6 +119,8 @@ impl Carts {
                     .key(&key)
                     .key(self.keys.recent_of(token))
                     .key(self.keys.guests_of(token))
+                    .key(self.keys.login_of(token))
+                    .key(self.keys.anonymous_of(token))
                     .arg(item)
                     .arg(q.get())
                     .arg(self.max_lines)
@@ -138,6 +140,7 @@ impl Carts {
                     .key(self.keys.recent_of(token))
                     .key(self.keys.guests_of(token))
                     .key(self.keys.login_of(token))
+                    .key(self.keys.anonymous_of(token))
                     .arg(item)
                     .arg(token.expose())
                     .invoke_async::<()>(&mut conn)
@@ -174,6 +177,7 @@ impl Carts {
         call.key(self.keys.recent_of(token))
             .key(self.keys.guests_of(token))
             .key(self.keys.login_of(token))
+            .key(self.keys.anonymous_of(token))
             .arg(token.expose());
         for (item, quantity) in ordered {
             call.arg(*item).arg(*quantity);

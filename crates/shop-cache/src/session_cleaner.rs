@@ -1,6 +1,6 @@
 //! The session cleaner: keeps the number of sessions at or under a cap by removing
-//! the oldest (least recently seen) ones with everything they own, guests before
-//! shoppers, and removes the sessions past their lifetimes whatever the cap
+//! the oldest (least recently seen) ones with everything they own, guests first,
+//! then anonymous shoppers, logged-in shoppers last, and removes the sessions past their lifetimes whatever the cap
 //! ([`Lifetimes`]: guests idle longer than a day, any session idle longer than 30
 //! days, logins older than 90 days; configurable). The touch refuses an expired
 //! token too, so the lifetimes hold exactly between the cleaner's rounds.
@@ -11,6 +11,11 @@
 //! session or a cart goes only once no guest is left, so a flood of new sessions
 //! (a crawler that returns cookies, a bot making up tokens) removes only its own
 //! kind. Guests idle longer than [`DEFAULT_GUEST_IDLE`] go whatever the cap.
+//! Anonymous shoppers next: a session not logged in that holds a cart is listed in
+//! `anonymous:`, and once no guest is left the excess is taken from them, oldest
+//! first; a logged-in session goes only once neither is left, so a flood of carts
+//! without a login (cookieless `POST /cart`, each starting a session) removes
+//! other such carts, never a shopper who logged in.
 //!
 //! The cap is split evenly over the shards of the session index (one in the book
 //! layout, S in the cluster layout: `cap / S` each, which holds the total to the cap
@@ -25,7 +30,8 @@
 //! - **on a cluster** a script must be given every key it touches, so it cannot
 //!   remove in the call that picks: each call removes the candidates the shard's
 //!   previous call picked, those still as old as when picked, and picks the next
-//!   ones, returned as tokens by kind (idle, logged in too long, guests, oldest)
+//!   ones, returned as tokens by kind (idle, logged in too long, guests,
+//!   anonymous, oldest)
 //!   with their index's bound at the pick. A candidate still within its bound,
 //!   among the front of its index, is unchanged: every touch writes a later time
 //!   (Redis's clock), so no time is read, returned or compared per session. A
@@ -298,8 +304,9 @@ const MAX_HELD_ENDED: usize = 100_000;
 /// and their tokens.
 type Kind = (String, Vec<String>);
 
-/// The kinds of candidates, in the script's order: idle, login, guests, oldest.
-const KINDS: usize = 4;
+/// The kinds of candidates, in the script's order: idle, login, guests,
+/// anonymous, oldest.
+const KINDS: usize = 5;
 
 /// What `clean_sessions.lua` answers: removed, microseconds, mended, the removed
 /// logged-in sessions' owners, the next candidates of each kind and when they were
@@ -402,6 +409,7 @@ impl SessionCleaner {
             .key(self.keys.login_in(shard))
             .key(self.keys.guests_in(shard))
             .key(self.keys.logins_in(shard))
+            .key(self.keys.anonymous_in(shard))
             .arg(cap)
             .arg(self.lifetimes.guest_idle().as_secs())
             .arg(self.lifetimes.idle().as_secs())

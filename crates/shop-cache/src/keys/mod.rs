@@ -90,6 +90,7 @@ struct Names {
 struct ShardNames {
     recent: String,
     guests: String,
+    anonymous: String,
     login: String,
     logins: String,
     viewed_by: String,
@@ -124,6 +125,7 @@ impl Keys {
                 shards: vec![ShardNames {
                     recent: p("recent:"),
                     guests: p("guests:"),
+                    anonymous: p("anonymous:"),
                     login: p("login:"),
                     logins: p("logins:"),
                     // `viewed:<token>` shares its stem with the global `viewed:` zset.
@@ -149,6 +151,7 @@ impl Keys {
                         .map(|s| ShardNames {
                             recent: p(&format!("recent:{{s{s}}}")),
                             guests: p(&format!("guests:{{s{s}}}")),
+                            anonymous: p(&format!("anonymous:{{s{s}}}")),
                             login: p(&format!("login:{{s{s}}}")),
                             logins: p(&format!("logins:{{s{s}}}")),
                             viewed_by: p(&format!("viewed:{{s{s}}}")),
@@ -245,6 +248,21 @@ impl Keys {
     /// `recent:`, and the cleaner drops entries whose session is gone).
     pub fn guests_in(&self, shard: Shard) -> &str {
         &self.shard(shard).guests
+    }
+
+    /// Sorted set: session token -> last-seen unix time, for the *anonymous
+    /// shoppers* of one shard (not logged in, holding a cart): a subset of
+    /// [`Keys::recent_in`], which the cleaner empties after the guests and before
+    /// any logged-in session, so a flood of cookieless cart posts never removes a
+    /// shopper who logged in. Kept by the cart, the touch and login; not one of the
+    /// book's keys.
+    pub fn anonymous_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).anonymous
+    }
+
+    /// [`Keys::anonymous_in`] the token's shard.
+    pub fn anonymous_of(&self, token: &SessionToken) -> &str {
+        self.anonymous_in(self.shard_of(token))
     }
 
     /// Sorted set: session token -> unix time it logged in, for the logged-in

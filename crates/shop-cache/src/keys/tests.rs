@@ -15,6 +15,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.login_in(s), "login:");
     assert_eq!(k.recent_in(s), "recent:");
     assert_eq!(k.guests_in(s), "guests:");
+    assert_eq!(k.anonymous_in(s), "anonymous:");
     assert_eq!(k.logins_in(s), "logins:");
     assert_eq!(
         k.user_sessions(crate::domain::UserId::new(5).unwrap()),
@@ -51,6 +52,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.login_of(t).to_owned(),
         k.recent_of(t).to_owned(),
         k.guests_of(t).to_owned(),
+        k.anonymous_of(t).to_owned(),
         k.logins_of(t).to_owned(),
         k.viewed_by(t),
         k.cart(t),
@@ -117,6 +119,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         for key in [
             k.login_of(&t).to_owned(),
             k.guests_of(&t).to_owned(),
+            k.anonymous_of(&t).to_owned(),
             k.logins_of(&t).to_owned(),
             k.viewed_by(&t),
             k.cart(&t),

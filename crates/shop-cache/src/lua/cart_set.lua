@@ -1,12 +1,15 @@
 -- Sets one cart line, refusing to add a line to a full cart (changing the quantity
 -- of a line already there is always allowed).
 -- KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)   KEYS[3] guests: (same)
+-- KEYS[4] login: (same)   KEYS[5] anonymous: (same)
 -- ARGV[1] item id   ARGV[2] quantity   ARGV[3] most lines   ARGV[4] token
 -- Returns 1 when stored, 0 when the cart is full (nothing written).
 -- A session with a cart is no guest (it leaves guests:, which the cleaner empties
 -- first), and it exists: a visitor whose first request puts something in the cart
 -- has no session yet (sessions start lazily), so this starts it (a cart is never
--- left without the recent: entry by which the cleaner finds it).
+-- left without the recent: entry by which the cleaner finds it). One that is not
+-- logged in is an anonymous shopper: listed in anonymous: at its last-seen time,
+-- which the cleaner empties after the guests and before any logged-in session.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
    and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
   return 0
@@ -14,5 +17,11 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[4])
 local t = redis.call('TIME')
-redis.call('ZADD', KEYS[2], 'NX', tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[4])
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[4]) == 0 then
+  now = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[4]))
+end
+if redis.call('HEXISTS', KEYS[4], ARGV[4]) == 0 then
+  redis.call('ZADD', KEYS[5], now, ARGV[4])
+end
 return 1

@@ -3,7 +3,7 @@
 -- shopper left it. A session whose cart this empties, and which is not logged in,
 -- is a guest again (as cart_remove.lua).
 -- KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)   KEYS[3] guests: (same)
--- KEYS[4] login: (same)
+-- KEYS[4] login: (same)   KEYS[5] anonymous: (same)
 -- ARGV[1] token   ARGV[2], ARGV[3], ... item id, quantity ordered, in pairs
 local removed = 0
 for i = 2, #ARGV, 2 do
@@ -14,6 +14,7 @@ for i = 2, #ARGV, 2 do
 end
 if removed > 0 and redis.call('EXISTS', KEYS[1]) == 0
     and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 0 then
+  redis.call('ZREM', KEYS[5], ARGV[1])
   local seen = redis.call('ZSCORE', KEYS[2], ARGV[1])
   if seen then
     redis.call('ZADD', KEYS[3], seen, ARGV[1])

@@ -1,11 +1,11 @@
 -- One step of the session cleaner on one shard of the session index, in one call.
--- Two ways, by ARGV[15]:
---   on a cluster (ARGV[15] ''), it removes the candidates the previous call picked,
+-- Two ways, by ARGV[17]:
+--   on a cluster (ARGV[17] ''), it removes the candidates the previous call picked,
 --     if each is still what it was when picked, then picks the next candidates and
 --     returns them: the caller passes them back, since their viewed:<token> and
 --     cart:<token> keys must be declared in KEYS on a cluster (the script cannot
 --     name a key it was not given), so it cannot pick and remove in the same call;
---   on one node (ARGV[15] and ARGV[16] what goes before a token in those keys'
+--   on one node (ARGV[17] and ARGV[18] what goes before a token in those keys'
 --     names), it picks and removes in the same call, naming each candidate's keys
 --     itself (Redis allows a script on one node keys it was not given; a cluster
 --     does not): atomic, so no candidate can change between its pick and its
@@ -13,14 +13,15 @@
 -- The checks below are the same either way (on one node each candidate passes the
 -- one that it is unchanged since its pick, which is then not read).
 --
--- Candidates come in four kinds, each picked from the front of one index and
+-- Candidates come in five kinds, each picked from the front of one index and
 -- passed back with that index's bound at the pick (every candidate of the kind
 -- scored at or under it then):
---   idle    recent:, idle past ARGV[3] whatever the cap (bound: exclusive)
---   login   logins:, logged in longer ago than ARGV[4] (bound: exclusive)
---   guests  guests:, oldest first: idle past ARGV[2], or for the cap
---   oldest  recent:, for the cap
--- For guests and oldest the bound is the newest candidate's time. A candidate is
+--   idle       recent:, idle past ARGV[3] whatever the cap (bound: exclusive)
+--   login      logins:, logged in longer ago than ARGV[4] (bound: exclusive)
+--   guests     guests:, oldest first: idle past ARGV[2], or for the cap
+--   anonymous  anonymous: (not logged in, holding a cart), oldest first, for the cap
+--   oldest     recent:, for the cap (by then only logged-in sessions are left)
+-- For guests, anonymous and oldest the bound is the newest candidate's time. A candidate is
 -- unchanged since the pick when it is still among the first (all candidates)
 -- members of its index scored within the bound: read by one ZRANGEBYSCORE per
 -- kind, tokens only. Every touch after the pick writes a later time than any
@@ -41,22 +42,27 @@
 -- cap ('oldest') goes only once every guest there was at the pick has gone or been
 -- seen since (a guest seen since is newer than the candidates, and picked first
 -- by this call's pick), so the cap never removes a shopper for an older guest.
+-- Anonymous shoppers next, the same way: one picked for the cap goes only if it is
+-- still not logged in, still holds a cart, with the same time, and an 'oldest'
+-- goes only once every anonymous shopper there was at the pick has gone too, so a
+-- flood of carts without a login (cookieless cart posts) never removes a shopper
+-- who logged in.
 --
 -- KEYS[1] recent: (the shard)   KEYS[2] login: (the shard)   KEYS[3] guests: (the shard)
--- KEYS[4] logins: (the shard)
--- KEYS[4 + 2i - 1] viewed:<token i>   KEYS[4 + 2i] cart:<token i> (cluster only)
+-- KEYS[4] logins: (the shard)   KEYS[5] anonymous: (the shard)
+-- KEYS[5 + 2i - 1] viewed:<token i>   KEYS[5 + 2i] cart:<token i> (cluster only)
 -- ARGV[1] the shard's cap   ARGV[2] seconds a guest may stay idle
 -- ARGV[3] seconds any session may stay idle   ARGV[4] seconds a login lasts
 -- ARGV[5] how many candidates to pick (0: none)
 -- ARGV[6] when the candidates were picked (Redis's clock, as the last call returned
 --   it; 0 when there are none)
--- ARGV[7 .. 14] for each kind in the order idle, login, guests, oldest: how many
---   candidates of it follow, and its bound, as the last call returned them
--- ARGV[15], ARGV[16] on one node: what goes before a token in the names of its
+-- ARGV[7 .. 16] for each kind in the order idle, login, guests, anonymous, oldest:
+--   how many candidates of it follow, and its bound, as the last call returned them
+-- ARGV[17], ARGV[18] on one node: what goes before a token in the names of its
 --   viewed: and cart: keys; '' on a cluster
--- ARGV[17 ..] the candidates' tokens, kind by kind in that order (token i)
+-- ARGV[19 ..] the candidates' tokens, kind by kind in that order (token i)
 -- Returns {how many sessions were removed, microseconds the script ran, how many
--- guest or login entries were dropped or set right, {token, user, ...} of the
+-- guest, anonymous or login entries were dropped or set right, {token, user, ...} of the
 -- removed sessions that were logged in, {{bound, {token, ...}} for each kind in
 -- order} the next candidates (none on one node), when they were picked}: the
 -- cleaner sizes its batches by the time it blocks Redis (see session_cleaner.rs),
@@ -68,7 +74,7 @@ local function took()
   local t = redis.call('TIME')
   return (tonumber(t[1]) - tonumber(t0[1])) * 1000000 + tonumber(t[2]) - tonumber(t0[2])
 end
-local recent, login, guests, logins = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local recent, login, guests, logins, anonymous = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cap = tonumber(ARGV[1])
 local now = tonumber(t0[1])
 -- The same time a touch in this instant would write (touch.lua).
@@ -77,7 +83,7 @@ local guest_idle_before = now - tonumber(ARGV[2])
 local expired_before = now - tonumber(ARGV[3])
 local login_before = now - tonumber(ARGV[4])
 local batch = tonumber(ARGV[5])
-local viewed_prefix, cart_prefix = ARGV[15], ARGV[16]
+local viewed_prefix, cart_prefix = ARGV[17], ARGV[18]
 -- One node: pick, then remove in this call.
 local here = viewed_prefix ~= ''
 local size = redis.call('ZCARD', recent)
@@ -89,7 +95,7 @@ local function remove(cands, kinds, picked_at)
   local n = #cands
   -- The sessions going (ng of them) and their keys.
   local gone, ng, owned = {}, 0, {}
-  local stale_guests, stale_logins = {}, {}
+  local stale_guests, stale_logins, stale_anonymous = {}, {}, {}
   -- The candidates of kind k still among the first n members of `index` within
   -- the kind's bound, as candidate numbers and tokens (on one node, all of them:
   -- picked in this call). The pick never repeats a token, so each candidate is
@@ -127,7 +133,7 @@ local function remove(cands, kinds, picked_at)
     if here then
       return viewed_prefix .. cands[a], cart_prefix .. cands[a]
     end
-    return KEYS[4 + 2 * a - 1], KEYS[4 + 2 * a]
+    return KEYS[5 + 2 * a - 1], KEYS[5 + 2 * a]
   end
   -- Candidate `a` goes, with its keys.
   local function take(a)
@@ -156,11 +162,13 @@ local function remove(cands, kinds, picked_at)
       end
     end
   end
-  -- The guests there were at the pick, counted before any is moved below: the
-  -- 'oldest' candidates go only once all of them have gone.
-  local guests_left = 0
-  if kinds[4].count > 0 then
+  -- The guests there were at the pick, and the anonymous shoppers, counted before
+  -- any is moved below: the 'anonymous' candidates go only once no such guest is
+  -- left, the 'oldest' only once neither is.
+  local guests_left, anonymous_left = 0, 0
+  if kinds[4].count > 0 or kinds[5].count > 0 then
     guests_left = redis.call('ZCOUNT', guests, '-inf', picked_at)
+    anonymous_left = redis.call('ZCOUNT', anonymous, '-inf', picked_at)
   end
   -- Guests: judged by their last visit in recent:, which the book's own code
   -- keeps without guests:.
@@ -188,10 +196,15 @@ local function remove(cands, kinds, picked_at)
         -- entry takes the session's time, so it no longer looks older than it is.
         redis.call('ZADD', guests, 'XX', 'GT', s, tokens[j])
         mended = mended + 1
-      elseif users[j] or (any_cart and redis.call('EXISTS', carts[j]) == 1) then
-        -- Logged in or holding a cart by a path that did not update guests: (the
-        -- book's code): no guest, so not removed as one.
+      elseif users[j] then
+        -- Logged in by a path that did not update guests: (the book's code): no
+        -- guest, so not removed as one.
         stale_guests[#stale_guests + 1] = tokens[j]
+      elseif any_cart and redis.call('EXISTS', carts[j]) == 1 then
+        -- Holding a cart by a path that did not update guests: (the book's code):
+        -- an anonymous shopper, listed as one at its last visit.
+        stale_guests[#stale_guests + 1] = tokens[j]
+        anonymous_left = anonymous_left + redis.call('ZADD', anonymous, 'NX', s, tokens[j])
       elseif size - ng > cap or s < guest_idle_before then
         take(args[j])
       end
@@ -207,9 +220,45 @@ local function remove(cands, kinds, picked_at)
     -- its recent: one), so counted above.
     guests_left = guests_left - redis.call('ZREM', guests, unpack(stale_guests))
   end
-  -- The oldest, for the cap: only once no guest there was at the pick is left.
-  args, tokens = still(4, recent)
-  if #tokens > 0 and guests_left <= 0 then
+  -- Anonymous shoppers: judged like guests, by their last visit in recent:.
+  local gone_before = ng
+  args, tokens = still(4, anonymous)
+  if #tokens > 0 then
+    local bound = tonumber(kinds[4].bound)
+    local seen = redis.call('ZMSCORE', recent, unpack(tokens))
+    local users = redis.call('HMGET', login, unpack(tokens))
+    for j = 1, #args do
+      local s = seen[j] and tonumber(seen[j])
+      local _, cart = keys_of(args[j])
+      if not s or users[j] then
+        -- Gone (removed by the book's own code), or logged in by a path that did
+        -- not update anonymous: (the book's): the entry is dropped.
+        stale_anonymous[#stale_anonymous + 1] = tokens[j]
+      elseif s > bound then
+        -- Seen since by code that keeps recent: only (the book's).
+        redis.call('ZADD', anonymous, 'XX', 'GT', s, tokens[j])
+        mended = mended + 1
+      elseif redis.call('EXISTS', cart) == 0 then
+        -- Its cart emptied by a path that did not update anonymous: (the book's
+        -- code): a guest again, listed as one at its last visit.
+        stale_anonymous[#stale_anonymous + 1] = tokens[j]
+        guests_left = guests_left + redis.call('ZADD', guests, 'NX', s, tokens[j])
+      elseif size - ng > cap and guests_left <= 0 then
+        take(args[j])
+      end
+    end
+  end
+  mended = mended + #stale_anonymous
+  for j = gone_before + 1, ng do
+    stale_anonymous[#stale_anonymous + 1] = gone[j]
+  end
+  if #stale_anonymous > 0 then
+    anonymous_left = anonymous_left - redis.call('ZREM', anonymous, unpack(stale_anonymous))
+  end
+  -- The oldest, for the cap: only once no guest and no anonymous shopper there
+  -- was at the pick is left.
+  args, tokens = still(5, recent)
+  if #tokens > 0 and guests_left <= 0 and anonymous_left <= 0 then
     local before = ng
     for j = 1, #args do
       if size - ng <= cap then
@@ -222,6 +271,9 @@ local function remove(cands, kinds, picked_at)
     -- up only when guests: holds anyone.
     if ng > before and redis.call('EXISTS', guests) == 1 then
       redis.call('ZREM', guests, unpack(gone, before + 1, ng))
+    end
+    if ng > before and redis.call('EXISTS', anonymous) == 1 then
+      redis.call('ZREM', anonymous, unpack(gone, before + 1, ng))
     end
   end
 
@@ -261,7 +313,9 @@ end
 
 -- 2. Picks the next candidates, up to the batch: sessions past a lifetime whatever the
 -- cap; then guests idle too long, and the oldest guests for the excess; the
--- oldest sessions for the rest of the excess only when every guest is picked.
+-- oldest anonymous shoppers for the rest of the excess only when every guest is
+-- picked; the oldest sessions for what is still left only when every anonymous
+-- shopper is picked too.
 -- Tokens only; each kind's bound is read once (the newest candidate's score).
 local now_text = string.format('%.17g', now_exact)
 local function pick()
@@ -297,7 +351,7 @@ local function pick()
     local newest = tonumber(redis.call('ZSCORE', index, tokens[#tokens]))
     return string.format('%.17g', newest)
   end
-  for k = 1, 4 do
+  for k = 1, 5 do
     next_[k] = {'', {}}
   end
   if batch > 0 then
@@ -327,11 +381,23 @@ local function pick()
         next_[3] = {bound_of(guests, list), list}
       end
     end
+    local no_anonymous_left = true
     if no_guest_left and excess > 0 and count < batch then
+      local waiting = redis.call('ZCARD', anonymous)
+      if waiting > 0 then
+        local take = math.min(excess, waiting, batch - count)
+        no_anonymous_left = take == waiting
+        -- Read past the sessions already picked (expired ones among the oldest).
+        local list = add(redis.call('ZRANGE', anonymous, 0, take + count - 1), take, false)
+        excess = excess - #list
+        next_[4] = {bound_of(anonymous, list), list}
+      end
+    end
+    if no_guest_left and no_anonymous_left and excess > 0 and count < batch then
       local want = math.min(excess, batch - count)
       -- Read past the sessions already picked (expired ones among the oldest).
       local oldest = add(redis.call('ZRANGE', recent, 0, want + count - 1), want, true)
-      next_[4] = {bound_of(recent, oldest), oldest}
+      next_[5] = {bound_of(recent, oldest), oldest}
     end
   end
   return next_
@@ -342,7 +408,7 @@ local cands, kinds = {}, {}
 local next_
 if here then
   next_ = pick()
-  for k = 1, 4 do
+  for k = 1, 5 do
     local bound, tokens = next_[k][1], next_[k][2]
     kinds[k] = {first = #cands + 1, count = #tokens, bound = bound}
     for _, t in ipairs(tokens) do
@@ -354,11 +420,11 @@ if here then
     remove(cands, kinds, now_text)
   end
 else
-  for k = 1, 4 do
+  for k = 1, 5 do
     local count = tonumber(ARGV[5 + 2 * k])
     kinds[k] = {first = #cands + 1, count = count, bound = ARGV[6 + 2 * k]}
     for i = #cands + 1, #cands + count do
-      cands[i] = ARGV[16 + i]
+      cands[i] = ARGV[18 + i]
     end
   end
   if #cands > 0 then

@@ -2,10 +2,11 @@
 -- The new token is in the old one's shard, so every key here shares one slot.
 -- KEYS[1] recent:  KEYS[2] login:  KEYS[3] viewed:<old>  KEYS[4] viewed:<new>
 -- KEYS[5] cart:<old>  KEYS[6] cart:<new>  KEYS[7] guests:  KEYS[8] logins:
+-- KEYS[9] anonymous:
 -- The new token's login time goes into logins:, which the absolute lifetime counts
 -- from (a login always starts it afresh: the new token is a new login).
 -- The old token need not be a session yet (sessions start lazily); the new one is
--- logged in, so no guest.
+-- logged in, so neither a guest nor an anonymous shopper.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
 -- Returns the user the old token was logged in as, or false: the caller takes the
 -- old token out of that user's index of sessions (user-sessions:, another slot on
@@ -15,6 +16,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[9], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[1], now, ARGV[2])

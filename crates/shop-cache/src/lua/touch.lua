@@ -2,8 +2,8 @@
 -- atomically, all in one call: a single request's touch is a batch of one, and the
 -- view flusher sends the touches it held back (write-behind) a batch per shard.
 -- KEYS[1] recent: (the sessions' shard)   KEYS[2] login: (same)   KEYS[3] guests: (same)
--- KEYS[4] logins: (same)   then for session i (from 1): KEYS[3 + 2i] viewed:<token>,
--- KEYS[4 + 2i] cart:<token>
+-- KEYS[4] logins: (same)   KEYS[5] anonymous: (same)   then for session i (from 1):
+-- KEYS[4 + 2i] viewed:<token>, KEYS[5 + 2i] cart:<token>
 -- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
 -- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
 -- then for each session in order: token, user id or '', the number of item views n,
@@ -27,7 +27,10 @@
 -- A session that is not logged in and has no cart is a guest: it is also kept in
 -- guests: (same time), which the cleaner empties first and whose idle members
 -- expire. Logging in and a cart line take a session out of guests: (login.lua,
--- cart_set.lua); a guest touch puts it back when neither holds any more.
+-- cart_set.lua); a guest touch puts it back when neither holds any more. One
+-- that is not logged in and holds a cart is an anonymous shopper, kept in
+-- anonymous: (same time), which the cleaner empties after the guests and before
+-- any logged-in session.
 -- The time is the server's (TIME), so web servers with skewed clocks agree.
 -- A view's score in viewed:<token> is a sequence number, one more than the session's
 -- latest: strictly ordered like the book's timestamps (and after one the book's code
@@ -38,7 +41,7 @@
 -- when the caller lacks it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local recent, login, guests, logins = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local recent, login, guests, logins, anonymous = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local keep = tonumber(ARGV[1])
 local idle_max, guest_max, login_max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -51,6 +54,7 @@ local function touch(token, given, viewed, cart_key)
     started = redis.call('ZADD', recent, now, token)
     redis.call('HSET', login, token, user)
     redis.call('ZREM', guests, token)
+    redis.call('ZREM', anonymous, token)
     redis.call('ZADD', logins, 'NX', now, token)
     return started, user
   end
@@ -78,6 +82,7 @@ local function touch(token, given, viewed, cart_key)
     if expired then
       redis.call('ZREM', recent, token)
       redis.call('ZREM', guests, token)
+      redis.call('ZREM', anonymous, token)
       redis.call('ZREM', logins, token)
       redis.call('HDEL', login, token)
       redis.call('DEL', viewed, cart_key)
@@ -85,8 +90,12 @@ local function touch(token, given, viewed, cart_key)
     end
   end
   redis.call('ZADD', recent, now, token)
-  if not user and cart == 0 then
-    redis.call('ZADD', guests, now, token)
+  if not user then
+    if cart == 0 then
+      redis.call('ZADD', guests, now, token)
+    else
+      redis.call('ZADD', anonymous, now, token)
+    end
   end
   return started, user
 end
@@ -97,7 +106,7 @@ local i = 0
 while a <= #ARGV do
   i = i + 1
   local token, given, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  local viewed, cart_key = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  local viewed, cart_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
   local started, user = touch(token, given, viewed, cart_key)
   if started ~= 2 and n > 0 then
     local last = redis.call('ZRANGE', viewed, -1, -1, 'WITHSCORES')

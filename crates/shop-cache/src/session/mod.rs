@@ -285,6 +285,7 @@ impl Sessions {
             .key(self.keys.cart(&new))
             .key(self.keys.guests_of(old))
             .key(self.keys.logins_of(old))
+            .key(self.keys.anonymous_of(old))
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
@@ -318,6 +319,8 @@ impl Sessions {
             .ignore()
             .zrem(self.keys.guests_of(token), token.expose())
             .ignore()
+            .zrem(self.keys.anonymous_of(token), token.expose())
+            .ignore()
             .zrem(self.keys.logins_of(token), token.expose())
             .ignore()
             .del(self.keys.viewed_by(token))
@@ -350,12 +353,14 @@ impl Sessions {
             .collect()
     }
 
-    /// Lists in `guests:` every session that is a guest (not logged in, no cart)
-    /// and not yet listed: sessions from before guests were tracked (an upgrade,
-    /// `shop migrate`), or written by the book's own code. Returns how many it
-    /// listed. Safe to run while the shop runs: a session that logs in or fills its
-    /// cart meanwhile and is listed anyway is dropped from the list by the cleaner
-    /// (which checks before removing a guest), never removed as one.
+    /// Lists in `guests:` every session that is a guest (not logged in, no cart),
+    /// and in `anonymous:` every one that is not logged in and holds a cart, where
+    /// not yet listed: sessions from before these were tracked (an upgrade, `shop
+    /// migrate`), or written by the book's own code. Returns how many it listed.
+    /// Safe to run while the shop runs: a session that logs in or fills its cart
+    /// meanwhile and is listed anyway is dropped from the list by the cleaner
+    /// (which checks before removing a guest or an anonymous shopper), never
+    /// removed as one.
     pub async fn index_guests(&self) -> Result<u64, CacheError> {
         let mut conn = self.conn.clone();
         let mut listed = 0;
@@ -379,20 +384,27 @@ impl Sessions {
                     }
                     let logged: Vec<Option<String>> = hmget.query_async(&mut conn).await?;
                     let carts: Vec<bool> = exists.query_async(&mut conn).await?;
-                    let guests: Vec<(f64, &str)> = page
-                        .iter()
-                        .zip(logged.iter().zip(&carts))
-                        .filter(|(_, (user, cart))| user.is_none() && !**cart)
-                        .map(|((token, seen), _)| (*seen, token.as_str()))
-                        .collect();
-                    if !guests.is_empty() {
-                        let added: u64 = redis::cmd("ZADD")
-                            .arg(self.keys.guests_in(shard))
-                            .arg("NX")
-                            .arg(&guests)
-                            .query_async(&mut conn)
-                            .await?;
-                        listed += added;
+                    let (mut guests, mut anonymous) = (Vec::new(), Vec::new());
+                    for ((token, seen), (user, cart)) in page.iter().zip(logged.iter().zip(&carts))
+                    {
+                        if user.is_none() {
+                            let list = if *cart { &mut anonymous } else { &mut guests };
+                            list.push((*seen, token.as_str()));
+                        }
+                    }
+                    for (key, list) in [
+                        (self.keys.guests_in(shard), &guests),
+                        (self.keys.anonymous_in(shard), &anonymous),
+                    ] {
+                        if !list.is_empty() {
+                            let added: u64 = redis::cmd("ZADD")
+                                .arg(key)
+                                .arg("NX")
+                                .arg(list)
+                                .query_async(&mut conn)
+                                .await?;
+                            listed += added;
+                        }
                     }
                 }
                 cursor = next;

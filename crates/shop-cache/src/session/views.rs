@@ -179,7 +179,8 @@ impl Sessions {
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
             .key(self.keys.guests_in(shard))
-            .key(self.keys.logins_in(shard));
+            .key(self.keys.logins_in(shard))
+            .key(self.keys.anonymous_in(shard));
         let lifetimes = &self.lifetimes;
         call.arg(super::HISTORY_LEN)
             .arg(lifetimes.idle().as_secs())

@@ -40,8 +40,13 @@ async fn set_overwrites_and_zero_or_less_removes(fx: Fixture) {
     // Stored as the book's hash: item id -> quantity.
     carts.set(&t, item(8), 2).await.unwrap();
     let raw: Vec<(String, String)> = fx.raw().await.hgetall(fx.keys.cart(&t)).await.unwrap();
-    let mut expected = vec![fx.keys.cart(&t), fx.keys.recent_of(&t).to_owned()];
-    // Out of guests: again (a cart is no guest), and the emptied zset is gone.
+    let mut expected = vec![
+        fx.keys.cart(&t),
+        fx.keys.recent_of(&t).to_owned(),
+        fx.keys.anonymous_of(&t).to_owned(),
+    ];
+    // Out of guests: again (a cart is no guest; not logged in, an anonymous
+    // shopper's), and the emptied zset is gone.
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
     assert_eq!(raw, vec![("8".to_owned(), "2".to_owned())]);

@@ -110,12 +110,8 @@ async fn over_the_cap_by_n_removes_exactly_the_n_oldest(fx: Fixture) {
     // 32 sessions over a cap of 24: 8 too many, two in each of 4 shards.
     let tokens = sessions_with_data(&fx, 32).await;
     let login = Sessions::new(fx.conn.clone(), fx.keys.clone());
-    // Log the oldest and a survivor in, to check login: entries go with them.
+    // A survivor logged in (by the book's code), to check its login: entry stays.
     let mut raw = fx.raw().await;
-    let _: () = raw
-        .hset(fx.keys.login_of(&tokens[0]), tokens[0].expose(), 1)
-        .await
-        .unwrap();
     let _: () = raw
         .hset(fx.keys.login_of(&tokens[31]), tokens[31].expose(), 2)
         .await
@@ -177,6 +173,106 @@ async fn the_cap_removes_every_guest_before_any_shopper(fx: Fixture) {
     assert_eq!(live.len(), 8);
     assert!(guests.iter().all(|t| !live.contains(t.expose())), "every guest first");
     assert_no_orphans(&fx).await;
+}
+
+async fn the_cap_removes_anonymous_carts_before_any_logged_in_shopper(fx: Fixture) {
+    let fx = fx.with_session_shards(SHARDS);
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let user = shop_cache::domain::UserId::new(7).unwrap();
+    let item = ItemId::new(3).unwrap();
+    // The oldest: 8 logged-in shoppers, each with a cart line.
+    let mut logged_in = Vec::new();
+    for t in dealt_tokens(&fx.keys, 8) {
+        let t = sessions.login(&t, user, None).await.unwrap();
+        carts.set(&t, item, 1).await.unwrap();
+        logged_in.push(t);
+    }
+    // Then 16 carts nobody logged in to, as cookieless cart posts start them
+    // (one of them a guest first); then 8 guests, the newest.
+    let anonymous = dealt_tokens(&fx.keys, 16);
+    sessions.touch(&anonymous[0], Touch::request()).await.unwrap();
+    for t in &anonymous {
+        carts.set(t, item, 1).await.unwrap();
+    }
+    let guests = dealt_tokens(&fx.keys, 8);
+    for t in &guests {
+        sessions.touch(t, Touch::request()).await.unwrap();
+    }
+    let mut raw = fx.raw().await;
+    let mut listed = 0u64;
+    for shard in fx.keys.shards() {
+        listed += raw.zcard::<_, u64>(fx.keys.anonymous_in(shard)).await.unwrap();
+    }
+    assert_eq!(listed, 16, "every cart without a login, and only those");
+
+    // A cap of 12: 20 too many. Every guest goes, then the 12 oldest anonymous
+    // carts, though every logged-in shopper is older.
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 12, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 12);
+    for t in &logged_in {
+        assert!(live.contains(t.expose()), "a logged-in shopper went while carts without a login were left");
+    }
+    assert!(guests.iter().all(|t| !live.contains(t.expose())), "every guest first");
+    assert!(anonymous[12..].iter().all(|t| live.contains(t.expose())), "the newest anonymous carts stay");
+
+    // A cap of 4: the last anonymous carts, then the oldest logged-in shoppers.
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 4, 100).unwrap();
+    while cleaner.step().await.unwrap() != CleanerStep::Idle {}
+    let live = recent(&fx).await;
+    assert_eq!(live.len(), 4);
+    assert!(anonymous.iter().all(|t| !live.contains(t.expose())));
+    assert!(logged_in[4..].iter().all(|t| live.contains(t.expose())), "the newest logins stay");
+    let mut listed = 0u64;
+    for shard in fx.keys.shards() {
+        listed += raw.zcard::<_, u64>(fx.keys.anonymous_in(shard)).await.unwrap();
+    }
+    assert_eq!(listed, 0, "removed sessions leave anonymous:");
+    assert_no_orphans(&fx).await;
+}
+
+async fn a_cart_emptied_or_logged_in_leaves_the_anonymous_list(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let (a, b) = (SessionToken::generate(), SessionToken::generate());
+    let item = ItemId::new(3).unwrap();
+    carts.set(&a, item, 1).await.unwrap();
+    carts.set(&b, item, 1).await.unwrap();
+    let mut raw = fx.raw().await;
+    let lister = raw.clone();
+    let listed = |t: &SessionToken| {
+        let key = fx.keys.anonymous_of(t).to_owned();
+        let token = t.expose().to_owned();
+        let mut raw = lister.clone();
+        async move { raw.zscore::<_, _, Option<f64>>(key, token).await.unwrap().is_some() }
+    };
+    assert!(listed(&a).await && listed(&b).await);
+    // Emptied: a guest again.
+    carts.set(&a, item, 0).await.unwrap();
+    assert!(!listed(&a).await);
+    let guest: Option<f64> = raw.zscore(fx.keys.guests_of(&a), a.expose()).await.unwrap();
+    assert!(guest.is_some(), "an emptied cart's session is a guest again");
+    // Logged in: neither.
+    let b2 = sessions.login(&b, shop_cache::domain::UserId::new(4).unwrap(), None).await.unwrap();
+    assert!(!listed(&b).await && !listed(&b2).await);
+    // A touch keeps the time of a listed one.
+    let c = SessionToken::generate();
+    carts.set(&c, item, 1).await.unwrap();
+    let first: f64 = raw.zscore(fx.keys.anonymous_of(&c), c.expose()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        sessions.touch(&c, Touch::request()).await.unwrap();
+        let now: f64 = raw.zscore(fx.keys.anonymous_of(&c), c.expose()).await.unwrap();
+        let seen: f64 = raw.zscore(fx.keys.recent_of(&c), c.expose()).await.unwrap();
+        assert_eq!(now, seen, "anonymous: holds the last visit");
+        if now > first {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn idle_guests_expire_whatever_the_cap_and_shoppers_stay(fx: Fixture) {
@@ -345,6 +441,7 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
         .key(fx.keys.login_in(shard))
         .key(fx.keys.guests_in(shard))
         .key(fx.keys.logins_in(shard))
+        .key(fx.keys.anonymous_in(shard))
         .arg(3)
         .arg(86_400)
         .arg(30 * 86_400)
@@ -352,13 +449,15 @@ async fn a_session_touched_after_the_pick_survives(fx: Fixture) {
         .arg(0)
         .arg(format!("{picked_at:.6}"))
         // No idle, no login candidates; two guests up to the newer one's time; no
-        // oldest.
+        // anonymous, no oldest.
         .arg(0)
         .arg("")
         .arg(0)
         .arg("")
         .arg(2)
         .arg(&picked[1].1)
+        .arg(0)
+        .arg("")
         .arg(0)
         .arg("")
         // Keys given, as on a cluster (the script does not name them itself).
@@ -719,11 +818,13 @@ async fn an_upgrade_lists_the_guests_it_finds(fx: Fixture) {
             _ => {}
         }
     }
-    assert_eq!(sessions.index_guests().await.unwrap(), 4);
+    assert_eq!(sessions.index_guests().await.unwrap(), 8, "4 guests, 4 anonymous carts");
     assert_eq!(sessions.index_guests().await.unwrap(), 0, "once");
     for (i, t) in tokens.iter().enumerate() {
         let seen: Option<f64> = raw.zscore(fx.keys.guests_of(t), t.expose()).await.unwrap();
         assert_eq!(seen, (i % 3 == 2).then_some(1_000.0 + i as f64), "session {i}");
+        let seen: Option<f64> = raw.zscore(fx.keys.anonymous_of(t), t.expose()).await.unwrap();
+        assert_eq!(seen, (i % 3 == 1).then_some(1_000.0 + i as f64), "session {i}");
     }
 }
 }

@@ -523,8 +523,8 @@ enum Stored {
 }
 
 /// Keys every request may change without that being its effect: the session
-/// bookkeeping of a touch (`recent:` gets the time, and `guests:` for a guest; an
-/// item view goes to the
+/// bookkeeping of a touch (`recent:` gets the time, and `guests:` for a guest or
+/// `anonymous:` for a cart without a login; an item view goes to the
 /// session's `viewed:<token>`, the `viewed:` ranking and the item's `viewers:`), and
 /// the login limiter's attempt counters (`limit:`), whose purpose is to count the
 /// failed attempts (and the buys per account), which are 4xx by definition, and the
@@ -535,6 +535,7 @@ enum Stored {
 fn bookkeeping(key: &str) -> bool {
     key == "recent:"
         || key == "guests:"
+        || key == "anonymous:"
         || key.starts_with("viewed:")
         || key.starts_with("viewers:")
         || key.starts_with("limit:")

@@ -360,3 +360,43 @@ async fn cross_site_posts_are_refused() {
     );
     assert_eq!(app.me(&cookie).await["cart"]["count"], 1, "set, not added");
 }
+
+/// The floods issue's drill: a shopper logged in with a cart, then a flood of
+/// cookieless cart posts (each starting a session holding a cart) past the session
+/// cap. The cleaner takes the flood's carts, never the shopper.
+#[tokio::test]
+async fn a_flood_of_cookieless_carts_at_the_cap_never_removes_a_logged_in_shopper() {
+    let config = WebConfig {
+        cart_starts_per_minute: 1_000,
+        ..WebConfig::default()
+    };
+    let app = TestApp::with_config(config).await;
+    let alice = app.logged_in("ada").await;
+    let added = app
+        .post("/cart", Some(&alice), "item=2&count=1", true)
+        .await;
+    assert_eq!(added.status(), StatusCode::OK);
+    for _ in 0..200 {
+        let resp = app.post("/cart", None, "item=3&count=1", true).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let cleaner = shop_cache::session_cleaner::SessionCleaner::new(
+        app.state.redis.clone(),
+        app.keys.clone(),
+        50,
+        100,
+    )
+    .unwrap();
+    while cleaner.step().await.unwrap() != shop_cache::session_cleaner::CleanerStep::Idle {}
+    let sessions: u64 = app
+        .redis
+        .conn()
+        .await
+        .zcard(app.keys.recent_in(app.keys.shards().next().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(sessions, 50, "the cap holds");
+    let me = app.me(&alice).await;
+    assert_eq!(me["user"]["name"], "ada", "{me}");
+    assert_eq!(me["cart"]["count"], 1, "{me}");
+}

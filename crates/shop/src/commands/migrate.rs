@@ -5,9 +5,10 @@
 //! Redis key migrations: removing the shopper-insight counts of the old layout
 //! that never expired (`viewers:<item>` and `buyers:<item>` without a week; the
 //! counts are per week now and expire by themselves) and the marks of the
-//! also-bought decay before forward decay (`also-epoch:`, `also-index:`, ...), and listing the guest
-//! sessions of before guests were tracked in `guests:` (so they expire and are
-//! cleaned before shoppers, as new guests are), and listing the logged-in
+//! also-bought decay before forward decay (`also-epoch:`, `also-index:`, ...), listing the
+//! sessions not logged in of before they were tracked, in `guests:` or, holding a
+//! cart, in `anonymous:` (so they expire and are cleaned before logged-in
+//! shoppers, as new ones are), and listing the logged-in
 //! sessions of before each user's list of sessions (`user-sessions:<user>`), so
 //! "log out everywhere", a password change and the cap reach them too. Run it
 //! once every web server and `shop work` runs the new build (an older one logs
@@ -32,7 +33,7 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     println!("redis: removed {removed} keys of the old also-bought decay");
     let sessions = Sessions::new(conn, keys);
     let listed = sessions.index_guests().await?;
-    println!("redis: listed {listed} guest sessions in guests:");
+    println!("redis: listed {listed} sessions not logged in in guests: or anonymous:");
     let listed = sessions.index_logins().await?;
     println!("redis: listed {listed} logged-in sessions in their users' lists of sessions");
     Ok(())
