@@ -21,6 +21,18 @@
 //!   purged at a later epoch (`tag_page.lua`), or a tombstone of a later epoch sits on
 //!   the page's key (`store_page.lua`). Whichever order the purge and the store run
 //!   in, no old page is served after the purge returns (see the scripts).
+//! - Generations: the tag indexes and the purge epoch live in the state Redis,
+//!   the pages in the cache Redis. A state Redis that lost its data (restarted
+//!   empty, flushed, a replica that missed writes took over) would leave a purge
+//!   nothing to find, so the epoch's hash (`page-purges`) also holds the epoch at
+//!   which the state's current generation began (`purge_epoch.lua`): the first
+//!   call after a loss starts a new one. Each entry records the epoch its render
+//!   began at, and every process knows the generation ([`Generation`]: learnt at
+//!   each render and purge, by the tier's feed every second, and from the
+//!   [`PageEvent::Generation`] the process that found the loss publishes before
+//!   its purge returns); an entry older than the generation counts as purged,
+//!   in Redis and in every in-process tier. Epochs come from Redis's clock, so
+//!   they never go backwards.
 //! - Serve-stale: an entry records until when it is fresh and is kept past that
 //!   for its [`StaleGrace`] (RFC 5861's `stale-while-revalidate` and
 //!   `stale-if-error`); [`PageStore::lookup`] answers [`Lookup::Stale`] for it, and
@@ -46,9 +58,13 @@ use crate::domain::ItemId;
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
+mod event;
+mod generation;
 mod key;
 mod stored;
 
+pub use event::PageEvent;
+pub use generation::Generation;
 pub use key::{PageKey, PageRequest};
 use stored::*;
 pub use stored::{StaleGrace, StoredPage, now_ms};
@@ -100,10 +116,12 @@ impl PageTag {
     }
 }
 
-/// Taken before a render reads anything: the purge epoch then, and when.
+/// Taken before a render reads anything: the purge epoch then, its generation, and
+/// when.
 #[derive(Debug, Clone, Copy)]
 pub struct RenderTicket {
     epoch: u64,
+    since: u64,
     began: std::time::Instant,
 }
 
@@ -115,62 +133,6 @@ pub enum Stored {
     /// Not stored: a tag of the page was purged since its render began (it may
     /// show old content), or the render took longer than [`MAX_RENDER`].
     Refused,
-}
-
-/// What the web servers' in-process page tiers hear on [`Keys::page_events`]: a
-/// copy of a page they may hold is no longer the one to serve.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PageEvent {
-    /// These pages were purged (published by [`PageStore::purge`] after their
-    /// tombstones are written, before it returns).
-    Purged(Vec<PageKey>),
-    /// A new version of this page was stored, by the [`PageStore::origin`] `by`
-    /// (its own tier keeps the version it stored).
-    Stored {
-        /// The page.
-        key: PageKey,
-        /// Which process stored it.
-        by: u64,
-    },
-}
-
-impl PageEvent {
-    /// The message: `P <hash> <hash> ...` or `S <origin> <hash>`.
-    pub fn encode(&self) -> String {
-        match self {
-            PageEvent::Purged(keys) => {
-                let mut out = String::with_capacity(2 + keys.len() * 65);
-                out.push('P');
-                for key in keys {
-                    out.push(' ');
-                    out.push_str(key.as_str());
-                }
-                out
-            }
-            PageEvent::Stored { key, by } => format!("S {by} {}", key.as_str()),
-        }
-    }
-
-    /// Reads what [`PageEvent::encode`] wrote; `None` for anything else.
-    pub fn decode(message: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(message).ok()?;
-        let mut words = text.split(' ');
-        match words.next()? {
-            "P" => words
-                .map(PageKey::parse)
-                .collect::<Option<Vec<_>>>()
-                .map(PageEvent::Purged),
-            "S" => {
-                let by = words.next()?.parse().ok()?;
-                let key = PageKey::parse(words.next()?)?;
-                words
-                    .next()
-                    .is_none()
-                    .then_some(PageEvent::Stored { key, by })
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The outcome of a lookup.
@@ -214,6 +176,8 @@ pub struct PageStore {
     top: Option<crate::analytics::TopItems>,
     /// Names this store (and its clones) in the [`PageEvent::Stored`] it sends.
     origin: u64,
+    /// The generation this process knows.
+    generation: Generation,
 }
 
 impl PageStore {
@@ -231,7 +195,42 @@ impl PageStore {
             grace: StaleGrace::default(),
             top: None,
             origin: u64::from_be_bytes(origin),
+            generation: Generation::default(),
         }
+    }
+
+    /// The generation this process knows (shared with its in-process tier).
+    pub fn generation(&self) -> &Generation {
+        &self.generation
+    }
+
+    /// Reads the purge epoch and the generation (advancing the epoch for a purge),
+    /// starting a new generation if the state Redis has none, and learns it:
+    /// a newer one than known is published to every web server. Returns
+    /// `(epoch, since)`.
+    async fn epoch(&self, advance: bool) -> Result<(u64, u64), CacheError> {
+        let (epoch, since): (u64, u64) = scripts::PURGE_EPOCH
+            .key(self.keys.page_purges())
+            .arg(if advance { "1" } else { "0" })
+            .invoke_async(&mut self.state())
+            .await?;
+        if let Some(before) = self.generation.learn(since)
+            && before != 0
+        {
+            tracing::warn!(
+                "the state Redis lost the page cache's bookkeeping (restarted empty, flushed or \
+                 failed over): every page stored before counts as purged"
+            );
+            self.publish(&[PageEvent::Generation(since)]).await?;
+        }
+        Ok((epoch, since))
+    }
+
+    /// Learns the state Redis's page generation now (starting one if it has none):
+    /// the in-process tier's feed calls it every second, so a server finds a loss
+    /// of the state Redis without rendering or purging anything.
+    pub async fn check_generation(&self) -> Result<u64, CacheError> {
+        Ok(self.epoch(false).await?.1)
     }
 
     /// The gate read from `top`, this process's copy of the ranking (refreshed by a
@@ -367,7 +366,11 @@ impl PageStore {
             return Ok((Lookup::NotPopular, 0));
         }
         Ok(match page.and_then(|bytes| decode_entry(&bytes)) {
-            Some(Ok((page, fresh_until))) => {
+            // Stored before the state Redis lost its data: purged.
+            Some(Ok(entry)) if !self.generation.holds(entry.epoch) => (Lookup::Miss, 0),
+            Some(Ok(Entry {
+                page, fresh_until, ..
+            })) => {
                 let now = now_ms();
                 if now < fresh_until {
                     (Lookup::Hit(page), fresh_until)
@@ -398,19 +401,18 @@ impl PageStore {
             .await?;
         Ok(bytes
             .and_then(|b| decode_entry(&b)?.ok())
-            .filter(|(_, fresh_until)| now_ms() < *fresh_until))
+            .filter(|entry| self.generation.holds(entry.epoch) && now_ms() < entry.fresh_until)
+            .map(|entry| (entry.page, entry.fresh_until)))
     }
 
-    /// Starts a render: reads the purge epoch. Call it before the render reads the
-    /// database, and hand the ticket to [`PageStore::store`].
+    /// Starts a render: reads the purge epoch and the generation. Call it before
+    /// the render reads the database, and hand the ticket to [`PageStore::store`].
     pub async fn begin_render(&self) -> Result<RenderTicket, CacheError> {
         let began = std::time::Instant::now();
-        let epoch: Option<u64> = redis::cmd("GET")
-            .arg(self.keys.purge_epoch())
-            .query_async(&mut self.state())
-            .await?;
+        let (epoch, since) = self.epoch(false).await?;
         Ok(RenderTicket {
-            epoch: epoch.unwrap_or(0),
+            epoch,
+            since,
             began,
         })
     }
@@ -425,7 +427,8 @@ impl PageStore {
         tags: &[PageTag],
         ticket: &RenderTicket,
     ) -> Result<Stored, CacheError> {
-        if ticket.began.elapsed() > MAX_RENDER {
+        if ticket.began.elapsed() > MAX_RENDER || ticket.since < self.generation.since() {
+            // Too old, or begun before the state Redis lost its data.
             return Ok(Stored::Refused);
         }
         let kept = self.kept_ms();
@@ -448,7 +451,11 @@ impl PageStore {
         }
         let stored: i64 = scripts::STORE_PAGE
             .key(self.keys.page(key.as_str()))
-            .arg(encode_entry(page, now_ms() + self.ttl.as_millis() as u64))
+            .arg(encode_entry(
+                page,
+                now_ms() + self.ttl.as_millis() as u64,
+                ticket.epoch,
+            ))
             .arg(kept)
             .arg(ticket.epoch)
             .invoke_async(&mut conn)
@@ -500,10 +507,7 @@ impl PageStore {
         }
         let mut conn = self.conn.clone();
         let mut state = self.state();
-        let epoch: u64 = redis::cmd("INCR")
-            .arg(self.keys.purge_epoch())
-            .query_async(&mut state)
-            .await?;
+        let (epoch, _) = self.epoch(true).await?;
         let mark_ttl = PURGE_MARK_TTL.as_millis() as u64;
         let mut pipe = redis::pipe();
         for tag in tags {

@@ -41,6 +41,10 @@ pub const TAG_PAGE: &str = include_str!("lua/tag_page.lua");
 pub static STORE_PAGE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/store_page.lua")));
 
+/// The page cache's purge epoch and generation (`purge_epoch.lua`).
+pub static PURGE_EPOCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/purge_epoch.lua")));
+
 /// One tag's part of a purge: the mark, and the pages to replace by tombstones.
 /// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
 pub const PURGE_TAG: &str = include_str!("lua/purge_tag.lua");

@@ -304,13 +304,15 @@ impl Shared {
         }
     }
 
-    /// The tier's generation before a Redis read (0 without a tier).
-    fn tier_generation(&self) -> u64 {
-        self.tier.as_ref().map_or(0, |tier| tier.generation())
+    /// The tier's generation before a Redis read (none without a tier).
+    fn tier_generation(&self) -> tier::FillMark {
+        self.tier
+            .as_ref()
+            .map_or_else(Default::default, |tier| tier.generation())
     }
 
     /// Puts a page read from (or stored to) Redis in the tier, if there is one.
-    fn keep(&self, key: &PageKey, page: &StoredPage, fresh_until: u64, since: u64) {
+    fn keep(&self, key: &PageKey, page: &StoredPage, fresh_until: u64, since: tier::FillMark) {
         if let Some(tier) = &self.tier {
             tier.insert(key, page, fresh_until, since);
         }

@@ -492,11 +492,13 @@ impl Keys {
         self.tag_key("ptag-purged:", tag)
     }
 
-    /// String: the purge counter, one more per purge; a render reads it before it
-    /// reads the database, and stores its page only if no tag of the page was
-    /// purged since (see `page_cache`).
-    pub fn purge_epoch(&self) -> String {
-        format!("{}purge-epoch", self.0.prefix)
+    /// Hash: the page cache's purge epoch (`epoch`, advanced by each purge; a
+    /// render reads it before it reads the database, and stores its page only if
+    /// no tag of the page was purged since) and generation (`since`, the epoch at
+    /// which the state Redis last started without this hash: pages stored before
+    /// it count as purged). See `page_cache` and `purge_epoch.lua`.
+    pub fn page_purges(&self) -> String {
+        format!("{}page-purges", self.0.prefix)
     }
 
     /// Pub/sub channel (no key): what each purge and each store of a page tells

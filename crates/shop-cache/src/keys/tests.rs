@@ -63,7 +63,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.page_lock("x"),
         k.page_tag("i1"),
         k.page_tag_purged("i1"),
-        k.purge_epoch(),
+        k.page_purges(),
         k.viewers(i, 1),
         k.buyers(i, 1),
         k.bought().to_owned(),

@@ -18,30 +18,68 @@ pub struct StoredPage {
 pub(super) const FORMAT_VERSION: u8 = 1;
 /// The first byte of a purged page's tombstone (then its epoch, in ASCII).
 pub(super) const TOMBSTONE: u8 = 0;
+/// The first byte of a stored entry of releases before generations: then until
+/// when it is fresh (unix ms, u64 big-endian), then the page. Read as stored at
+/// epoch 0 (before any generation).
+pub(super) const ENTRY_WITHOUT_EPOCH: u8 = 2;
 /// The first byte of a stored entry: then until when it is fresh (unix ms, u64
-/// big-endian), then the page ([`StoredPage::encode`]).
-pub(super) const ENTRY: u8 = 2;
+/// big-endian), the purge epoch its render began at (u64 big-endian), then the
+/// page ([`StoredPage::encode`]).
+pub(super) const ENTRY: u8 = 3;
 
-/// A stored value read back: a page with until when it is fresh, or nothing (no
-/// value, or a purged page's tombstone).
-pub(super) fn decode_entry(bytes: &[u8]) -> Option<Result<(StoredPage, u64), CacheError>> {
+/// A stored entry read back.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) page: StoredPage,
+    /// Until when it is fresh (unix ms).
+    pub(super) fresh_until: u64,
+    /// The purge epoch its render began at: older than the generation's start,
+    /// it counts as purged.
+    pub(super) epoch: u64,
+}
+
+/// A stored value read back: an entry, or nothing (no value, or a purged page's
+/// tombstone).
+pub(super) fn decode_entry(bytes: &[u8]) -> Option<Result<Entry, CacheError>> {
+    let corrupt = || CacheError::Corrupt { what: "cache:" };
+    let entry = |page: &[u8], fresh_until, epoch| {
+        StoredPage::decode(page).map(|page| Entry {
+            page,
+            fresh_until,
+            epoch,
+        })
+    };
     match *bytes.first()? {
         TOMBSTONE => None,
         ENTRY => {
-            let Some((until, page)) = bytes[1..].split_first_chunk::<8>() else {
-                return Some(Err(CacheError::Corrupt { what: "cache:" }));
+            let Some((until, rest)) = bytes[1..].split_first_chunk::<8>() else {
+                return Some(Err(corrupt()));
             };
-            Some(StoredPage::decode(page).map(|page| (page, u64::from_be_bytes(*until))))
+            let Some((epoch, page)) = rest.split_first_chunk::<8>() else {
+                return Some(Err(corrupt()));
+            };
+            Some(entry(
+                page,
+                u64::from_be_bytes(*until),
+                u64::from_be_bytes(*epoch),
+            ))
+        }
+        ENTRY_WITHOUT_EPOCH => {
+            let Some((until, page)) = bytes[1..].split_first_chunk::<8>() else {
+                return Some(Err(corrupt()));
+            };
+            Some(entry(page, u64::from_be_bytes(*until), 0))
         }
         // A bare page, as releases before serve-stale stored them: fresh for the
         // rest of its TTL.
-        _ => Some(StoredPage::decode(bytes).map(|page| (page, u64::MAX))),
+        _ => Some(entry(bytes, u64::MAX, 0)),
     }
 }
 
-pub(super) fn encode_entry(page: &StoredPage, fresh_until_ms: u64) -> Vec<u8> {
+pub(super) fn encode_entry(page: &StoredPage, fresh_until_ms: u64, epoch: u64) -> Vec<u8> {
     let mut out = vec![ENTRY];
     out.extend_from_slice(&fresh_until_ms.to_be_bytes());
+    out.extend_from_slice(&epoch.to_be_bytes());
     out.extend_from_slice(&page.encode());
     out
 }

@@ -135,7 +135,10 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
     assert_eq!(got.body().unwrap(), body.as_bytes());
 
     let mut raw = fx.raw().await;
-    assert_eq!(fx.all_keys().await, vec![fx.keys.page(key.as_str())]);
+    // The page, and the purge epoch and generation its render read (started then).
+    let mut expected = vec![fx.keys.page(key.as_str()), fx.keys.page_purges()];
+    expected.sort();
+    assert_eq!(fx.all_keys().await, expected);
     let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
     assert!(pttl > 299_000 && pttl <= 300_000, "pttl {pttl}");
     // Storing again replaces the page and starts the TTL afresh.
@@ -170,6 +173,7 @@ async fn different_requests_are_different_pages(fx: Fixture) {
     let mut expected = vec![
         fx.keys.page(en.key().as_str()),
         fx.keys.page(de.key().as_str()),
+        fx.keys.page_purges(),
     ];
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
@@ -216,9 +220,46 @@ async fn remove_drops_the_page(fx: Fixture) {
     let mut expected = vec![
         fx.keys.item_views().to_owned(),
         fx.keys.page(other.as_str()),
+        fx.keys.page_purges(),
     ];
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
+}
+
+async fn a_lost_state_redis_starts_a_generation_that_purges_everything_before(fx: Fixture) {
+    let store = store_of(&fx, Duration::from_secs(60), 10);
+    let other = store_of(&fx, Duration::from_secs(60), 10);
+    let key = key_of("/items/1");
+    put(&store, &key, &page("old")).await;
+    let late = store.begin_render().await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), Some(page("old")));
+    let mut raw = fx.raw().await;
+    let before: u64 = raw.hget(fx.keys.page_purges(), "epoch").await.unwrap();
+    let since = store.generation().since();
+    // The bookkeeping is lost (a flush, a restart without its file); the page is not.
+    let _: () = raw.del(fx.keys.page_purges()).await.unwrap();
+    // A purge by another process finds no tag, and starts the next generation.
+    assert_eq!(other.purge(&[PageTag::Item(item(1))]).await.unwrap(), 0);
+    let after: u64 = raw.hget(fx.keys.page_purges(), "epoch").await.unwrap();
+    assert!(after > before, "the epoch never goes back: {after} after {before}");
+    assert!(other.generation().since() > since);
+    assert_eq!(other.get(&key).await.unwrap(), None, "stored before: purged");
+    // This process learns it at its next render (or from the event, or its tier's
+    // check): its render begun before is not stored, and the old page is gone.
+    let ticket = store.begin_render().await.unwrap();
+    assert_eq!(store.generation().since(), other.generation().since());
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
+    assert_eq!(
+        store.store(&key, &page("late"), &[], &late).await.unwrap(),
+        Stored::Refused,
+        "a render begun before the loss"
+    );
+    assert_eq!(
+        store.store(&key, &page("new"), &[], &ticket).await.unwrap(),
+        Stored::Yes
+    );
+    assert_eq!(other.get(&key).await.unwrap(), Some(page("new")));
 }
 
 async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {

@@ -17,6 +17,12 @@
 //!   new page polls for it), and a page stored anew drops the old version from
 //!   every other tier. A fill that raced an event is not kept (a generation counter,
 //!   bumped before each invalidation and checked after each insert).
+//! - Generations ([`shop_cache::page_cache::Generation`]): each entry records the
+//!   generation of the state Redis's page bookkeeping its fill began in, and is
+//!   neither served nor used as a fallback once a newer one is known (the state
+//!   Redis lost its data, so purges could no longer find the pages: see
+//!   `shop_cache::page_cache`). The feed learns the generation every
+//!   [`HEARTBEAT`] and from the [`PageEvent::Generation`] a purge publishes.
 //! - Trusted only while subscribed: until the feed has subscribed, and from the
 //!   moment it finds its subscription gone (the connection closed, a ping
 //!   unanswered), the tier serves nothing and keeps nothing, since events may be
@@ -35,7 +41,7 @@ use moka::sync::Cache;
 use shop_cache::CacheError;
 use shop_cache::RedisConn;
 use shop_cache::daemon::Daemon;
-use shop_cache::page_cache::{PageEvent, PageKey, PageStore, StoredPage, now_ms};
+use shop_cache::page_cache::{Generation, PageEvent, PageKey, PageStore, StoredPage, now_ms};
 
 use super::negotiate::Prepared;
 
@@ -59,6 +65,16 @@ pub(super) struct TierEntry {
     fresh_until_ms: u64,
     /// Served while Redis cannot answer until then (unix ms), and dropped then.
     keep_until_ms: u64,
+    /// The generation its fill began in: not served once a newer one is known.
+    since: u64,
+}
+
+/// Taken before a fill's Redis read ([`PageTier::generation`]), handed to the
+/// insert: a fill that raced an event or a new generation is not kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct FillMark {
+    events: u64,
+    since: u64,
 }
 
 /// Counters for `/metrics`.
@@ -85,6 +101,8 @@ pub struct PageTier {
     pages: Cache<PageKey, Arc<TierEntry>>,
     trusted: AtomicBool,
     generation: AtomicU64,
+    /// The store's generation of the state Redis's page bookkeeping.
+    state_generation: Generation,
     /// The store's [`PageStore::origin`]: its own stores are no reason to drop.
     origin: u64,
     /// How long past its TTL a page is served while Redis cannot answer.
@@ -122,6 +140,7 @@ impl PageTier {
             pages,
             trusted: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            state_generation: store.generation().clone(),
             origin: store.origin(),
             if_error: store.grace().if_error,
             stats: TierStats::default(),
@@ -154,17 +173,25 @@ impl PageTier {
     }
 
     /// Read before a fill's Redis read; hand it to the insert.
-    pub(super) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+    pub(super) fn generation(&self) -> FillMark {
+        FillMark {
+            events: self.generation.load(Ordering::Acquire),
+            since: self.state_generation.since(),
+        }
     }
 
-    /// The page under `key`, if trusted and fresh.
+    /// Whether `entry` was filled in the generation known now.
+    fn current(&self, entry: &TierEntry) -> bool {
+        entry.since >= self.state_generation.since()
+    }
+
+    /// The page under `key`, if trusted, fresh and of the known generation.
     pub(super) fn fresh(&self, key: &PageKey) -> Option<Arc<TierEntry>> {
         if !self.is_trusted() {
             return None;
         }
         let entry = self.pages.get(key)?;
-        (now_ms() < entry.fresh_until_ms).then(|| {
+        (now_ms() < entry.fresh_until_ms && self.current(&entry)).then(|| {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
             entry
         })
@@ -174,7 +201,7 @@ impl PageTier {
     /// stale-if-error window.
     pub(super) fn fallback(&self, key: &PageKey) -> Option<Arc<TierEntry>> {
         let entry = self.pages.get(key)?;
-        (now_ms() < entry.keep_until_ms).then(|| {
+        (now_ms() < entry.keep_until_ms && self.current(&entry)).then(|| {
             self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
             entry
         })
@@ -183,7 +210,13 @@ impl PageTier {
     /// Keeps `page` (fresh until `fresh_until_ms`, as Redis has it), unless an
     /// event came since `since` ([`PageTier::generation`] before the page was read)
     /// or the tier is not trusted.
-    pub(super) fn insert(&self, key: &PageKey, page: &StoredPage, fresh_until_ms: u64, since: u64) {
+    pub(super) fn insert(
+        &self,
+        key: &PageKey,
+        page: &StoredPage,
+        fresh_until_ms: u64,
+        since: FillMark,
+    ) {
         let current = || self.is_trusted() && self.generation() == since;
         if !current() || now_ms() >= fresh_until_ms {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -198,6 +231,7 @@ impl PageTier {
                 page,
                 fresh_until_ms,
                 keep_until_ms: fresh_until_ms + self.if_error.as_millis() as u64,
+                since: since.since,
             }),
         );
         // An event that came while this was inserted bumped the generation before
@@ -224,6 +258,11 @@ impl PageTier {
                 }
             }
             PageEvent::Stored { key, .. } => self.pages.invalidate(key),
+            PageEvent::Generation(since) => {
+                // Older entries are not served from now on; the memory goes too.
+                self.state_generation.learn(*since);
+                self.pages.invalidate_all();
+            }
         }
         self.stats.events.fetch_add(1, Ordering::Relaxed);
     }
@@ -263,6 +302,9 @@ pub enum FeedStep {
 /// Each web server runs one.
 pub struct TierFeed {
     tier: Arc<PageTier>,
+    store: PageStore,
+    /// When the generation was last checked.
+    checked: Option<Instant>,
     conn: RedisConn,
     channel: String,
     subscription: Option<(redis::aio::PubSubSink, redis::aio::PubSubStream)>,
@@ -274,15 +316,32 @@ impl TierFeed {
         let (conn, channel) = store.events();
         Self {
             tier,
+            store: store.clone(),
+            checked: None,
             conn,
             channel,
             subscription: None,
         }
     }
 
+    /// Learns the state Redis's generation if it was not checked for a
+    /// [`HEARTBEAT`]: a loss of the state Redis is found within about a second
+    /// even where no purge publishes it.
+    async fn check_generation(&mut self) {
+        if self.checked.is_some_and(|at| at.elapsed() < HEARTBEAT) {
+            return;
+        }
+        self.checked = Some(Instant::now());
+        if let Err(error) = self.store.check_generation().await {
+            tracing::debug!(%error, "page tier could not check the page generation");
+        }
+    }
+
     /// Subscribes if it is not, else waits (up to a [`HEARTBEAT`], then pings) for
-    /// the next event and applies it: the single step.
+    /// the next event and applies it, and checks the generation every
+    /// [`HEARTBEAT`]: the single step.
     pub async fn step(&mut self) -> Result<FeedStep, CacheError> {
+        self.check_generation().await;
         let Some((sink, stream)) = self.subscription.as_mut() else {
             let subscription = self.conn.subscribe(&self.channel).await.inspect_err(|_| {
                 self.tier.distrust();

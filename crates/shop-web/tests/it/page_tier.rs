@@ -1,8 +1,9 @@
 //! The in-process page tier: a second web server serves a cached page from its own
 //! memory with no Redis command, drops it the moment a purge on the first server
 //! returns, serves nothing from a tier whose subscription dropped until it has been
-//! emptied, and serves what it holds while Redis is down. And the item pages'
-//! held-back touches: a graceful stop writes every one.
+//! emptied, serves what it holds while Redis is down, and serves nothing stored
+//! before the state Redis lost its data. And the item pages' held-back touches: a
+//! graceful stop writes every one.
 
 use std::time::{Duration, Instant};
 
@@ -50,12 +51,13 @@ async fn get(state: &AppState, uri: &str) -> Response {
     send(&shop_web::router(state.clone()), get_request(uri)).await
 }
 
-/// Commands Redis ran so far, other than the feeds' pings and these `INFO`s.
+/// Commands Redis ran so far, other than the feeds' pings and generation checks
+/// (a script call each second) and these `INFO`s.
 async fn commands_processed(app: &TestApp) -> u64 {
     app.command_calls()
         .await
         .into_iter()
-        .filter(|(name, _)| name != "ping" && name != "info")
+        .filter(|(name, _)| name != "ping" && name != "info" && name != "evalsha")
         .map(|(_, calls)| calls)
         .sum()
 }
@@ -251,4 +253,136 @@ async fn a_graceful_stop_writes_every_held_touch() {
     assert!(seen.is_some(), "the session is last seen now");
     let count: Option<f64> = raw.zscore("viewed:", 4).await.unwrap();
     assert_eq!(count, Some(-1.0));
+}
+
+/// The state Redis loses its data (here `FLUSHALL`; a restart without its file or a
+/// failover to a replica that missed writes is the same) while the pages stay in
+/// the cache Redis and in two servers' tiers: the purge of a change then finds no
+/// tag to purge. Once the change returns, its server serves the new page at once,
+/// and the other as soon as the generation's event reaches it.
+#[tokio::test]
+async fn a_state_redis_that_lost_its_data_still_purges_every_copy() {
+    let app = TestApp::start().await;
+    let cache = shop_testkit::TestRedis::start();
+    let cache_conn = shop_cache::connect(&cache.url()).await.unwrap();
+    let server = || {
+        AppState::with_cache(
+            app.db.clone(),
+            app.conn.clone(),
+            Some(cache_conn.clone()),
+            app.keys.clone(),
+            app.config.clone(),
+        )
+    };
+    let (a, b) = (server(), server());
+    let stop = CancellationToken::new();
+    run_feed(&a, &stop).await;
+    run_feed(&b, &stop).await;
+    app.rank(&[3]).await;
+    let old = app.db.item(item(3)).await.unwrap().unwrap().title;
+    assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
+    assert_eq!(
+        x_cache(&get(&b, "/items/3").await),
+        "HIT",
+        "from the cache Redis"
+    );
+    assert_eq!(x_cache(&get(&a, "/items/3").await), "HIT");
+    let epoch_before: u64 = app
+        .redis
+        .conn()
+        .await
+        .hget(app.keys.page_purges(), "epoch")
+        .await
+        .unwrap();
+
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut app.redis.conn().await)
+        .await
+        .unwrap();
+    // The ranking comes back with the traffic; the pages are still in the cache
+    // Redis and in both tiers.
+    app.rank(&[3]).await;
+    let edit = ItemEdit::new(Some("Brand new title"), None, None, None).unwrap();
+    a.catalogue().update(item(3), &edit, None).await.unwrap();
+    let changed = Instant::now();
+    let html = text(get(&a, "/items/3").await).await;
+    assert!(
+        html.contains("Brand new title"),
+        "the changing server, at once"
+    );
+    let mut seen_old = 0;
+    loop {
+        let html = text(get(&b, "/items/3").await).await;
+        if html.contains("Brand new title") {
+            break;
+        }
+        assert!(html.contains(&old));
+        seen_old += 1;
+        assert!(
+            changed.elapsed() < Duration::from_secs(2),
+            "b still serves the old page {seen_old} times after 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!(
+        "b served the old page {seen_old} times, for {:?} after the change returned",
+        changed.elapsed()
+    );
+    // The epoch went on from where it was, not from 1.
+    let epoch_after: u64 = app
+        .redis
+        .conn()
+        .await
+        .hget(app.keys.page_purges(), "epoch")
+        .await
+        .unwrap();
+    assert!(
+        epoch_after > epoch_before,
+        "{epoch_after} after {epoch_before}"
+    );
+    // The new page is cached again, in Redis and in the tiers.
+    assert!(
+        text(get(&b, "/items/3").await)
+            .await
+            .contains("Brand new title")
+    );
+    assert_eq!(x_cache(&get(&b, "/items/3").await), "HIT");
+    stop.cancel();
+}
+
+/// Without any purge, a server notices the loss within about a second (its tier's
+/// feed checks the generation) and stops serving what it stored before.
+#[tokio::test]
+async fn a_server_notices_a_lost_state_redis_without_a_purge() {
+    let app = TestApp::start().await;
+    let cache = shop_testkit::TestRedis::start();
+    let a = AppState::with_cache(
+        app.db.clone(),
+        app.conn.clone(),
+        Some(shop_cache::connect(&cache.url()).await.unwrap()),
+        app.keys.clone(),
+        app.config.clone(),
+    );
+    let stop = CancellationToken::new();
+    run_feed(&a, &stop).await;
+    app.rank(&[3]).await;
+    assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
+    assert_eq!(x_cache(&get(&a, "/items/3").await), "HIT");
+    let since = a.pages.generation().since();
+    assert!(since > 0, "learnt at the render");
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut app.redis.conn().await)
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(10), "a new generation learnt", || {
+        a.pages.generation().since() > since
+    })
+    .await;
+    app.rank(&[3]).await;
+    assert_eq!(
+        x_cache(&get(&a, "/items/3").await),
+        "MISS",
+        "nothing from before"
+    );
+    stop.cancel();
 }

@@ -1,0 +1,31 @@
+//! The generation of the state Redis's page bookkeeping a process knows: pages
+//! stored before it count as purged (see the `page_cache` module documentation).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The generation of the state Redis's page bookkeeping this process knows: the
+/// purge epoch it began at (0 before the process learnt it). Pages stored at an
+/// older epoch count as purged. Shared by every clone of a [`PageStore`] and by
+/// the in-process tier.
+#[derive(Debug, Clone, Default)]
+pub struct Generation(Arc<AtomicU64>);
+
+impl Generation {
+    /// The epoch the known generation began at.
+    pub fn since(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Learns generation `since`: returns the one known before when it is newer
+    /// (a loss of the state Redis found), else `None`.
+    pub fn learn(&self, since: u64) -> Option<u64> {
+        let before = self.0.fetch_max(since, Ordering::AcqRel);
+        (since > before).then_some(before)
+    }
+
+    /// Whether a page stored at `epoch` belongs to the known generation.
+    pub fn holds(&self, epoch: u64) -> bool {
+        epoch >= self.since()
+    }
+}
