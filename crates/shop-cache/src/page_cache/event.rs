@@ -3,14 +3,14 @@
 
 use super::PageKey;
 
-/// What the web servers' in-process page tiers hear on [`Keys::page_events`]: a
+/// What the web servers' in-process page tiers hear on [`crate::keys::Keys::page_events`]: a
 /// copy of a page they may hold is no longer the one to serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PageEvent {
-    /// These pages were purged (published by [`PageStore::purge`] after their
+    /// These pages were purged (published by [`super::PageStore::purge`] after their
     /// tombstones are written, before it returns).
     Purged(Vec<PageKey>),
-    /// A new version of this page was stored, by the [`PageStore::origin`] `by`
+    /// A new version of this page was stored, by the [`super::PageStore::origin`] `by`
     /// (its own tier keeps the version it stored).
     Stored {
         /// The page.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The generation of the state Redis's page bookkeeping this process knows: the
 /// purge epoch it began at (0 before the process learnt it). Pages stored at an
-/// older epoch count as purged. Shared by every clone of a [`PageStore`] and by
+/// older epoch count as purged. Shared by every clone of a [`super::PageStore`] and by
 /// the in-process tier.
 #[derive(Debug, Clone, Default)]
 pub struct Generation(Arc<AtomicU64>);
