@@ -64,7 +64,7 @@ mod key;
 mod stored;
 
 pub use event::PageEvent;
-pub use generation::Generation;
+pub use generation::{Generation, PurgesSeen};
 pub use key::{PageKey, PageRequest};
 use stored::*;
 pub use stored::{StaleGrace, StoredPage, now_ms};
@@ -178,6 +178,8 @@ pub struct PageStore {
     origin: u64,
     /// The generation this process knows.
     generation: Generation,
+    /// The purges this process has seen.
+    purges_seen: PurgesSeen,
 }
 
 impl PageStore {
@@ -196,7 +198,14 @@ impl PageStore {
             top: None,
             origin: u64::from_be_bytes(origin),
             generation: Generation::default(),
+            purges_seen: PurgesSeen::default(),
         }
+    }
+
+    /// The purges this process has seen (shared with its in-process tier, which
+    /// counts those of other processes).
+    pub fn purges_seen(&self) -> &PurgesSeen {
+        &self.purges_seen
     }
 
     /// The generation this process knows (shared with its in-process tier).
@@ -538,13 +547,18 @@ impl PageStore {
         }
         // Then every web server's tier is told to drop its copies, before the purge
         // returns (each applies it as the event arrives; a tier that missed it, its
-        // subscription lost, empties itself).
-        let events: Vec<PageEvent> = hashes
+        // subscription lost, empties itself). A purge that found no page still
+        // says so: copies kept in process other than pages (search results) go.
+        let mut events: Vec<PageEvent> = hashes
             .chunks(PURGE_CHUNK)
             .map(|chunk| {
                 PageEvent::Purged(chunk.iter().map(|hash| PageKey((*hash).clone())).collect())
             })
             .collect();
+        if events.is_empty() {
+            events.push(PageEvent::Purged(Vec::new()));
+        }
+        self.purges_seen.bump();
         self.publish(&events).await?;
         Ok(pages.len() as u64)
     }

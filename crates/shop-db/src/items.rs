@@ -191,40 +191,45 @@ impl Db {
             .collect()
     }
 
-    /// Whether `after` ends a page of `page` items of the listing (of `category`,
-    /// or the whole catalogue): it is a listed item, and the listing holds a whole
-    /// number of pages up to it. The "next" links only ever point at such items,
-    /// so only those listing pages are worth keeping; any other `after` (a
-    /// crawler's made-up one) is answered but not cached. One indexed count.
-    pub async fn is_page_boundary(
+    /// The items that end a page of `page` items of the listing (of `category`,
+    /// or the whole catalogue), in id order: the 24th, the 48th, ... live item.
+    /// The "next" links only ever point at these, so only the listing pages after
+    /// them are worth keeping; any other `after` (a crawler's made-up one) is
+    /// answered but not cached. One pass over the listing's index: the caller keeps
+    /// the answer (see `shop_web::listing_ends`), so telling a page end costs a
+    /// binary search, whatever the page's position.
+    pub async fn page_ends(
         &self,
         category: Option<&str>,
-        after: ItemId,
         page: u32,
-    ) -> Result<bool, DbError> {
-        let after = after.to_i64();
-        let (count, listed): (i64, i64) = match category {
+    ) -> Result<Vec<ItemId>, DbError> {
+        let page = i64::from(page.max(1));
+        let ids: Vec<i64> = match category {
             Some(category) => {
-                sqlx::query_as(
-                    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = $2 THEN 1 ELSE 0 END), 0) \
-                     FROM items WHERE category = $1 AND id <= $2 AND retired_at IS NULL",
+                sqlx::query_scalar(
+                    "SELECT id FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n \
+                     FROM items WHERE category = $1 AND retired_at IS NULL) AS listed \
+                     WHERE n % $2 = 0 ORDER BY id",
                 )
                 .bind(category)
-                .bind(after)
-                .fetch_one(&self.read)
+                .bind(page)
+                .fetch_all(&self.read)
                 .await?
             }
             None => {
-                sqlx::query_as(
-                    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN id = $1 THEN 1 ELSE 0 END), 0) \
-                     FROM items WHERE id <= $1 AND retired_at IS NULL",
+                sqlx::query_scalar(
+                    "SELECT id FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n \
+                     FROM items WHERE retired_at IS NULL) AS listed \
+                     WHERE n % $1 = 0 ORDER BY id",
                 )
-                .bind(after)
-                .fetch_one(&self.read)
+                .bind(page)
+                .fetch_all(&self.read)
                 .await?
             }
         };
-        Ok(listed == 1 && count > 0 && count % i64::from(page.max(1)) == 0)
+        ids.into_iter()
+            .map(|id| ItemId::from_i64(id).map_err(|_| DbError::Corrupt { what: "items.id" }))
+            .collect()
     }
 
     /// Up to `limit` live items in id order with ids above `after` (from the first

@@ -5,13 +5,20 @@
 //! Listings are keyset pages (`?after=<last id of the page before>`, see
 //! [`shop_db::items`]), so page 1,000 costs what page 1 does. They are the same
 //! for every visitor, so they sit behind the page cache (keyed by path and
-//! `after` only). Search pages are not cached: any text makes a new page, and a
-//! cache anyone can fill with arbitrary keys is a memory leak with extra steps.
-//! Search reads the database's own full-text index ([`shop_db::search`]); what
-//! a visitor types is cut into words there, so any input is a search.
+//! `after` only). Search pages are not in the page cache: any text makes a new
+//! page, and a cache anyone can fill with arbitrary keys is a memory leak with
+//! extra steps; their results are kept in process instead, bounded, the popular
+//! ones ([`crate::search_cache`]). Search reads the database's own full-text
+//! index ([`shop_db::search`]); what a visitor types is cut into words there, so
+//! any input is a search. A search the cache cannot answer, like every page
+//! rendered behind the page cache, spends the client's uncached-work budget
+//! ([`crate::uncached`]).
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -20,6 +27,7 @@ use shop_cache::page_cache::PageTag;
 use shop_db::search::SearchWords;
 
 use crate::AppState;
+use crate::auth::PeerAddr;
 use crate::error::WebError;
 use crate::page_cache::{PageCacheConfig, PageTags, Pages};
 use crate::templates::{self, ItemView, ListingPage, SearchPage, url_encode};
@@ -46,9 +54,18 @@ pub fn router(state: AppState) -> Router {
             ..PageCacheConfig::default()
         },
     );
+    let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
     Router::new()
-        .route("/items", get(all_items).layer(listing_cache.clone()))
-        .route("/c/{category}", get(category).layer(listing_cache))
+        .route(
+            "/items",
+            get(all_items)
+                .layer(budget.clone())
+                .layer(listing_cache.clone()),
+        )
+        .route(
+            "/c/{category}",
+            get(category).layer(budget).layer(listing_cache),
+        )
         .route("/search", get(search))
         .with_state(state)
 }
@@ -136,8 +153,8 @@ async fn listing(
         Some(_) if page.items.is_empty() => false,
         Some(after) => {
             state
-                .db
-                .is_page_boundary(category, after, LISTING_PAGE)
+                .listing_ends
+                .is_page_end(&state.db, category, after)
                 .await?
         }
     };
@@ -169,6 +186,8 @@ pub struct SearchQuery {
 
 async fn search(
     State(state): State<AppState>,
+    PeerAddr(peer): PeerAddr,
+    headers: HeaderMap,
     Query(q): Query<SearchQuery>,
 ) -> Result<Response, WebError> {
     let text = q.q.unwrap_or_default();
@@ -186,12 +205,28 @@ async fn search(
             .ok_or_else(|| WebError::bad_request("page must be a whole number from 1 to 50"))?,
     };
     let words = SearchWords::from_text(&text);
-    let mut items = state
-        .db
-        .search(&words, (page - 1) * SEARCH_PAGE, SEARCH_PAGE + 1)
-        .await?;
+    let cache = state.search_cache.as_deref();
+    let (items, cached) = match cache.and_then(|cache| cache.get(&words, page)) {
+        Some(items) => (items, "HIT"),
+        None => {
+            if !words.is_empty() {
+                crate::uncached::spend(&state, peer, &headers).await?;
+            }
+            let mark = cache.map(|cache| cache.mark());
+            let items = Arc::new(
+                state
+                    .db
+                    .search(&words, (page - 1) * SEARCH_PAGE, SEARCH_PAGE + 1)
+                    .await?,
+            );
+            if let (Some(cache), Some(mark)) = (cache, mark) {
+                cache.put(&words, page, items.clone(), mark);
+            }
+            (items, "MISS")
+        }
+    };
     let more = items.len() > SEARCH_PAGE as usize && page < MAX_SEARCH_PAGE;
-    items.truncate(SEARCH_PAGE as usize);
+    let items = &items[..items.len().min(SEARCH_PAGE as usize)];
     let link = |p: u32| format!("/search?q={}&page={p}", url_encode(&words.joined()));
     let view = SearchPage {
         q: text.trim().to_owned(),
@@ -201,7 +236,12 @@ async fn search(
         previous: (page > 1).then(|| link(page - 1)),
         items: items.iter().map(ItemView::from).collect(),
     };
-    Ok(templates::render(&view)?.into_response())
+    let mut resp = templates::render(&view)?.into_response();
+    resp.headers_mut().insert(
+        crate::page_cache::X_CACHE,
+        axum::http::HeaderValue::from_static(cached),
+    );
+    Ok(resp)
 }
 
 #[cfg(test)]

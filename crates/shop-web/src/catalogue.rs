@@ -20,9 +20,10 @@ const HOME_ITEMS: u64 = 24;
 /// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
     let item_cache = state.page_cache("item", PageCacheConfig::default());
+    let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
     Router::new()
         .route("/", get(home))
-        .route("/items/{id}", get(item).layer(item_cache))
+        .route("/items/{id}", get(item).layer(budget).layer(item_cache))
         .with_state(state)
 }
 

@@ -39,8 +39,12 @@ pub fn router(state: AppState) -> Router {
             ..PageCacheConfig::default()
         },
     );
+    let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
     Router::new()
-        .route("/api/items/{id}/insights", get(insights).layer(cache))
+        .route(
+            "/api/items/{id}/insights",
+            get(insights).layer(budget).layer(cache),
+        )
         .with_state(state)
 }
 

@@ -28,13 +28,16 @@ pub mod flash;
 pub mod health;
 pub mod http_limits;
 pub mod insights;
+pub mod listing_ends;
 pub mod me;
 pub mod metrics;
 pub mod ops;
 pub mod page_cache;
 pub mod request;
+pub mod search_cache;
 pub mod session;
 pub mod templates;
+pub mod uncached;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -101,6 +104,9 @@ pub struct WebConfig {
     /// the cleaner keeps for its idle time, so this bounds what one client can
     /// add to the session index.
     pub cart_starts_per_minute: u32,
+    /// Renders and database reads one client address may cause per
+    /// [`uncached::WINDOW`] (beyond: 429): see [`uncached`].
+    pub uncached_per_address: u32,
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
@@ -142,6 +148,7 @@ impl Default for WebConfig {
             login_limits: LoginLimits::default(),
             flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
             cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
+            uncached_per_address: uncached::DEFAULT_UNCACHED_PER_ADDRESS,
             trust_forwarded_for: false,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
@@ -200,12 +207,18 @@ pub struct AppParts {
     /// This process's pages in memory, in front of `pages` (kept coherent by the
     /// [`page_cache::TierFeed`] a server runs: [`AppState::tier_feed`]).
     pub tier: Option<Arc<page_cache::PageTier>>,
+    /// Search results in memory (only beside a tier, whose feed hears purges).
+    pub search_cache: Option<Arc<search_cache::SearchCache>>,
+    /// The listings' page ends, in memory.
+    pub listing_ends: listing_ends::ListingEnds,
     /// Login attempt counters.
     pub login_limiter: LoginLimiter,
     /// Flash-sale buys per account.
     pub buy_limit: RateLimit,
     /// New carts (a session's first line, not logged in) per client address.
     pub cart_starts: AddressLimit,
+    /// Uncached work (renders, database reads) per client address: [`uncached`].
+    pub uncached: AddressLimit,
     /// The shared Redis handle (its circuit breaker's state, for health and metrics).
     pub redis: RedisConn,
     /// The last `/healthz` answer, reused for a second.
@@ -276,12 +289,26 @@ impl AppState {
                 config.cart_starts_per_minute,
                 Duration::from_secs(60),
             ),
+            uncached: AddressLimit::new(
+                conn.clone(),
+                keys.clone(),
+                "uncached",
+                config.uncached_per_address,
+                uncached::WINDOW,
+            ),
             redis: conn.clone(),
             health: health::HealthCache::default(),
             analytics: Analytics::new(conn.clone(), keys.clone()),
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone())
                 .with_min_co_buyers(config.insights_min_co_buyers),
+            listing_ends: listing_ends::ListingEnds::new(
+                browse::LISTING_PAGE,
+                pages.purges_seen().clone(),
+            ),
+            search_cache: tier
+                .clone()
+                .map(|tier| Arc::new(search_cache::SearchCache::new(&pages, tier))),
             pages,
             top_items,
             tier,

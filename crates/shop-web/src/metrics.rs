@@ -70,6 +70,8 @@ pub struct Metrics {
     pub session_errors: Arc<AtomicU64>,
     /// Orders whose insights could not be recorded (the orders stand).
     pub insight_errors: AtomicU64,
+    /// Requests refused because their address spent its uncached-work budget.
+    pub uncached_refused: AtomicU64,
     cleaner_removed: Mutex<Option<Arc<AtomicU64>>>,
     reconciled: Mutex<Option<Arc<ReconcilerTotals>>>,
 }
@@ -89,6 +91,7 @@ impl Default for Metrics {
             page_caches: Mutex::default(),
             session_errors: Arc::default(),
             insight_errors: AtomicU64::new(0),
+            uncached_refused: AtomicU64::new(0),
             cleaner_removed: Mutex::default(),
             reconciled: Mutex::default(),
         }
@@ -193,6 +196,12 @@ impl Metrics {
             out,
             "shop_session_errors_total {}",
             self.session_errors.load(Ordering::Relaxed)
+        );
+        out.push_str("# TYPE shop_uncached_refused_total counter\n");
+        let _ = writeln!(
+            out,
+            "shop_uncached_refused_total {}",
+            self.uncached_refused.load(Ordering::Relaxed)
         );
         if let Some(removed) = lock(&self.cleaner_removed).as_ref() {
             out.push_str("# TYPE shop_cleaner_removed_total counter\n");

@@ -29,3 +29,24 @@ impl Generation {
         epoch >= self.since()
     }
 }
+
+/// How many purges this process has seen: its own (counted before
+/// [`super::PageStore::purge`] returns) and every other process's (counted by the
+/// in-process tier's feed as their [`super::PageEvent::Purged`] arrives; a lost
+/// subscription counts too, since purges may have been missed). A copy of
+/// catalogue data kept in process (the search results) is good while this count
+/// is what it was when the copy was read.
+#[derive(Debug, Clone, Default)]
+pub struct PurgesSeen(Arc<AtomicU64>);
+
+impl PurgesSeen {
+    /// The count now: read it before reading what is kept.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// One more purge seen.
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}

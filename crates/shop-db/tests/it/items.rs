@@ -143,6 +143,26 @@ async fn browsing_walks_every_item_once_by_keyset_pages() {
             seen.extend(page.iter().map(|it| it.id.to_i64()));
         }
         assert_eq!(seen, want, "{kind}");
+        // The items that end each page of 50 of the department: the last of each
+        // page the walk above read (a partial last page ends none).
+        let ends: Vec<i64> = db
+            .page_ends(Some(category), 50)
+            .await
+            .unwrap()
+            .iter()
+            .map(|id| id.to_i64())
+            .collect();
+        let whole: Vec<i64> = want.chunks_exact(50).map(|c| c[49]).collect();
+        assert_eq!(ends, whole, "{kind}");
+        let all = db.page_ends(None, 64).await.unwrap();
+        assert_eq!(all.len(), 2_000 / 64, "{kind}");
+        assert_eq!(all[0], item(64), "{kind}");
+        assert!(
+            db.page_ends(Some("no such department"), 50)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert!(
             db.items_page(Some("no such department"), None, 50)
                 .await

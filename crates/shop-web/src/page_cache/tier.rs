@@ -41,7 +41,9 @@ use moka::sync::Cache;
 use shop_cache::CacheError;
 use shop_cache::RedisConn;
 use shop_cache::daemon::Daemon;
-use shop_cache::page_cache::{Generation, PageEvent, PageKey, PageStore, StoredPage, now_ms};
+use shop_cache::page_cache::{
+    Generation, PageEvent, PageKey, PageStore, PurgesSeen, StoredPage, now_ms,
+};
 
 use super::negotiate::Prepared;
 
@@ -103,6 +105,8 @@ pub struct PageTier {
     generation: AtomicU64,
     /// The store's generation of the state Redis's page bookkeeping.
     state_generation: Generation,
+    /// The store's count of purges seen: other processes' are counted here.
+    purges_seen: PurgesSeen,
     /// The store's [`PageStore::origin`]: its own stores are no reason to drop.
     origin: u64,
     /// How long past its TTL a page is served while Redis cannot answer.
@@ -141,6 +145,7 @@ impl PageTier {
             trusted: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             state_generation: store.generation().clone(),
+            purges_seen: store.purges_seen().clone(),
             origin: store.origin(),
             if_error: store.grace().if_error,
             stats: TierStats::default(),
@@ -256,6 +261,7 @@ impl PageTier {
                 for key in keys {
                     self.pages.invalidate(key);
                 }
+                self.purges_seen.bump();
             }
             PageEvent::Stored { key, .. } => self.pages.invalidate(key),
             PageEvent::Generation(since) => {
@@ -271,6 +277,8 @@ impl PageTier {
     /// (what is held stays, for Redis outages only).
     pub fn distrust(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+        // Purges may be missed from now on.
+        self.purges_seen.bump();
         self.trusted.store(false, Ordering::Release);
     }
 
@@ -278,6 +286,7 @@ impl PageTier {
     /// trust it.
     pub fn empty_and_trust(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.purges_seen.bump();
         self.pages.invalidate_all();
         self.stats.emptied.fetch_add(1, Ordering::Relaxed);
         self.trusted.store(true, Ordering::Release);

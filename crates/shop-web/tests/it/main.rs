@@ -19,3 +19,4 @@ mod page_cache;
 mod page_tier;
 mod routes;
 mod sessions;
+mod uncached;

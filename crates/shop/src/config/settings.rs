@@ -150,6 +150,14 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_CART_STARTS_PER_ADDRESS", default_value_t = shop_web::DEFAULT_CART_STARTS_PER_MINUTE,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub cart_starts_per_address: u32,
+    /// Uncached work one client address may cause per 10 seconds: pages rendered
+    /// behind the page cache (misses, items outside the cached top, listing pages
+    /// not stored, insights misses) and searches not answered from memory; beyond,
+    /// 429 with `Retry-After`. Cached pages never count. IPv6: per /64, 4x per /56,
+    /// 16x per /48. Raise it for a load generator on one address.
+    #[arg(long, env = "SHOP_UNCACHED_PER_ADDRESS", default_value_t = shop_web::uncached::DEFAULT_UNCACHED_PER_ADDRESS,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub uncached_per_address: u32,
     /// Seconds the database may refuse writes before `/healthz` answers 503
     /// (`"database": "read_only"`) so load balancers take this server out; shorter
     /// refusals, and writes that only wait (a lock, a queue), answer 200
@@ -519,6 +527,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             flash_hold: Duration::from_secs(web.flash_hold),
             flash_buys_per_minute: web.flash_buys_per_minute,
             cart_starts_per_minute: web.cart_starts_per_address,
+            uncached_per_address: web.uncached_per_address,
             write_grace: Duration::from_secs(web.write_grace),
             secure_cookies: web.secure_cookies,
             max_quantity: web.max_quantity,
