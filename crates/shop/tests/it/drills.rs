@@ -167,7 +167,8 @@ fn warm_item_pages(addr: &str, n: u64) {
 #[tokio::test]
 async fn redis_stopped_for_five_seconds() {
     let mut shop = seeded(200).await;
-    let (child, addr) = shop.serve(&[]);
+    // Every client here is this machine's one address.
+    let (child, addr) = shop.serve(&["--uncached-per-address", "10000000"]);
     warm_item_pages(&addr, 20);
 
     let (down_at, up_at, end_at) = (
@@ -279,7 +280,13 @@ async fn database_write_locked_for_twenty_seconds() {
     shop.sale_start("1", "1000");
     // A high per-user limit, so every buy of alice's is a winner that must write
     // its order (refusals are Redis's alone and never wait on the database).
-    let (child, addr) = shop.serve(&["--flash-limit", "1000"]);
+    let (child, addr) = shop.serve(&[
+        "--flash-limit",
+        "1000",
+        // Every client here is this machine's one address.
+        "--uncached-per-address",
+        "10000000",
+    ]);
     warm_item_pages(&addr, 20);
     let alice = log_in(&addr, "alice");
     assert_eq!(
