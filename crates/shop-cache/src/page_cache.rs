@@ -214,22 +214,31 @@ impl PageStore {
     }
 
     /// Reads the purge epoch and the generation (advancing the epoch for a purge),
-    /// starting a new generation if the state Redis has none, and learns it:
-    /// a newer one than known is published to every web server. Returns
-    /// `(epoch, since)`.
+    /// starting a new generation if the state Redis has none, and learns it: one
+    /// this call started, or a newer one than this process knew, is published to
+    /// every web server. Returns `(epoch, since)`.
     async fn epoch(&self, advance: bool) -> Result<(u64, u64), CacheError> {
-        let (epoch, since): (u64, u64) = scripts::PURGE_EPOCH
+        let (epoch, since, started): (u64, u64, u8) = scripts::PURGE_EPOCH
             .key(self.keys.page_purges())
             .arg(if advance { "1" } else { "0" })
             .invoke_async(&mut self.state())
             .await?;
-        if let Some(before) = self.generation.learn(since)
-            && before != 0
-        {
+        let newer = self
+            .generation
+            .learn(since)
+            .is_some_and(|before| before != 0);
+        if newer {
             tracing::warn!(
                 "the state Redis lost the page cache's bookkeeping (restarted empty, flushed or \
                  failed over): every page stored before counts as purged"
             );
+        } else if started == 1 {
+            tracing::info!(
+                "started the page cache's purge bookkeeping (a new shop, or a state Redis that \
+                 lost its data): every page stored before counts as purged"
+            );
+        }
+        if started == 1 || newer {
             self.publish(&[PageEvent::Generation(since)]).await?;
         }
         Ok((epoch, since))

@@ -35,7 +35,12 @@ async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
     let (_sink, mut stream) = conn.subscribe(&channel).await.unwrap();
     let key = PageRequest::new("/items/1", None).key();
     let page = StoredPage::new(200, vec![], b"old");
+    // The first render of a new shop starts the purge bookkeeping, and says so.
     let ticket = store.begin_render().await.unwrap();
+    assert_eq!(
+        next_event(&mut stream).await,
+        PageEvent::Generation(store.generation().since())
+    );
     let tags = [PageTag::Item(item(1))];
     assert_eq!(store.store(&key, &page, &tags, &ticket).await.unwrap(), Stored::Yes);
     assert_eq!(
@@ -59,6 +64,19 @@ async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
         PageEvent::Stored { key, by: other.origin() },
         "nothing else before this"
     );
+
+    // The state Redis loses the bookkeeping: the first call after it (here a purge
+    // by a process that knew no generation, like `shop items update`) starts a new
+    // generation and says so, so every server learns it at once.
+    let _: () = redis::AsyncCommands::del(&mut fx.raw().await, fx.keys.page_purges())
+        .await
+        .unwrap();
+    let fresh = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    fresh.purge(&tags).await.unwrap();
+    let since = fresh.generation().since();
+    assert!(since > store.generation().since());
+    assert_eq!(next_event(&mut stream).await, PageEvent::Generation(since));
+    assert!(matches!(next_event(&mut stream).await, PageEvent::Purged(_)));
 }
 
 async fn the_gate_reads_the_process_copy_of_the_top_once_it_has_one(fx: Fixture) {
