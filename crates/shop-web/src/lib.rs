@@ -219,6 +219,8 @@ pub struct AppParts {
     pub cart_starts: AddressLimit,
     /// Uncached work (renders, database reads) per client address: [`uncached`].
     pub uncached: AddressLimit,
+    /// The addresses this process refused uncached work lately.
+    pub uncached_refusals: uncached::Refusals,
     /// The shared Redis handle (its circuit breaker's state, for health and metrics).
     pub redis: RedisConn,
     /// The last `/healthz` answer, reused for a second.
@@ -296,6 +298,7 @@ impl AppState {
                 config.uncached_per_address,
                 uncached::WINDOW,
             ),
+            uncached_refusals: uncached::Refusals::default(),
             redis: conn.clone(),
             health: health::HealthCache::default(),
             analytics: Analytics::new(conn.clone(), keys.clone()),

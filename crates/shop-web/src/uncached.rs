@@ -11,13 +11,24 @@
 //! server shares one budget per address; IPv6 per /64, with 4x per /56 and 16x
 //! per /48. If Redis cannot count, the request goes ahead: the budget guards the
 //! CPU, never the shop's availability.
+//!
+//! A refused address is remembered in this process until its `Retry-After`
+//! ([`Refusals`], bounded): its next requests are refused without asking Redis,
+//! so a client flooding past its budget costs each server an HTTP exchange per
+//! request, not a Redis call as well. And the refusal is sent after
+//! [`TARPIT`] (or the `Retry-After`, if sooner): a client that sends its next
+//! request when the last is answered (every browser, most scripts) then sends one
+//! a second per connection instead of thousands, and cannot take the other
+//! clients' share of the server by sheer speed (a wait costs the server a timer,
+//! and the per-address share of the connection cap bounds how many wait).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use shop_cache::domain::client::ClientAddress;
 use shop_cache::login_limit::Attempt;
 
 use crate::AppState;
@@ -34,6 +45,45 @@ pub const DEFAULT_UNCACHED_PER_ADDRESS: u32 = 100;
 /// The window the budget is counted over.
 pub const WINDOW: Duration = Duration::from_secs(10);
 
+/// How long a refusal is held before it is sent.
+pub const TARPIT: Duration = Duration::from_secs(1);
+
+/// The most refused addresses one process remembers.
+pub const MAX_REFUSALS: u64 = 100_000;
+
+/// The addresses this process refused lately, each until its `Retry-After`.
+pub struct Refusals(moka::sync::Cache<ClientAddress, Instant>);
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Self(
+            moka::sync::Cache::builder()
+                .max_capacity(MAX_REFUSALS)
+                .time_to_live(WINDOW)
+                .build(),
+        )
+    }
+}
+
+impl Refusals {
+    /// How long `address` is still refused, if it is.
+    fn remaining(&self, address: &ClientAddress) -> Option<Duration> {
+        let until = self.0.get(address)?;
+        until.checked_duration_since(Instant::now())
+    }
+}
+
+fn refused(state: &AppState, retry_after: Duration) -> WebError {
+    state
+        .metrics
+        .uncached_refused
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    WebError::too_many_requests(
+        "too many uncached pages from your address; try again shortly",
+        retry_after,
+    )
+}
+
 /// Spends one unit of the client's budget: `Err` (429) when it is spent.
 pub async fn spend(
     state: &AppState,
@@ -43,17 +93,19 @@ pub async fn spend(
     let Some(address) = client_address(peer, headers, state.config.trust_forwarded_for) else {
         return Ok(());
     };
+    if let Some(retry_after) = state.uncached_refusals.remaining(&address) {
+        tokio::time::sleep(TARPIT.min(retry_after)).await;
+        return Err(refused(state, retry_after));
+    }
     match state.uncached.hit(&address).await {
         Ok(Attempt::Allowed) => Ok(()),
         Ok(Attempt::Refused { retry_after }) => {
             state
-                .metrics
-                .uncached_refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Err(WebError::too_many_requests(
-                "too many uncached pages from your address; try again shortly",
-                retry_after,
-            ))
+                .uncached_refusals
+                .0
+                .insert(address, Instant::now() + retry_after);
+            tokio::time::sleep(TARPIT.min(retry_after)).await;
+            Err(refused(state, retry_after))
         }
         Err(error) => {
             if !error.is_failing_fast() {
