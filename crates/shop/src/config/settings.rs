@@ -299,8 +299,9 @@ impl From<FlashDeciderArg> for shop_web::flash::FlashDecider {
 #[derive(Debug, Clone, Args, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisSettings {
-    /// Redis to use: redis://host:port/db or unix:///path/to/socket
-    /// [default: redis://127.0.0.1:6379; `serve` starts a private one if none answers].
+    /// Redis to use: redis://host:port/db or unix:///path/to/socket [default: none;
+    /// `serve` starts a private pair under `data/`, which the other commands run in
+    /// the same directory use].
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<SecretUrl>,
     /// A second Redis for the cached pages only (rebuildable; configure it with
