@@ -14,8 +14,10 @@
 //!
 //! A refused address is remembered in this process until its `Retry-After`
 //! ([`Refusals`], bounded): its next requests are refused without asking Redis,
-//! so a client flooding past its budget costs each server an HTTP exchange per
-//! request, not a Redis call as well. And the refusal is sent after
+//! so a client flooding searches past its budget costs each server an HTTP
+//! exchange per request, not a Redis call as well (behind a page-cache layer the
+//! layer's own lookup and render lock still come first: see the note on moving
+//! the check before them in the closing note). And the refusal is sent after
 //! [`TARPIT`] (or the `Retry-After`, if sooner): a client that sends its next
 //! request when the last is answered (every browser, most scripts) then sends one
 //! a second per connection instead of thousands, and cannot take the other

@@ -221,7 +221,6 @@ local function remove(cands, kinds, picked_at)
     guests_left = guests_left - redis.call('ZREM', guests, unpack(stale_guests))
   end
   -- Anonymous shoppers: judged like guests, by their last visit in recent:.
-  local gone_before = ng
   args, tokens = still(4, anonymous)
   if #tokens > 0 then
     local bound = tonumber(kinds[4].bound)
@@ -249,7 +248,9 @@ local function remove(cands, kinds, picked_at)
     end
   end
   mended = mended + #stale_anonymous
-  for j = gone_before + 1, ng do
+  -- Every session removed so far leaves anonymous: (one idle past its lifetime
+  -- too, or the index would keep it for good).
+  for j = 1, ng do
     stale_anonymous[#stale_anonymous + 1] = gone[j]
   end
   if #stale_anonymous > 0 then

@@ -275,6 +275,31 @@ async fn a_cart_emptied_or_logged_in_leaves_the_anonymous_list(fx: Fixture) {
     }
 }
 
+async fn an_anonymous_cart_idle_past_its_lifetime_leaves_the_index_with_it(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let t = SessionToken::generate();
+    carts.set(&t, ItemId::new(3).unwrap(), 1).await.unwrap();
+    let lifetimes = shop_cache::session::Lifetimes {
+        idle: Duration::from_secs(1),
+        guest_idle: Duration::from_secs(1),
+        absolute: Duration::from_secs(90 * 24 * 3600),
+    };
+    // Under the cap: it goes only by its lifetime.
+    let cleaner = SessionCleaner::new(fx.conn.clone(), fx.keys.clone(), 1_000, 100)
+        .unwrap()
+        .with_lifetimes(lifetimes);
+    let mut raw = fx.raw().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while recent(&fx).await.contains(t.expose()) {
+        assert!(std::time::Instant::now() < deadline, "the idle cart was never removed");
+        cleaner.step().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed: Option<f64> = raw.zscore(fx.keys.anonymous_of(&t), t.expose()).await.unwrap();
+    assert_eq!(listed, None, "no entry left behind in anonymous:");
+    assert_no_orphans(&fx).await;
+}
+
 async fn idle_guests_expire_whatever_the_cap_and_shoppers_stay(fx: Fixture) {
     let fx = fx.with_session_shards(SHARDS);
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
