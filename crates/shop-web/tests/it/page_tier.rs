@@ -62,6 +62,16 @@ async fn commands_processed(app: &TestApp) -> u64 {
         .sum()
 }
 
+/// The page cache's purge epoch in the state Redis.
+async fn purge_epoch(app: &TestApp) -> u64 {
+    app.redis
+        .conn()
+        .await
+        .hget(app.keys.page_purges(), "epoch")
+        .await
+        .unwrap()
+}
+
 /// Polls `server`'s `/items/3` until it shows "Brand new title" (until then, the
 /// `old` one), for at most 2 s after the change returned at `changed`.
 async fn serves_the_new_title_within_2_s(
@@ -297,13 +307,7 @@ async fn a_state_redis_that_lost_its_data_still_purges_every_copy() {
         "from the cache Redis"
     );
     assert_eq!(x_cache(&get(&a, "/items/3").await), "HIT");
-    let epoch_before: u64 = app
-        .redis
-        .conn()
-        .await
-        .hget(app.keys.page_purges(), "epoch")
-        .await
-        .unwrap();
+    let epoch_before = purge_epoch(&app).await;
 
     let _: () = redis::cmd("FLUSHALL")
         .query_async(&mut app.redis.conn().await)
@@ -324,13 +328,7 @@ async fn a_state_redis_that_lost_its_data_still_purges_every_copy() {
     serves_the_new_title_within_2_s("a", &a, &old, changed).await;
     serves_the_new_title_within_2_s("b", &b, &old, changed).await;
     // The epoch went on from where it was, not from 1.
-    let epoch_after: u64 = app
-        .redis
-        .conn()
-        .await
-        .hget(app.keys.page_purges(), "epoch")
-        .await
-        .unwrap();
+    let epoch_after = purge_epoch(&app).await;
     assert!(
         epoch_after > epoch_before,
         "{epoch_after} after {epoch_before}"
