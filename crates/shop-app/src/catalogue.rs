@@ -29,7 +29,9 @@ use shop_cache::analytics::Analytics;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
 use shop_cache::flash_sale::FlashSales;
-use shop_cache::page_cache::{PageStore, PageTag};
+use shop_page_cache::{PageStore, PageTag};
+
+use crate::page_tags;
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::catalogue::{AddOutcome, EditOutcome, ItemChange};
@@ -215,15 +217,19 @@ impl Catalogue<'_> {
     /// A retired item also stops selling (its sale ended in Redis, out of the
     /// ranking) first, in case its retire could not do that.
     pub async fn purge(&self, items: &[ItemId]) -> Result<u64, CatalogueError> {
-        let mut tags: BTreeSet<PageTag> = items.iter().map(|id| PageTag::Item(*id)).collect();
+        let mut tags: BTreeSet<PageTag> = items.iter().map(|id| page_tags::item(*id)).collect();
         let mut stopped = Ok(());
         for item in self.db.items(items).await? {
             if item.retired {
                 stopped = stopped.and(self.retired(item.id).await);
             }
-            tags.insert(PageTag::Department(item.category));
+            tags.insert(page_tags::department(&item.category));
         }
-        tags.extend([PageTag::AllItems, PageTag::Departments, PageTag::Sales]);
+        tags.extend([
+            page_tags::all_items(),
+            page_tags::departments(),
+            page_tags::sales(),
+        ]);
         let tags: Vec<PageTag> = tags.into_iter().collect();
         let purged = self.purge_tags(&tags, items).await?;
         stopped.map_err(|source| CatalogueError::NotPurged {
@@ -265,15 +271,15 @@ impl Catalogue<'_> {
             // so sending a change again always finishes it.
             if let [change] = changes {
                 let tags = [
-                    PageTag::Item(change.after.id),
-                    PageTag::Department(change.after.category.clone()),
+                    page_tags::item(change.after.id),
+                    page_tags::department(&change.after.category),
                 ];
                 applied.pages_purged = self.purge_tags(&tags, &[change.after.id]).await?;
             }
             return Ok(applied);
         }
         if self.db.categories().await? != departments_before {
-            tags.insert(PageTag::Departments);
+            tags.insert(page_tags::departments());
         }
         let tags: Vec<PageTag> = tags.into_iter().collect();
         applied.pages_purged = self.purge_tags(&tags, &touched).await?;
@@ -334,17 +340,17 @@ impl Catalogue<'_> {
 /// The tags of the pages one change makes stale (see the module documentation).
 pub fn tags_of(change: &ItemChange) -> Vec<PageTag> {
     let after = &change.after;
-    let mut tags = vec![PageTag::Item(after.id)];
+    let mut tags = vec![page_tags::item(after.id)];
     let entered = match &change.before {
         None => true,
         Some(before) => !after.retired && (before.retired || before.category != after.category),
     };
     if entered {
-        tags.push(PageTag::Department(after.category.clone()));
+        tags.push(page_tags::department(&after.category));
     }
     let sold_again = change.before.as_ref().is_none_or(|b| b.retired) && !after.retired;
     if sold_again {
-        tags.push(PageTag::AllItems);
+        tags.push(page_tags::all_items());
     }
     tags
 }

@@ -18,7 +18,8 @@
 //!   settle) or in the database;
 //! - [`sale`]: starting a sale (the database's record, Redis's stock, the row cache,
 //!   the sale page) and the database as the reconciler's ledger;
-//! - [`rows`]: the database as the row cache's source.
+//! - [`rows`]: the database as the row cache's source;
+//! - [`page_tags`]: what the shop's cached pages are tagged with.
 //!
 //! Each workflow borrows the stores it works on in a small struct, so a caller
 //! with its own state (the web tier's `AppState`, a command's connections) lends
@@ -30,6 +31,7 @@ pub mod error;
 pub mod flash;
 pub mod import;
 pub mod orders;
+pub mod page_tags;
 pub mod rows;
 pub mod sale;
 

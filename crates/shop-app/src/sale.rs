@@ -9,7 +9,9 @@ use shop_cache::RedisConn;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::flash_sale::{FlashSales, Ledger, LedgerError, SaleTerms};
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{PageStore, PageTag};
+use shop_page_cache::PageStore;
+
+use crate::page_tags;
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::inventory::Sale;
@@ -52,9 +54,8 @@ impl SaleParts {
             pages: PageStore::in_cache_or_state(
                 cache,
                 conn.clone(),
-                keys.clone(),
-                shop_cache::page_cache::DEFAULT_TTL,
-                shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+                keys,
+                shop_page_cache::DEFAULT_TTL,
             ),
         }
     }
@@ -93,7 +94,7 @@ pub async fn start(
     stores.rows.schedule(item, refresh).await?;
     stores
         .pages
-        .purge(&[PageTag::Sales, PageTag::Item(item)])
+        .purge(&[page_tags::sales(), page_tags::item(item)])
         .await?;
     Ok(SaleSet::Started)
 }

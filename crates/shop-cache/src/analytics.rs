@@ -155,7 +155,7 @@ pub const TOP_MAX_AGE: Duration = Duration::from_secs(5);
 /// cluster `viewed:` is one key on one node, and a command per page view there
 /// was its hottest path. An item that leaves the top is seen within a second (its
 /// page stays cached a second longer; one that enters is still asked about, see
-/// [`crate::page_cache::PageStore::with_top`]); the copy is trusted for
+/// `shop_page_cache::PageStore::with_top`); the copy is trusted for
 /// [`TOP_MAX_AGE`] only.
 #[derive(Clone)]
 pub struct TopItems {

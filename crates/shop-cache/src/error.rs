@@ -15,7 +15,12 @@ pub enum CacheError {
     Invalid(#[from] InvalidInput),
     /// Redis could not be reached, timed out, or answered with an error.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+    /// The command never reached Redis: it was already known to be down (the
+    /// connection's circuit breaker is open). Log these at debug level: the outage
+    /// itself was logged once when it began.
+    #[error("redis: {0}")]
+    FailingFast(FailingFast),
     /// A store this layer consults on the side (the database behind the row cache or
     /// the flash-sale reconciler) failed; the daemon retries.
     #[error("{what}: {source}")]
@@ -33,28 +38,49 @@ pub enum CacheError {
     },
 }
 
+/// What a command the connection's breaker failed at once carries (inside the
+/// `redis::RedisError` the connection must return); [`CacheError`] turns it into
+/// [`CacheError::FailingFast`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("redis is unreachable; failing fast until the next probe")]
+pub struct FailingFast;
+
+impl FailingFast {
+    /// The error the connection returns for a command it did not send.
+    pub(crate) fn redis_error() -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::other(FailingFast))
+    }
+
+    /// Is `e` such an error?
+    fn is(e: &redis::RedisError) -> bool {
+        std::error::Error::source(e)
+            .and_then(|source| source.downcast_ref::<std::io::Error>())
+            .and_then(|io| io.get_ref())
+            .is_some_and(|inner| inner.is::<FailingFast>())
+    }
+}
+
+impl From<redis::RedisError> for CacheError {
+    fn from(e: redis::RedisError) -> Self {
+        if FailingFast::is(&e) {
+            CacheError::FailingFast(FailingFast)
+        } else {
+            CacheError::Redis(e)
+        }
+    }
+}
+
 impl CacheError {
     /// True when the error is Redis being unavailable rather than bad input,
     /// so callers can answer "try again" instead of "you sent something wrong".
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, CacheError::Redis(_))
+        matches!(self, CacheError::Redis(_) | CacheError::FailingFast(_))
     }
 
-    /// True when the command never reached Redis: it was already known to be down
-    /// (the connection's circuit breaker is open). Log these at debug level: the
-    /// outage itself was logged once when it began.
+    /// True for [`CacheError::FailingFast`]: Redis is already known to be down and
+    /// was already logged, so callers log these quietly (during an outage every
+    /// request meets one).
     pub fn is_failing_fast(&self) -> bool {
-        matches!(self, CacheError::Redis(e) if is_failing_fast(e))
+        matches!(self, CacheError::FailingFast(_))
     }
-}
-
-/// What a command the connection's breaker failed at once reads as (see
-/// [`CacheError::is_failing_fast`]).
-pub(crate) const FAILING_FAST: &str = "redis is unreachable; failing fast until the next probe";
-
-/// True for the error of a command the breaker failed at once: Redis is already
-/// known to be down and was already logged, so callers log these quietly (during an
-/// outage every request meets one).
-fn is_failing_fast(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Io && e.to_string().contains(FAILING_FAST)
 }

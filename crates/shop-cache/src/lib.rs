@@ -28,11 +28,12 @@ pub mod insights;
 pub mod keys;
 pub mod lock;
 pub mod login_limit;
-pub mod page_cache;
 pub mod row_cache;
 pub mod scripts;
 pub mod session;
 pub mod session_cleaner;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 mod clock;
 pub mod connection;

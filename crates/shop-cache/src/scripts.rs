@@ -33,26 +33,6 @@ pub static CLEAN_SESSIONS: LazyLock<Script> =
 pub static RESCALE_VIEWS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/rescale_views.lua")));
 
-/// Indexes a page under one tag and says whether a purge since forbids storing it.
-/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
-pub const TAG_PAGE: &str = include_str!("lua/tag_page.lua");
-
-/// Stores a page unless a purge since its render began left a tombstone.
-pub static STORE_PAGE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/store_page.lua")));
-
-/// The page cache's purge epoch and generation (`purge_epoch.lua`).
-pub static PURGE_EPOCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/purge_epoch.lua")));
-
-/// One tag's part of a purge: the mark, and the pages to replace by tombstones.
-/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
-pub const PURGE_TAG: &str = include_str!("lua/purge_tag.lua");
-
-/// Replaces a purged page by a tombstone unless a newer purge's is there.
-/// Sent in pipelines, one per page, so by `EVAL` ([`eval`]).
-pub const TOMBSTONE: &str = include_str!("lua/tombstone.lua");
-
 /// An `EVAL` of `script` over `keys`, for a pipeline: a pipeline cannot load a
 /// script a node lacks and run it again, as [`Script`] does for one call, so
 /// scripts that go in pipelines are sent with their text (Redis keeps it cached).

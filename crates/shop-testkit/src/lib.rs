@@ -8,14 +8,17 @@
 //! [`TestDb`] gives a test its own database: a SQLite file in a temporary directory,
 //! or a PostgreSQL database created for it on the local server and dropped after.
 //! [`SqliteWriteLock`] holds a SQLite file's write lock as another process would.
+//! [`RunningExample`] runs a crate's example program against a test's Redis.
 //! [`SmallDisk`] is a tmpfs of a few megabytes to fill up, for disk-full drills.
 
 mod database;
+mod example;
 mod redis_cluster;
 mod redis_server;
 mod small_disk;
 
 pub use database::{SqliteWalPin, SqliteWriteLock, TestDb};
+pub use example::{Reply, RunningExample};
 pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;
 pub use small_disk::SmallDisk;

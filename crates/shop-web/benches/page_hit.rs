@@ -13,7 +13,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::BodyExt;
 use redis::AsyncCommands;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
+use shop_page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_testkit::TestRedis;
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer};
 use tower::ServiceExt;
@@ -39,13 +39,17 @@ fn page_hit(c: &mut Criterion) {
     let server = TestRedis::start();
     let (app, raw) = rt.block_on(async {
         let conn = shop_cache::connect(&server.url()).await.unwrap();
-        let store = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+        let store = PageStore::new(conn, &Keys::default(), DEFAULT_TTL)
+            .ranked(Keys::default().item_views(), DEFAULT_RANK_LIMIT);
         let app = Router::new()
             .route(
                 "/items/{id}",
                 get(|| async { ([(header::CONTENT_TYPE, "text/html")], PAGE) }),
             )
-            .layer(PageCacheLayer::new(store, PageCacheConfig::default()));
+            .layer(PageCacheLayer::new(
+                store,
+                PageCacheConfig::new(shop_web::page_cache::ITEMS),
+            ));
         let mut raw = server.conn().await;
         let _: () = raw.zadd("viewed:", 7, -100).await.unwrap();
         let _: () = raw.set("cache:book", PAGE).await.unwrap();

@@ -17,9 +17,10 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::get;
 use shop_cache::domain::ItemId;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::session::{Sessions, ViewFlusher};
-use shop_web::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
+use shop_page_cache::{
+    DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageCacheConfig, PageCacheLayer, PageStore, Pages,
+};
 use shop_web::session::{Session, SessionLayer, track};
 
 /// This app's item pages: `/products/{id}`.
@@ -58,14 +59,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         item_of: product_path,
         ..SessionLayer::new(store, false)
     };
-    let pages = PageStore::new(conn, keys, DEFAULT_TTL, DEFAULT_RANK_LIMIT);
-    let cache = PageCacheLayer::new(
-        pages,
-        PageCacheConfig {
-            pages: Pages::Ranked(product_path),
-            ..PageCacheConfig::default()
-        },
-    );
+    let pages =
+        PageStore::new(conn, &keys, DEFAULT_TTL).ranked(keys.item_views(), DEFAULT_RANK_LIMIT);
+    let cache = PageCacheLayer::new(pages, PageCacheConfig::new(Pages::Ranked(product_path)));
     let app = Router::new()
         .route("/products/{id}", get(product).layer(cache))
         .route("/me", get(me))

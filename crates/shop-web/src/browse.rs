@@ -22,8 +22,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
+use shop_app::page_tags;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::PageTag;
 use shop_db::search::SearchWords;
 
 use crate::AppState;
@@ -49,9 +49,8 @@ pub fn router(state: AppState) -> Router {
     let listing_cache = state.page_cache(
         "listing",
         PageCacheConfig {
-            pages: Pages::Shared,
             params: vec!["after"],
-            ..PageCacheConfig::default()
+            ..PageCacheConfig::new(Pages::Shared)
         },
     );
     let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
@@ -123,9 +122,9 @@ async fn listing(
     // What the page shows, for purges: its items and the one after them (which
     // decides the "next" link), its department (an item entering it) or the whole
     // catalogue, and the department list beside it.
-    let mut tags: Vec<PageTag> = items.iter().map(|it| PageTag::Item(it.id)).collect();
-    tags.push(category.map_or(PageTag::AllItems, |c| PageTag::Department(c.to_owned())));
-    tags.push(PageTag::Departments);
+    let mut tags: Vec<_> = items.iter().map(|it| page_tags::item(it.id)).collect();
+    tags.push(category.map_or_else(page_tags::all_items, page_tags::department));
+    tags.push(page_tags::departments());
     let more = items.len() > LISTING_PAGE as usize;
     items.truncate(LISTING_PAGE as usize);
     let base = match category {

@@ -10,7 +10,7 @@ use shop_cache::domain::ItemId;
 
 use crate::AppState;
 use crate::error::{Cause, WebError};
-use crate::page_cache::PageCacheConfig;
+use crate::page_cache::{self, PageCacheConfig};
 use crate::request::{BadRequest, ItemPath};
 use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
 
@@ -19,7 +19,7 @@ const HOME_ITEMS: u64 = 24;
 
 /// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
-    let item_cache = state.page_cache("item", PageCacheConfig::default());
+    let item_cache = state.page_cache("item", PageCacheConfig::new(page_cache::ITEMS));
     let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
     Router::new()
         .route("/", get(home))

@@ -257,7 +257,7 @@ impl From<CacheError> for WebError {
                 WebError::new(StatusCode::CONFLICT, "cart_full", invalid.to_string())
             }
             CacheError::Invalid(invalid) => WebError::bad_request(invalid.to_string()),
-            CacheError::Redis(_) => {
+            CacheError::Redis(_) | CacheError::FailingFast(_) => {
                 WebError::unavailable().caused_by(Cause::redis(&error, "redis unavailable"))
             }
             CacheError::Corrupt { what } => WebError::internal().caused_by(Cause::new(

@@ -41,7 +41,7 @@ use shop_db::flash::BuyOutcome;
 use shop_db::unix_now;
 use tokio::sync::watch;
 
-use shop_cache::page_cache::PageTag;
+use shop_app::page_tags;
 
 use crate::AppState;
 use crate::error::WebError;
@@ -66,13 +66,7 @@ pub use shop_app::flash::FlashDecider;
 
 /// The flash-sale routes; the shell page behind the page cache.
 pub fn router(state: AppState) -> Router {
-    let shell_cache = state.page_cache(
-        "flash",
-        PageCacheConfig {
-            pages: Pages::Shared,
-            ..PageCacheConfig::default()
-        },
-    );
+    let shell_cache = state.page_cache("flash", PageCacheConfig::new(Pages::Shared));
     Router::new()
         .route(SHELL_PATH, get(shell).layer(shell_cache))
         .route("/api/inventory/{id}", get(inventory))
@@ -191,8 +185,8 @@ async fn buy(
 async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
     let ids = state.db.sale_items(unix_now()).await?;
     // Purged when a sale starts, or an item on it changes.
-    let mut tags: Vec<PageTag> = ids.iter().map(|id| PageTag::Item(*id)).collect();
-    tags.push(PageTag::Sales);
+    let mut tags: Vec<_> = ids.iter().map(|id| page_tags::item(*id)).collect();
+    tags.push(page_tags::sales());
     let items = state
         .db
         .items(&ids)

@@ -10,7 +10,7 @@
 //!
 //! The answer is the same for everyone, so it is served through the page cache
 //! (Redis and each server's in-process tier) for the same items as their pages
-//! (those ranked in `viewed:`, [`Pages::INSIGHTS`]): a view's call costs no
+//! (those ranked in `viewed:`, [`crate::page_cache::INSIGHTS`]): a view's call costs no
 //! database read and no insights lookup while its answer is cached. It is tagged
 //! with its item and the items it recommends, so a change to any of them (a new
 //! title, a retirement) purges it; the counts and the list follow new views and
@@ -25,20 +25,14 @@ use serde_json::json;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::page_cache::{PageCacheConfig, PageTags, Pages};
+use crate::page_cache::{self, PageCacheConfig, PageTags};
 use crate::request::ItemPath;
+use shop_app::page_tags;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::PageTag;
 
 /// `/api/items/{id}/insights`, behind the page cache.
 pub fn router(state: AppState) -> Router {
-    let cache = state.page_cache(
-        "insights",
-        PageCacheConfig {
-            pages: Pages::INSIGHTS,
-            ..PageCacheConfig::default()
-        },
-    );
+    let cache = state.page_cache("insights", PageCacheConfig::new(page_cache::INSIGHTS));
     let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
     Router::new()
         .route(
@@ -91,7 +85,7 @@ async fn insights(
     });
     // Purged when an item it recommends changes (the page cache tags it with its
     // own item, as an item page).
-    let tags = ids.into_iter().map(PageTag::Item).collect();
+    let tags = ids.into_iter().map(page_tags::item).collect();
     let mut resp = Json(body).into_response();
     resp.extensions_mut().insert(PageTags(tags));
     Ok(resp)

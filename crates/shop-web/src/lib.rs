@@ -51,10 +51,10 @@ use shop_cache::flash_sale::{Board, FlashSales, SaleWatcher};
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
 use shop_cache::login_limit::{AddressLimit, LoginLimiter, LoginLimits, RateLimit};
-use shop_cache::page_cache::PageStore;
 use shop_cache::row_cache::RowCache;
 use shop_cache::session::Sessions;
 use shop_db::Db;
+use shop_page_cache::PageStore;
 use tokio::sync::watch;
 
 use crate::error::WebError;
@@ -90,7 +90,7 @@ pub struct WebConfig {
     pub page_ttl: Duration,
     /// How long past its TTL a cached page is still served (while it is rendered
     /// again; instead of an error).
-    pub page_stale: shop_cache::page_cache::StaleGrace,
+    pub page_stale: shop_page_cache::StaleGrace,
     /// Only items ranked below this in views have their pages cached.
     pub rank_limit: u64,
     /// Most lines (different items) a cart may hold.
@@ -141,9 +141,9 @@ impl Default for WebConfig {
             write_grace: health::DEFAULT_WRITE_GRACE,
             secure_cookies: false,
             max_quantity: shop_cache::cart::DEFAULT_MAX_QUANTITY,
-            page_ttl: shop_cache::page_cache::DEFAULT_TTL,
-            page_stale: shop_cache::page_cache::DEFAULT_STALE,
-            rank_limit: shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+            page_ttl: shop_page_cache::DEFAULT_TTL,
+            page_stale: shop_page_cache::DEFAULT_STALE,
+            rank_limit: shop_page_cache::DEFAULT_RANK_LIMIT,
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
             login_limits: LoginLimits::default(),
             flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
@@ -253,15 +253,13 @@ impl AppState {
         config: WebConfig,
     ) -> Self {
         let top_items = TopItems::new(conn.clone(), keys.clone(), config.rank_limit);
-        let pages = PageStore::in_cache_or_state(
-            cache,
-            conn.clone(),
-            keys.clone(),
-            config.page_ttl,
-            config.rank_limit,
-        )
-        .with_stale(config.page_stale)
-        .with_top(top_items.clone());
+        let pages = PageStore::in_cache_or_state(cache, conn.clone(), &keys, config.page_ttl)
+            .ranked(keys.item_views(), config.rank_limit)
+            .with_stale(config.page_stale)
+            .with_top({
+                let top = top_items.clone();
+                move |item| top.contains(item)
+            });
         let tier = (config.page_tier_bytes > 0)
             .then(|| page_cache::PageTier::new(config.page_tier_bytes, &pages));
         let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);

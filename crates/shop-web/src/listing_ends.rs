@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::PurgesSeen;
 use shop_db::{Db, DbError};
+use shop_page_cache::PurgesSeen;
 
 /// The shortest time between two reads of one listing's ends.
 pub const MIN_AGE: Duration = Duration::from_secs(1);

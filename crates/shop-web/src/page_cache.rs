@@ -1,584 +1,71 @@
-//! The page-cache tower layer: serves popular pages from Redis without calling the
-//! handler, stores the pages it renders, and makes sure a page that is missing is
-//! rendered once however many requests want it at the same moment.
-//!
-//! Which requests qualify (the book's `can_cache`, stricter):
-//! - `GET` or `HEAD`, without an `Authorization` header, without a
-//!   [`CacheBypass`] extension (the book's `_` query parameter marks a dynamic
-//!   request: the app decides whose `_` counts and sets the extension for them,
-//!   the shop for admins only, [`admin_bypass`]; for anyone else `_` is an ignored
-//!   parameter, or it would be a free render per request);
-//! - the key covers the path, the query parameters the page reads
-//!   ([`PageCacheConfig::params`], none by default) and the headers it varies on:
-//!   other parameters cannot change the page, so they do not make a new entry;
-//! - for [`Pages::Ranked`], only paths its function maps to an item (the shop's:
-//!   `/items/{id}` with a valid id, [`Pages::ITEMS`], and its insights,
-//!   [`Pages::INSIGHTS`]) whose item ranks below the
-//!   limit in `viewed:` (rank 9,999 is cached, 10,000 is not, no views is not);
-//!   for [`Pages::Shared`] (pages the same for everyone, like the flash-sale shell)
-//!   any path.
-//!
-//! Which responses are stored: status 200, no `Set-Cookie`, no `Cache-Control` of
-//! `private`, `no-store` or `no-cache`, not already content-encoded, of known size.
-//!
-//! Every response says what happened in `X-Cache`: `HIT` (from Redis, or from the
-//! render another request of this process was doing), `STALE` (past its TTL, see
-//! below), `MISS` (rendered here) or `BYPASS` (not a cacheable request, or Redis
-//! unavailable). A matching
-//! `If-None-Match` gets `304 Not Modified`. Bodies are stored gzip-compressed and
-//! sent as stored to clients that accept gzip, decompressed for the others.
-//!
-//! Stampedes: misses of the same key in one process wait for the first one's render
-//! (single-flight); across processes the first takes a short Redis lock and the
-//! others poll Redis for its page. Nobody waits longer than
-//! [`PageCacheConfig::wait`]: after that, or if the render turns out not storable,
-//! a waiter renders the page itself.
-//!
-//! If Redis fails, the layer calls the handler and returns its page: the cache can
-//! make the shop faster, never unavailable.
-//!
-//! Serve-stale (with a store that keeps pages past their TTL,
-//! [`PageStore::with_stale`]): a page expired less than `while_revalidate` ago is
-//! served as it is (`X-Cache: STALE`) while one request renders it in the
-//! background (this process's single flight, then the Redis render lock, so one
-//! render across every web server); a page expired longer ago is rendered, and if
-//! the render fails (5xx: the database unreachable or locked) the stale copy is
-//! served instead, up to `if_error` after its TTL. A purged page is never served
-//! stale.
-//!
-//! Purges: a handler names what its page shows by a [`PageTags`] extension on its
-//! response (an item page of [`Pages::Ranked`] is tagged with its item without
-//! it); the page is stored under those tags, and a change to any of them purges it
-//! ([`PageStore::purge`]). A render takes its purge ticket before it calls the
-//! handler, so a page rendered from data older than a purge is never stored.
-//!
-//! In front of Redis, an in-process tier ([`tier`], [`PageCacheLayer::with_tier`])
-//! serves the pages this process served recently with no round trip at all, kept
-//! coherent across the web servers by pub/sub, and serves what it holds while
-//! Redis cannot answer.
-//!
-//! This file is the layer (which requests qualify, lookup, fill, store); the
-//! single flight is in `flight`, HTTP negotiation (gzip, `If-None-Match`, `HEAD`,
-//! what may be stored) in `negotiate`, the in-process tier in `tier`.
-//!
-//! ```no_run
-//! use axum::{Router, routing::get};
-//! use shop_cache::{keys::Keys, page_cache::{PageStore, DEFAULT_TTL, DEFAULT_RANK_LIMIT}};
-//! use shop_web::page_cache::{PageCacheConfig, PageCacheLayer};
-//!
-//! # async fn demo() -> Result<(), shop_cache::CacheError> {
-//! let conn = shop_cache::connect("redis://127.0.0.1:6379").await?;
-//! let store = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
-//! let app: Router = Router::new()
-//!     .route("/items/{id}", get(|| async { "an item page" }))
-//!     .layer(PageCacheLayer::new(store, PageCacheConfig::default()));
-//! # Ok(()) }
-//! ```
+//! The shop's use of the page cache (`shop-page-cache`): which paths are its item
+//! pages, who may skip the cache, and what its layers cache. The cache itself (the
+//! store, the tower layer, the in-process tier) knows no route of the shop.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
-use std::time::Duration;
-
-use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::response::Response;
-use http::header::{self, HeaderName, HeaderValue};
-use http::{Method, StatusCode};
-use http_body::Body as _;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::{
-    Lookup, PageKey, PageRequest, PageStore, PageTag, RenderTicket, Stored, StoredPage,
+pub use shop_page_cache::{
+    CacheBypass, PageCacheConfig, PageCacheLayer, PageCacheStats, PageRequest, PageStore, PageTags,
+    PageTier, Pages, TierFeed, X_CACHE, tier,
 };
-use tower::{Layer, Service, ServiceExt};
 
-use crate::error::Cause;
+use crate::AppState;
+use crate::session::Session;
 
-mod config;
-mod flight;
-mod negotiate;
-pub mod tier;
+/// The shop's item pages, `/items/{id}`, cached while the item is among the most
+/// viewed.
+pub const ITEMS: Pages = Pages::Ranked(item_path);
 
-pub use config::{CacheBypass, PageCacheConfig, Pages, admin_bypass, insights_path, item_path};
-use flight::{Flights, Role};
-use negotiate::{Ask, serve, storable};
-pub use tier::{PageTier, TierFeed};
+/// The shop's items' insights, `/api/items/{id}/insights` (asked for by every item
+/// page): kept for the same items as their pages.
+pub const INSIGHTS: Pages = Pages::Ranked(insights_path);
 
-/// The response header naming what the cache did.
-pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
-
-/// The response headers stored with a page and replayed on hits (the ETag is kept
-/// separately, `Vary` is extended with `Accept-Encoding`).
-const REPLAYED: [HeaderName; 5] = [
-    header::CONTENT_TYPE,
-    header::CONTENT_LANGUAGE,
-    header::CACHE_CONTROL,
-    header::LAST_MODIFIED,
-    header::VARY,
-];
-
-/// Set by a handler on its response: what the page shows (its items, its
-/// department), so that a change to any of them purges the stored page. Never
-/// sent to the client.
-#[derive(Debug, Clone, Default)]
-pub struct PageTags(pub Vec<PageTag>);
-
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct PageCacheStats {
-    /// Served without calling the handler.
-    pub hits: AtomicU64,
-    /// Served past its TTL (while revalidating, or instead of an error).
-    pub stale: AtomicU64,
-    /// Cacheable requests that called the handler.
-    pub misses: AtomicU64,
-    /// Requests that did not qualify (or met a Redis failure) and went straight through.
-    pub bypasses: AtomicU64,
-    /// Redis failures met by the layer (each also logged).
-    pub errors: AtomicU64,
+/// The item of a `/items/{id}` path with a valid id.
+pub fn item_path(path: &str) -> Option<ItemId> {
+    path.strip_prefix("/items/")?.parse().ok()
 }
 
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+/// The item of a `/api/items/{id}/insights` path with a valid id.
+pub fn insights_path(path: &str) -> Option<ItemId> {
+    path.strip_prefix("/api/items/")?
+        .strip_suffix("/insights")?
+        .parse()
+        .ok()
 }
 
-/// The tower layer; see the module documentation.
-#[derive(Clone)]
-pub struct PageCacheLayer {
-    shared: Arc<Shared>,
-}
-
-impl PageCacheLayer {
-    /// A layer caching in `store`, as `config` says.
-    pub fn new(store: PageStore, config: PageCacheConfig) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                store,
-                config,
-                flights: Arc::default(),
-                stats: Arc::new(PageCacheStats::default()),
-                tier: None,
-            }),
-        }
+/// The shop's middleware giving the book's `_` query parameter its meaning (a
+/// dynamic request: skip the cache, [`CacheBypass`]) for admins only. Mounted
+/// inside the session layer; a request with `_` from anyone else is served as if
+/// `_` were absent (or `_` would be a free render per request).
+pub async fn admin_bypass(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    // Every visitor request passes here: the query is parsed only if it could
+    // hold a `_` at all.
+    let query = req.uri().query().filter(|q| q.contains('_'));
+    if !query.is_some_and(|q| PageRequest::new("", Some(q)).has_param("_")) {
+        return next.run(req).await;
     }
-
-    /// The same layer with `tier` in front of Redis (one tier per process, shared
-    /// by its layers; kept coherent by its [`TierFeed`]). Call before the layer is
-    /// cloned into a router.
-    pub fn with_tier(mut self, tier: Option<Arc<PageTier>>) -> Self {
-        if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.tier = tier;
-        }
-        self
-    }
-
-    /// The layer's counters (shared by every service it wraps).
-    pub fn stats(&self) -> Arc<PageCacheStats> {
-        self.shared.stats.clone()
-    }
-}
-
-impl<S> Layer<S> for PageCacheLayer {
-    type Service = PageCache<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        PageCache {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// The service [`PageCacheLayer`] wraps around a handler.
-#[derive(Clone)]
-pub struct PageCache<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-impl<S> Service<Request> for PageCache<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        // Take the service that was made ready; leave a fresh clone in its place.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let shared = self.shared.clone();
-        Box::pin(async move { Ok(shared.handle(req, inner).await) })
-    }
-}
-
-struct Shared {
-    store: PageStore,
-    config: PageCacheConfig,
-    flights: Arc<Flights>,
-    stats: Arc<PageCacheStats>,
-    tier: Option<Arc<PageTier>>,
-}
-
-impl Shared {
-    async fn handle<S>(self: Arc<Self>, req: Request, inner: S) -> Response
-    where
-        S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
-        S::Future: Send + 'static,
+    // The session's user, or, where the session layer did not wait for it (an
+    // item page's touch goes alongside the page), read here: one more round trip,
+    // for `_` requests only.
+    let session = req.extensions().get::<Session>().cloned();
+    let user = match session {
+        Some(Session {
+            user: Some(user), ..
+        }) => Some(user),
+        Some(session) => state
+            .sessions
+            .check_token(&session.token)
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    if let Some(user) = user
+        && matches!(state.db.is_admin(user).await, Ok(true))
     {
-        let Some((key, item)) = self.qualifies(&req) else {
-            bump(&self.stats.bypasses);
-            return labelled(call(inner, req).await, "BYPASS");
-        };
-        let ask = Ask::of(&req);
-        if let Some(entry) = self.tier.as_ref().and_then(|tier| tier.fresh(&key))
-            && let Ok(resp) = entry.page.respond(&ask)
-        {
-            bump(&self.stats.hits);
-            return labelled(resp, "HIT");
-        }
-        let since = self.tier_generation();
-        match self.store.lookup_entry(&key, item).await {
-            Ok((Lookup::Hit(page), fresh_until)) => match serve(&page, &ask) {
-                Ok(resp) => {
-                    self.keep(&key, &page, fresh_until, since);
-                    bump(&self.stats.hits);
-                    labelled(resp, "HIT")
-                }
-                Err(_) => self.fill(key, item, req, ask, inner).await,
-            },
-            Ok((Lookup::Stale { page, expired }, _)) => {
-                let grace = self.store.grace();
-                if expired < grace.while_revalidate
-                    && let Ok(resp) = serve(&page, &ask)
-                {
-                    // Served as it is; one request across the servers renders it.
-                    self.clone().revalidate(key, item, &req, inner);
-                    bump(&self.stats.stale);
-                    return labelled(resp, "STALE");
-                }
-                let resp = self.clone().fill(key, item, req, ask.clone(), inner).await;
-                if resp.status().is_server_error()
-                    && expired < grace.if_error
-                    && let Ok(stale) = serve(&page, &ask)
-                {
-                    // The page cannot be rendered now (the database is down or
-                    // locked): the copy kept for this beats an error.
-                    bump(&self.stats.stale);
-                    return labelled(stale, "STALE");
-                }
-                resp
-            }
-            Ok((Lookup::Miss, _)) => self.fill(key, item, req, ask, inner).await,
-            Ok((Lookup::NotPopular, _)) => {
-                bump(&self.stats.bypasses);
-                labelled(call(inner, req).await, "BYPASS")
-            }
-            Err(error) => {
-                bump(&self.stats.errors);
-                if let Some(entry) = self.tier.as_ref().and_then(|tier| tier.fallback(&key))
-                    && let Ok(resp) = entry.page.respond(&ask)
-                {
-                    // Redis cannot answer: the copy this process holds beats a
-                    // render per request (stale-if-error, for Redis).
-                    if !error.is_failing_fast() {
-                        Cause::redis(&error, "page cache lookup failed; serving the tier's copy")
-                            .log();
-                    }
-                    bump(&self.stats.stale);
-                    return labelled(resp, "STALE");
-                }
-                bump(&self.stats.bypasses);
-                Cause::redis(&error, "page cache lookup failed; rendering").log();
-                labelled(call(inner, req).await, "BYPASS")
-            }
-        }
+        req.extensions_mut().insert(CacheBypass);
     }
-
-    /// The tier's generation before a Redis read (none without a tier).
-    fn tier_generation(&self) -> tier::FillMark {
-        self.tier
-            .as_ref()
-            .map_or_else(Default::default, |tier| tier.generation())
-    }
-
-    /// Puts a page read from (or stored to) Redis in the tier, if there is one.
-    fn keep(&self, key: &PageKey, page: &StoredPage, fresh_until: u64, since: tier::FillMark) {
-        if let Some(tier) = &self.tier {
-            tier.insert(key, page, fresh_until, since);
-        }
-    }
-
-    /// Renders an expired page in the background, once across every web server:
-    /// this process's first request for it takes the flight, and the flight's
-    /// render takes the Redis lock; anyone else goes on serving the stale copy.
-    fn revalidate<S>(self: Arc<Self>, key: PageKey, item: Option<ItemId>, req: &Request, inner: S)
-    where
-        S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
-        S::Future: Send + 'static,
-    {
-        let Role::Leader(leader) = self.flights.join(&key) else {
-            return; // already being rendered here
-        };
-        let mut copy = Request::new(Body::empty());
-        *copy.method_mut() = req.method().clone();
-        *copy.uri_mut() = req.uri().clone();
-        *copy.headers_mut() = req.headers().clone();
-        *copy.extensions_mut() = req.extensions().clone();
-        let ask = Ask::of(&copy);
-        tokio::spawn(async move {
-            let lock = match self.store.try_lock(&key).await {
-                Ok(Some(lock)) => lock,
-                Ok(None) => return, // another server renders it
-                Err(error) => {
-                    bump(&self.stats.errors);
-                    Cause::redis(&error, "page cache lock failed; not revalidating").log();
-                    return;
-                }
-            };
-            let (_, page) = self.render(&key, item, copy, &ask, inner).await;
-            if let Some(page) = page {
-                leader.publish(page);
-            }
-            if let Err(error) = self.store.unlock(lock).await {
-                Cause::redis(
-                    &error,
-                    "page cache unlock failed; the lock expires by itself",
-                )
-                .log();
-            }
-        });
-    }
-
-    /// The key and (for item pages) the item of a cacheable request, else `None`.
-    fn qualifies(&self, req: &Request) -> Option<(PageKey, Option<ItemId>)> {
-        if !matches!(*req.method(), Method::GET | Method::HEAD)
-            || req.headers().contains_key(header::AUTHORIZATION)
-        {
-            return None;
-        }
-        let path = req.uri().path();
-        let item = match self.config.pages {
-            Pages::Ranked(item_of) => Some(item_of(path)?),
-            Pages::Shared => None,
-        };
-        if req.extensions().get::<CacheBypass>().is_some() {
-            return None;
-        }
-        let mut page = PageRequest::new(path, req.uri().query()).only_params(&self.config.params);
-        for name in &self.config.vary {
-            let value = req.headers().get(name).map(|v| v.as_bytes()).unwrap_or(b"");
-            page = page.vary_on(name.as_str(), value);
-        }
-        Some((page.key(), item))
-    }
-
-    /// A cacheable request whose page is not stored: render it once.
-    async fn fill<S>(
-        self: Arc<Self>,
-        key: PageKey,
-        item: Option<ItemId>,
-        req: Request,
-        ask: Ask,
-        inner: S,
-    ) -> Response
-    where
-        S: Service<Request, Response = Response, Error = Infallible> + Send,
-        S::Future: Send,
-    {
-        match self.flights.join(&key) {
-            Role::Follower(flight) => {
-                if let Some(page) = flight.wait(self.config.wait).await
-                    && let Ok(resp) = serve(&page, &ask)
-                {
-                    bump(&self.stats.hits);
-                    return labelled(resp, "HIT");
-                }
-                // The render was not storable, failed or is too slow: do it here.
-                self.render(&key, item, req, &ask, inner).await.0
-            }
-            Role::Leader(leader) => {
-                let lock = match self.store.try_lock(&key).await {
-                    Ok(Some(lock)) => Some(lock),
-                    Ok(None) => {
-                        // Another process is rendering it: wait for its page.
-                        let since = self.tier_generation();
-                        if let Some((page, fresh_until)) = self.poll_for(&key).await
-                            && let Ok(resp) = serve(&page, &ask)
-                        {
-                            self.keep(&key, &page, fresh_until, since);
-                            leader.publish(Arc::new(page));
-                            bump(&self.stats.hits);
-                            return labelled(resp, "HIT");
-                        }
-                        None
-                    }
-                    Err(error) => {
-                        bump(&self.stats.errors);
-                        Cause::redis(&error, "page cache lock failed; rendering").log();
-                        None
-                    }
-                };
-                let (resp, page) = self.render(&key, item, req, &ask, inner).await;
-                if let Some(page) = page {
-                    leader.publish(page);
-                }
-                if let Some(lock) = lock
-                    && let Err(error) = self.store.unlock(lock).await
-                {
-                    Cause::redis(
-                        &error,
-                        "page cache unlock failed; the lock expires by itself",
-                    )
-                    .log();
-                }
-                resp
-            }
-        }
-    }
-
-    /// Stores a rendered page under its tags; `true` if it was stored (a refusal is
-    /// a purge since the render began: the page is served to its own request only).
-    async fn store_page(
-        &self,
-        key: &PageKey,
-        page: &StoredPage,
-        tags: &[PageTag],
-        ticket: &RenderTicket,
-    ) -> bool {
-        match self.store.store(key, page, tags, ticket).await {
-            Ok(Stored::Yes) => true,
-            Ok(Stored::Refused) => {
-                tracing::debug!("a page rendered before a purge was not stored");
-                false
-            }
-            Err(error) => {
-                bump(&self.stats.errors);
-                Cause::redis(&error, "storing a page failed").log();
-                false
-            }
-        }
-    }
-
-    /// Polls Redis for a page another process is rendering, up to the wait limit.
-    async fn poll_for(&self, key: &PageKey) -> Option<(StoredPage, u64)> {
-        let deadline = tokio::time::Instant::now() + self.config.wait;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(self.config.poll).await;
-            match self.store.get_entry(key).await {
-                Ok(Some(found)) => return Some(found),
-                Ok(None) => {}
-                Err(error) => {
-                    bump(&self.stats.errors);
-                    Cause::redis(&error, "page cache poll failed; rendering").log();
-                    return None;
-                }
-            }
-        }
-        None
-    }
-
-    /// Calls the handler; stores its response if it may be stored, and returns the
-    /// page too if it was stored (for the requests waiting on this render).
-    async fn render<S>(
-        &self,
-        key: &PageKey,
-        item: Option<ItemId>,
-        req: Request,
-        ask: &Ask,
-        inner: S,
-    ) -> (Response, Option<Arc<StoredPage>>)
-    where
-        S: Service<Request, Response = Response, Error = Infallible> + Send,
-        S::Future: Send,
-    {
-        bump(&self.stats.misses);
-        let since = self.tier_generation();
-        // Before the handler reads anything: a purge after this refuses the store.
-        let ticket = match self.store.begin_render().await {
-            Ok(ticket) => Some(ticket),
-            Err(error) => {
-                bump(&self.stats.errors);
-                Cause::redis(&error, "page cache epoch read failed; not storing").log();
-                None
-            }
-        };
-        let mut resp = call(inner, req).await;
-        let mut tags = resp
-            .extensions_mut()
-            .remove::<PageTags>()
-            .map(|PageTags(tags)| tags)
-            .unwrap_or_default();
-        tags.extend(item.map(PageTag::Item));
-        if !storable(&resp) {
-            return (labelled(resp, "MISS"), None);
-        }
-        let (parts, body) = resp.into_parts();
-        if body
-            .size_hint()
-            .upper()
-            .is_none_or(|n| n > self.config.max_body as u64)
-        {
-            return (labelled(Response::from_parts(parts, body), "MISS"), None);
-        }
-        let bytes = match axum::body::to_bytes(body, self.config.max_body).await {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                tracing::error!(%error, "reading a page body failed");
-                let mut resp = Response::new(Body::empty());
-                *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                return (labelled(resp, "MISS"), None);
-            }
-        };
-        let headers = REPLAYED
-            .iter()
-            .chain([&header::ETAG])
-            .filter_map(|name| {
-                let value = parts.headers.get(name)?;
-                Some((name.as_str().to_owned(), value.as_bytes().to_vec()))
-            })
-            .collect();
-        let page = Arc::new(StoredPage::new(parts.status.as_u16(), headers, &bytes));
-        let fresh_until = shop_cache::page_cache::now_ms() + self.store.ttl().as_millis() as u64;
-        let stored = match ticket {
-            Some(ticket) => self.store_page(key, &page, &tags, &ticket).await,
-            None => false,
-        };
-        if stored {
-            self.keep(key, &page, fresh_until, since);
-        }
-        // Served from what was stored, so a hit and a miss look the same; if that
-        // fails (it cannot, the page was just built), fall back to the handler's bytes.
-        let resp =
-            serve(&page, ask).unwrap_or_else(|_| Response::from_parts(parts, Body::from(bytes)));
-        // Handed to the requests waiting on this render only if it was stored: a
-        // page refused because a purge came after its render began may be old, and
-        // a request that arrived after the purge must not get it.
-        (labelled(resp, "MISS"), stored.then_some(page))
-    }
-}
-
-async fn call<S>(inner: S, req: Request) -> Response
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    match inner.oneshot(req).await {
-        Ok(resp) => resp,
-        Err(never) => match never {},
-    }
-}
-
-fn labelled(mut resp: Response, what: &'static str) -> Response {
-    resp.headers_mut()
-        .insert(X_CACHE, HeaderValue::from_static(what));
-    resp
+    next.run(req).await
 }

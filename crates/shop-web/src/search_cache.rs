@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
-use shop_cache::page_cache::{PageStore, PurgesSeen};
 use shop_db::items::Item;
 use shop_db::search::SearchWords;
+use shop_page_cache::{PageStore, PurgesSeen};
 
 use crate::page_cache::PageTier;
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::{ErrorKind, RedisError};
+use redis::RedisError;
 
 /// How long the breaker fails commands at once after Redis was found unreachable,
 /// before one probe is let through. Short, so service is back well within a second
@@ -131,10 +131,7 @@ impl Breaker {
             });
         }
         self.fast_failures.fetch_add(1, Ordering::Relaxed);
-        Err(RedisError::from((
-            ErrorKind::Io,
-            crate::error::FAILING_FAST,
-        )))
+        Err(crate::error::FailingFast::redis_error())
     }
 }
 

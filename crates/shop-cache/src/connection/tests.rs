@@ -33,8 +33,8 @@ fn opens_on_unreachable_and_fails_fast_until_the_backoff_ends() {
     let b = breaker();
     trip(&b);
     let fast = b.admit().expect_err("open: fail fast");
-    assert!(CacheError::Redis(fast).is_failing_fast());
-    assert!(!CacheError::Redis(io_error()).is_failing_fast());
+    assert!(CacheError::from(fast).is_failing_fast());
+    assert!(!CacheError::from(io_error()).is_failing_fast());
     assert_eq!(b.trips.load(Ordering::Relaxed), 1);
     expire(&b);
     let probe = b.admit().expect("a probe after the back-off");

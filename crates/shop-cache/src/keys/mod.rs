@@ -413,6 +413,24 @@ impl Keys {
     }
 
     /// `<prefix><name><item><rest>`, the item in a hash tag in the cluster layout.
+    /// A single key of another crate's feature (the page cache's), under this
+    /// shop's prefix: `<prefix><name>`. No hash tag: it spreads by its own hash.
+    pub fn named(&self, name: &str) -> String {
+        format!("{}{name}", self.0.prefix)
+    }
+
+    /// A key of another crate's feature that must share a hash slot with the other
+    /// keys of the same `group` and `id` (a script touches them together): the
+    /// book layout's `<prefix><name><id>`, the cluster layout's
+    /// `<prefix><name>{<group><id>}`. The one place besides this module's own keys
+    /// where the hash-tag policy is applied.
+    pub fn slotted(&self, name: &str, group: &str, id: &str) -> String {
+        match self.0.layout {
+            Layout::Book => format!("{}{name}{id}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}{name}{{{group}{id}}}", self.0.prefix),
+        }
+    }
+
     fn item_key(&self, name: &str, item: ItemId, rest: &str) -> String {
         match self.0.layout {
             Layout::Book => format!("{}{name}{item}{rest}", self.0.prefix),
@@ -557,8 +575,6 @@ fn digest(text: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(&Sha256::digest(text.as_bytes())[..16])
 }
-
-mod pages;
 
 #[cfg(test)]
 mod tests;

@@ -28,9 +28,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.viewed_by(&t), "viewed:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.item_views(), "viewed:");
-    assert_eq!(k.page("abc"), "cache:abc");
     assert_eq!(k.views_rescaled(), "rescaled:");
-    assert_eq!(k.page_lock("abc"), "lock:cache:abc");
     let i = ItemId::new(3).unwrap();
     assert_eq!(k.viewers(i, 2958), "viewers:3:2958");
     assert_eq!(k.buyers(i, 2958), "buyers:3:2958");
@@ -58,12 +56,9 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.cart(t),
         k.login_once("k"),
         k.item_views().to_owned(),
+        k.named("x"),
+        k.slotted("n:", "t", "i1"),
         k.views_rescaled().to_owned(),
-        k.page("x"),
-        k.page_lock("x"),
-        k.page_tag("i1"),
-        k.page_tag_purged("i1"),
-        k.page_purges(),
         k.viewers(i, 1),
         k.buyers(i, 1),
         k.bought().to_owned(),
@@ -153,9 +148,15 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         assert_eq!(tag(&key), tag(&k.sale(i)), "{key}");
     }
     assert_ne!(tag(&k.sale(i)), tag(&k.sale(ItemId::new(43).unwrap())));
-    // a purge of one tag: its page set and its purge mark; tags spread.
-    assert_eq!(tag(&k.page_tag("i42")), tag(&k.page_tag_purged("i42")));
-    assert_ne!(tag(&k.page_tag("i42")), tag(&k.page_tag("i43")));
+    // another feature's keys of one group and id share a slot; ids spread.
+    assert_eq!(
+        tag(&k.slotted("a:", "t", "i42")),
+        tag(&k.slotted("b:", "t", "i42"))
+    );
+    assert_ne!(
+        tag(&k.slotted("a:", "t", "i42")),
+        tag(&k.slotted("a:", "t", "i43"))
+    );
     // a name's login limit: its counter and its slow-down slot; names spread.
     let (count, slow) = k.login_name_limit("alice");
     assert_eq!(tag(&count), tag(&slow));

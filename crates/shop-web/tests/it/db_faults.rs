@@ -330,7 +330,7 @@ async fn expired_pages_are_served_stale_while_the_database_cannot_render_them() 
     use sqlx::Connection;
     let config = shop_web::WebConfig {
         page_ttl: Duration::from_secs(2),
-        page_stale: shop_cache::page_cache::StaleGrace {
+        page_stale: shop_page_cache::StaleGrace {
             while_revalidate: Duration::ZERO,
             if_error: Duration::from_secs(600),
         },

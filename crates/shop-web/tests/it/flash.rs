@@ -966,12 +966,11 @@ async fn a_retired_item_stops_selling_even_when_the_purge_after_it_fails() {
             .set_connection_timeout(Some(Duration::from_millis(200)))
             .set_number_of_retries(1);
         let cache_conn = shop_cache::connect_with(&cache.url(), quick).await.unwrap();
-        let pages = shop_cache::page_cache::PageStore::in_cache_or_state(
+        let pages = shop_page_cache::PageStore::in_cache_or_state(
             Some(cache_conn),
             shop.conn.clone(),
-            Keys::default(),
-            shop_cache::page_cache::DEFAULT_TTL,
-            shop_cache::page_cache::DEFAULT_RANK_LIMIT,
+            &Keys::default(),
+            shop_page_cache::DEFAULT_TTL,
         );
         let catalogue = shop_app::catalogue::Catalogue {
             pages: &pages,
@@ -979,9 +978,9 @@ async fn a_retired_item_stops_selling_even_when_the_purge_after_it_fails() {
         };
         // A cached page showing the item, for the purge to reach.
         let ticket = pages.begin_render().await.unwrap();
-        let key = shop_cache::page_cache::PageRequest::new("/items/5", None).key();
-        let page = shop_cache::page_cache::StoredPage::new(200, Vec::new(), b"item 5");
-        let tags = [shop_cache::page_cache::PageTag::Item(item(5))];
+        let key = shop_page_cache::PageRequest::new("/items/5", None).key();
+        let page = shop_page_cache::StoredPage::new(200, Vec::new(), b"item 5");
+        let tags = [shop_app::page_tags::item(item(5))];
         pages.store(&key, &page, &tags, &ticket).await.unwrap();
         // The cache Redis stops taking writes (as for a slow fork or a failover):
         // the purge after the commit times out.

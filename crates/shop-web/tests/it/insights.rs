@@ -6,7 +6,6 @@ use axum::http::{Request, StatusCode, header};
 use redis::AsyncCommands;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::ItemEdit;
-use shop_cache::page_cache::PageTag;
 use shop_testapp::{TestApp, json, text};
 use shop_web::WebConfig;
 
@@ -181,7 +180,7 @@ fn also_bought(got: &serde_json::Value) -> Vec<u64> {
 
 /// Purges what the page cache holds of `item` (its page, its insights).
 async fn purge(app: &TestApp, item: u64) {
-    let tag = PageTag::Item(ItemId::new(item).unwrap());
+    let tag = shop_app::page_tags::item(ItemId::new(item).unwrap());
     app.state.pages.purge(&[tag]).await.unwrap();
 }
 

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManagerConfig;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag, StaleGrace};
+use shop_page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag, StaleGrace};
 use shop_testkit::TestRedis;
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer, Pages};
 use tower::ServiceExt;
@@ -84,7 +84,10 @@ impl Shop {
     }
 
     async fn on(server: TestRedis, config: PageCacheConfig, delay: Duration) -> Self {
-        let store = |conn| PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+        let store = |conn| {
+            PageStore::new(conn, &Keys::default(), DEFAULT_TTL)
+                .ranked(Keys::default().item_views(), DEFAULT_RANK_LIMIT)
+        };
         Self::on_store(server, config, delay, store).await
     }
 
@@ -159,7 +162,7 @@ impl Shop {
 fn reads_params() -> PageCacheConfig {
     PageCacheConfig {
         params: vec!["a", "b", "mode"],
-        ..PageCacheConfig::default()
+        ..PageCacheConfig::new(shop_web::page_cache::ITEMS)
     }
 }
 
@@ -255,7 +258,11 @@ async fn an_item_with_no_views_is_not_cached() {
 async fn parameters_the_page_does_not_read_do_not_make_new_entries() {
     // The cache-busting drill: `/items/1?r=<random>` made one entry and one render
     // per request. Item pages read no parameter, so they all share one entry.
-    let shop = Shop::with(PageCacheConfig::default(), Duration::ZERO).await;
+    let shop = Shop::with(
+        PageCacheConfig::new(shop_web::page_cache::ITEMS),
+        Duration::ZERO,
+    )
+    .await;
     shop.rank_items(5).await;
     assert_eq!(x_cache(&shop.get("/items/1").await), "MISS");
     for r in 0..50 {
@@ -433,7 +440,7 @@ async fn head_is_served_from_the_get_entry_without_a_body() {
 async fn only_the_headers_a_page_varies_on_change_the_key() {
     let config = PageCacheConfig {
         vary: vec![header::ACCEPT_LANGUAGE],
-        ..PageCacheConfig::default()
+        ..PageCacheConfig::new(shop_web::page_cache::ITEMS)
     };
     let shop = Shop::with(config, Duration::ZERO).await;
     shop.rank_items(5).await;
@@ -452,7 +459,11 @@ async fn only_the_headers_a_page_varies_on_change_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stampede_on_a_cold_page_renders_it_once() {
-    let shop = Shop::with(PageCacheConfig::default(), Duration::from_millis(200)).await;
+    let shop = Shop::with(
+        PageCacheConfig::new(shop_web::page_cache::ITEMS),
+        Duration::from_millis(200),
+    )
+    .await;
     shop.rank_items(5).await;
     let requests = (0..100).map(|_| shop.get("/items/2"));
     let responses = futures::future::join_all(requests).await;
@@ -482,11 +493,16 @@ async fn a_stampede_on_a_cold_page_renders_it_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stampede_across_processes_renders_once() {
     // Two layers with their own single-flight maps, as two web servers would have.
-    let one = Shop::with(PageCacheConfig::default(), Duration::from_millis(300)).await;
+    let one = Shop::with(
+        PageCacheConfig::new(shop_web::page_cache::ITEMS),
+        Duration::from_millis(300),
+    )
+    .await;
     one.rank_items(5).await;
     let conn = shop_cache::connect(&one.server.url()).await.unwrap();
-    let store = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
-    let other_layer = PageCacheLayer::new(store, PageCacheConfig::default());
+    let store = PageStore::new(conn, &Keys::default(), DEFAULT_TTL)
+        .ranked(Keys::default().item_views(), DEFAULT_RANK_LIMIT);
+    let other_layer = PageCacheLayer::new(store, PageCacheConfig::new(shop_web::page_cache::ITEMS));
     let other = app(
         &other_layer,
         one.renders.clone(),
@@ -512,7 +528,11 @@ async fn a_stampede_across_processes_renders_once() {
 
 #[tokio::test]
 async fn a_waiter_renders_itself_when_the_render_is_not_storable() {
-    let shop = Shop::with(PageCacheConfig::default(), Duration::from_millis(100)).await;
+    let shop = Shop::with(
+        PageCacheConfig::new(shop_web::page_cache::ITEMS),
+        Duration::from_millis(100),
+    )
+    .await;
     shop.rank_items(5).await;
     let requests = (0..5).map(|_| shop.get("/items/2?mode=cookie"));
     for resp in futures::future::join_all(requests).await {
@@ -542,7 +562,7 @@ async fn with_redis_down_the_page_still_comes_from_the_handler() {
 async fn shared_pages_are_cached_without_a_rank_gate() {
     let config = PageCacheConfig {
         pages: Pages::Shared,
-        ..PageCacheConfig::default()
+        ..PageCacheConfig::new(shop_web::page_cache::ITEMS)
     };
     let shop = Shop::with(config, Duration::ZERO).await;
     // No views at all: a shared page (the flash-sale shell) is cached anyway.
@@ -557,7 +577,8 @@ async fn a_page_rendered_across_a_purge_is_served_but_not_stored() {
     let shop = Shop::with(reads_params(), Duration::from_millis(300)).await;
     shop.rank_items(5).await;
     let conn = shop_cache::connect(&shop.server.url()).await.unwrap();
-    let purger = PageStore::new(conn, Keys::default(), DEFAULT_TTL, DEFAULT_RANK_LIMIT);
+    let purger = PageStore::new(conn, &Keys::default(), DEFAULT_TTL)
+        .ranked(Keys::default().item_views(), DEFAULT_RANK_LIMIT);
     // The render begins (it read the purge epoch, then its data) ...
     let app = shop.app.clone();
     let request = tokio::spawn(async move {
@@ -574,10 +595,7 @@ async fn a_page_rendered_across_a_purge_is_served_but_not_stored() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // ... the item changes and is purged while it renders ...
-    purger
-        .purge(&[PageTag::Item(shop_cache::domain::ItemId::new(3).unwrap())])
-        .await
-        .unwrap();
+    purger.purge(&[PageTag::item(3)]).await.unwrap();
     // ... and a request after the purge joins the render still under way ...
     let app = shop.app.clone();
     let after_purge = tokio::spawn(async move {
@@ -609,13 +627,9 @@ async fn a_page_rendered_across_a_purge_is_served_but_not_stored() {
 /// as `grace` says.
 fn brief(grace: StaleGrace) -> impl FnOnce(shop_cache::RedisConn) -> PageStore {
     move |conn| {
-        PageStore::new(
-            conn,
-            Keys::default(),
-            Duration::from_secs(3),
-            DEFAULT_RANK_LIMIT,
-        )
-        .with_stale(grace)
+        PageStore::new(conn, &Keys::default(), Duration::from_secs(3))
+            .ranked(Keys::default().item_views(), DEFAULT_RANK_LIMIT)
+            .with_stale(grace)
     }
 }
 

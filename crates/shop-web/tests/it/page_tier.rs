@@ -67,7 +67,7 @@ async fn purge_epoch(app: &TestApp) -> u64 {
     app.redis
         .conn()
         .await
-        .hget(app.keys.page_purges(), "epoch")
+        .hget(shop_page_cache::PageKeys::new(&app.keys).purges(), "epoch")
         .await
         .unwrap()
 }

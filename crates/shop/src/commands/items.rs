@@ -9,8 +9,8 @@ use shop_app::catalogue::{Applied, Catalogue, CatalogueError};
 use shop_cache::analytics::Analytics;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
 use shop_cache::flash_sale::FlashSales;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore};
 use shop_cache::row_cache::RowCache;
+use shop_page_cache::{DEFAULT_TTL, PageStore};
 
 use crate::config::{ItemsArgs, ItemsCommand};
 use crate::connect::{connect_configured_cache, connect_db, connect_redis};
@@ -31,9 +31,8 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
     let pages = PageStore::in_cache_or_state(
         connect_configured_cache(&args.redis).await?,
         conn.clone(),
-        keys.clone(),
+        &keys,
         DEFAULT_TTL,
-        DEFAULT_RANK_LIMIT,
     );
     let rows = RowCache::new(conn.clone(), keys.clone());
     let ranking = Analytics::new(conn.clone(), keys.clone());

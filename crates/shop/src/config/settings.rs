@@ -9,12 +9,12 @@ use clap::{Args, FromArgMatches};
 use serde::Deserialize;
 use shop_cache::analytics;
 use shop_cache::cart::DEFAULT_MAX_QUANTITY;
-use shop_cache::page_cache;
 use shop_cache::session;
 use shop_cache::session_cleaner::{
     DEFAULT_BATCH, DEFAULT_CAP, DEFAULT_DUTY, DEFAULT_GUEST_IDLE, MAX_BATCH,
 };
 use shop_db::flash::DEFAULT_PER_USER_LIMIT;
+use shop_page_cache as page_cache;
 
 use super::file::toml_error;
 use super::secret::{SecretUrl, redact_url};
@@ -238,7 +238,7 @@ pub struct WebSettings {
     /// Megabytes of cached pages each web server keeps in its own memory in front
     /// of Redis (kept coherent by pub/sub; 0: none).
     #[arg(long, env = "SHOP_PAGE_TIER_MB",
-          default_value_t = shop_web::page_cache::tier::DEFAULT_TIER_BYTES >> 20,
+          default_value_t = page_cache::tier::DEFAULT_TIER_BYTES >> 20,
           value_parser = clap::value_parser!(u64).range(0..=65_536))]
     pub page_tier_mb: u64,
     /// The fewest distinct viewers (in the last two weeks) before an item page

@@ -1,8 +1,8 @@
 //! Tests of the configuration: the command line, the layering, the settings file.
 
 use clap::{CommandFactory, Parser};
-use shop_cache::page_cache;
 use shop_cache::session_cleaner::DEFAULT_CAP;
+use shop_page_cache as page_cache;
 
 use super::cli::*;
 use super::file::*;

@@ -16,8 +16,8 @@ use fantoccini::{ClientBuilder, Locator};
 use shop_cache::domain::ItemId;
 use shop_cache::insights::Insights;
 use shop_cache::keys::Keys;
-use shop_cache::page_cache::{DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageStore, PageTag};
 use shop_cache::session::{SessionToken, Sessions, Touch};
+use shop_page_cache::{DEFAULT_TTL, PageStore};
 
 use crate::e2e::{Binary, seeded, stop};
 
@@ -265,11 +265,13 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     // old answer when the purge's event arrives).
     let pages = PageStore::new(
         shop_cache::connect(&url).await.unwrap(),
-        Keys::default(),
+        &Keys::default(),
         DEFAULT_TTL,
-        DEFAULT_RANK_LIMIT,
     );
-    pages.purge(&[PageTag::Item(item)]).await.unwrap();
+    pages
+        .purge(&[shop_app::page_tags::item(item)])
+        .await
+        .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !crate::e2e::request(&addr, "GET", "/api/items/3/insights", None, None)
         .body

@@ -1,6 +1,6 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
 //! Compressing a cached item page: gzip (what the page cache stores), zstd and brotli,
-//! for time and size. Run: `cargo bench -p shop-cache --bench page_compression`.
+//! for time and size. Run: `cargo bench -p shop-page-cache --bench page_compression`.
 //! The sizes are printed once before the timings.
 
 use std::io::{Read, Write};
@@ -25,7 +25,7 @@ fn brotli(quality: u32) -> Vec<u8> {
 }
 
 fn compression(c: &mut Criterion) {
-    let stored = shop_cache::page_cache::StoredPage::new(
+    let stored = shop_page_cache::StoredPage::new(
         200,
         vec![("content-type".into(), b"text/html; charset=utf-8".to_vec())],
         PAGE,

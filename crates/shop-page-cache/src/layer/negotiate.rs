@@ -2,6 +2,7 @@
 //! `If-None-Match`), which responses may be stored, and building the response for
 //! a stored page as the client asked for it.
 
+use crate::StoredPage;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
@@ -9,18 +10,17 @@ use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
 use shop_cache::CacheError;
-use shop_cache::page_cache::StoredPage;
 
 /// What the client asked for that decides how a stored page is sent.
 #[derive(Clone)]
-pub(super) struct Ask {
+pub(crate) struct Ask {
     head: bool,
     gzip: bool,
     if_none_match: Option<HeaderValue>,
 }
 
 impl Ask {
-    pub(super) fn of(req: &Request) -> Self {
+    pub(crate) fn of(req: &Request) -> Self {
         Self {
             head: req.method() == Method::HEAD,
             gzip: accepts_gzip(req.headers()),
@@ -30,7 +30,7 @@ impl Ask {
 }
 
 /// May this response be stored and shown to everyone?
-pub(super) fn storable(resp: &Response) -> bool {
+pub(crate) fn storable(resp: &Response) -> bool {
     let h = resp.headers();
     resp.status() == StatusCode::OK
         && !h.contains_key(header::SET_COOKIE)
@@ -81,7 +81,7 @@ fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
 }
 
 /// Builds the response for a stored page as the client asked for it.
-pub(super) fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError> {
+pub(crate) fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError> {
     Prepared::of(page, !ask.gzip)?.respond(ask)
 }
 
@@ -89,7 +89,7 @@ pub(super) fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError
 /// forms clients ask for (gzip as stored; decompressed, when asked to keep it).
 /// What the in-process tier holds, so a hit there parses and decompresses nothing.
 #[derive(Debug)]
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     status: StatusCode,
     headers: HeaderMap,
     etag: String,
@@ -99,7 +99,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// `page` ready to send; with `identity`, its body decompressed too.
-    pub(super) fn of(page: &StoredPage, identity: bool) -> Result<Self, CacheError> {
+    pub(crate) fn of(page: &StoredPage, identity: bool) -> Result<Self, CacheError> {
         let mut headers = HeaderMap::new();
         let mut vary = String::new();
         for (name, value) in page.headers() {
@@ -135,7 +135,7 @@ impl Prepared {
     }
 
     /// The bytes it holds, for a cache bounded in bytes.
-    pub(super) fn weight(&self) -> usize {
+    pub(crate) fn weight(&self) -> usize {
         let headers: usize = self
             .headers
             .iter()
@@ -145,7 +145,7 @@ impl Prepared {
     }
 
     /// The response, as `ask` wants it.
-    pub(super) fn respond(&self, ask: &Ask) -> Result<Response, CacheError> {
+    pub(crate) fn respond(&self, ask: &Ask) -> Result<Response, CacheError> {
         let mut headers = self.headers.clone();
         let not_modified = ask
             .if_none_match

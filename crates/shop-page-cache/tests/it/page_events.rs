@@ -9,10 +9,10 @@ use futures::StreamExt;
 use redis::AsyncCommands;
 use shop_cache::analytics::TopItems;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::{
-    Lookup, PageEvent, PageRequest, PageStore, PageTag, Stored, StoredPage,
-};
 use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions};
+use shop_page_cache::{
+    Lookup, PageEvent, PageKeys, PageRequest, PageStore, PageTag, Stored, StoredPage,
+};
 
 use crate::both_layouts;
 
@@ -30,7 +30,7 @@ async fn next_event(stream: &mut redis::aio::PubSubStream) -> PageEvent {
 
 both_layouts! {
 async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
-    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    let store = PageStore::new(fx.conn.clone(), &fx.keys, Duration::from_secs(60)).ranked(fx.keys.item_views(), 10);
     let (conn, channel) = store.events();
     let (_sink, mut stream) = conn.subscribe(&channel).await.unwrap();
     let key = PageRequest::new("/items/1", None).key();
@@ -41,7 +41,7 @@ async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
         next_event(&mut stream).await,
         PageEvent::Generation(store.generation().since())
     );
-    let tags = [PageTag::Item(item(1))];
+    let tags = [PageTag::item(1)];
     assert_eq!(store.store(&key, &page, &tags, &ticket).await.unwrap(), Stored::Yes);
     assert_eq!(
         next_event(&mut stream).await,
@@ -52,10 +52,10 @@ async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
     // A purge that finds no page still says a purge happened (what a process keeps
     // of the catalogue besides pages, its search results, goes).
     let seen = store.purges_seen().get();
-    assert_eq!(store.purge(&[PageTag::Item(item(2))]).await.unwrap(), 0);
+    assert_eq!(store.purge(&[PageTag::item(2)]).await.unwrap(), 0);
     assert_eq!(next_event(&mut stream).await, PageEvent::Purged(Vec::new()));
     assert_eq!(store.purges_seen().get(), seen + 1, "counted before it returned");
-    let other = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    let other = PageStore::new(fx.conn.clone(), &fx.keys, Duration::from_secs(60)).ranked(fx.keys.item_views(), 10);
     assert_ne!(other.origin(), store.origin(), "each process names its own stores");
     let ticket = other.begin_render().await.unwrap();
     other.store(&key, &page, &tags, &ticket).await.unwrap();
@@ -68,10 +68,10 @@ async fn stores_and_purges_reach_a_subscriber(fx: Fixture) {
     // The state Redis loses the bookkeeping: the first call after it (here a purge
     // by a process that knew no generation, like `shop items update`) starts a new
     // generation and says so, so every server learns it at once.
-    let _: () = redis::AsyncCommands::del(&mut fx.raw().await, fx.keys.page_purges())
+    let _: () = redis::AsyncCommands::del(&mut fx.raw().await, PageKeys::new(&fx.keys).purges())
         .await
         .unwrap();
-    let fresh = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 10);
+    let fresh = PageStore::new(fx.conn.clone(), &fx.keys, Duration::from_secs(60)).ranked(fx.keys.item_views(), 10);
     fresh.purge(&tags).await.unwrap();
     let since = fresh.generation().since();
     assert!(since > store.generation().since());
@@ -84,8 +84,11 @@ async fn the_gate_reads_the_process_copy_of_the_top_once_it_has_one(fx: Fixture)
     // Items 1 and 2 are in the top 2; item 3 is not.
     let _: () = raw.zadd_multiple(fx.keys.item_views(), &[(-30, 1), (-20, 2), (-10, 3)]).await.unwrap();
     let top = TopItems::new(fx.conn.clone(), fx.keys.clone(), 2);
-    let store = PageStore::new(fx.conn.clone(), fx.keys.clone(), Duration::from_secs(60), 2)
-        .with_top(top.clone());
+    let store = PageStore::new(fx.conn.clone(), &fx.keys, Duration::from_secs(60)).ranked(fx.keys.item_views(), 2)
+        .with_top({
+            let top = top.clone();
+            move |item| top.contains(item)
+        });
     let key = |n: u64| PageRequest::new(&format!("/items/{n}"), None).key();
     // Commands one lookup sends.
     let cost = async |n: u64| {

@@ -2,7 +2,15 @@
 //! in an entry that says until when it is fresh (or a purge's tombstone), and how long
 //! past that it may be served.
 
-use super::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use sha2::{Digest, Sha256};
+use shop_cache::CacheError;
 
 /// A cached response: what is needed to replay it, body compressed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,32 +23,32 @@ pub struct StoredPage {
 
 /// The first byte of the stored form; bump it when the layout changes, and old
 /// entries read as misses rather than garbage.
-pub(super) const FORMAT_VERSION: u8 = 1;
+pub(crate) const FORMAT_VERSION: u8 = 1;
 /// The first byte of a purged page's tombstone (then its epoch, in ASCII).
-pub(super) const TOMBSTONE: u8 = 0;
+pub(crate) const TOMBSTONE: u8 = 0;
 /// The first byte of a stored entry of releases before generations: then until
 /// when it is fresh (unix ms, u64 big-endian), then the page. Read as stored at
 /// epoch 0 (before any generation).
-pub(super) const ENTRY_WITHOUT_EPOCH: u8 = 2;
+pub(crate) const ENTRY_WITHOUT_EPOCH: u8 = 2;
 /// The first byte of a stored entry: then until when it is fresh (unix ms, u64
 /// big-endian), the purge epoch its render began at (u64 big-endian), then the
 /// page ([`StoredPage::encode`]).
-pub(super) const ENTRY: u8 = 3;
+pub(crate) const ENTRY: u8 = 3;
 
 /// A stored entry read back.
 #[derive(Debug)]
-pub(super) struct Entry {
-    pub(super) page: StoredPage,
+pub(crate) struct Entry {
+    pub(crate) page: StoredPage,
     /// Until when it is fresh (unix ms).
-    pub(super) fresh_until: u64,
+    pub(crate) fresh_until: u64,
     /// The purge epoch its render began at: older than the generation's start,
     /// it counts as purged.
-    pub(super) epoch: u64,
+    pub(crate) epoch: u64,
 }
 
 /// A stored value read back: an entry, or nothing (no value, or a purged page's
 /// tombstone).
-pub(super) fn decode_entry(bytes: &[u8]) -> Option<Result<Entry, CacheError>> {
+pub(crate) fn decode_entry(bytes: &[u8]) -> Option<Result<Entry, CacheError>> {
     let corrupt = || CacheError::Corrupt { what: "cache:" };
     let entry = |page: &[u8], fresh_until, epoch| {
         StoredPage::decode(page).map(|page| Entry {
@@ -76,7 +84,7 @@ pub(super) fn decode_entry(bytes: &[u8]) -> Option<Result<Entry, CacheError>> {
     }
 }
 
-pub(super) fn encode_entry(page: &StoredPage, fresh_until_ms: u64, epoch: u64) -> Vec<u8> {
+pub(crate) fn encode_entry(page: &StoredPage, fresh_until_ms: u64, epoch: u64) -> Vec<u8> {
     let mut out = vec![ENTRY];
     out.extend_from_slice(&fresh_until_ms.to_be_bytes());
     out.extend_from_slice(&epoch.to_be_bytes());
@@ -206,12 +214,12 @@ impl StoredPage {
     }
 }
 
-pub(super) fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
     out.extend_from_slice(bytes);
 }
 
-pub(super) struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {

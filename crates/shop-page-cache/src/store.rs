@@ -1,73 +1,41 @@
-//! The page cache's storage and its Redis side of the policy: whole rendered pages at
-//! `cache:<key>` for a few minutes, kept only for the most viewed items.
-//!
-//! - [`PageRequest`] normalises a request (path, sorted query, the headers a page
-//!   varies on) and hashes it with SHA-256 into a [`PageKey`] that is the same in
-//!   every process and release (the book used Python's per-process `hash()`).
-//! - [`StoredPage`] is what is kept: status, the headers needed to replay the
-//!   response, an ETag, and the body gzip-compressed. Gzip because every client that
-//!   accepts any compression accepts gzip, so the stored bytes go out as they are;
-//!   `cargo bench -p shop-cache --bench page_compression` compares it with zstd and
-//!   brotli on an item page.
-//! - [`PageStore`] reads a page together with the item's rank in `viewed:` (one round
-//!   trip), stores pages with a TTL, and holds the short lock that lets one process
-//!   render a missing page while the others wait for it.
-//! - Tags and purge: every stored page is indexed under the [`PageTag`]s of what it
-//!   shows (its items, its department), and [`PageStore::purge`] replaces every page
-//!   of a tag by a tombstone, on every web server at once (they share Redis), on one
-//!   node or a cluster. A render that began before a purge can hold old content, so
-//!   it is not stored: a render first takes a [`RenderTicket`] (the purge epoch, read
-//!   before the database is), and the store is refused if any of the page's tags was
-//!   purged at a later epoch (`tag_page.lua`), or a tombstone of a later epoch sits on
-//!   the page's key (`store_page.lua`). Whichever order the purge and the store run
-//!   in, no old page is served after the purge returns (see the scripts).
-//! - Generations: the tag indexes and the purge epoch live in the state Redis,
-//!   the pages in the cache Redis. A state Redis that lost its data (restarted
-//!   empty, flushed, a replica that missed writes took over) would leave a purge
-//!   nothing to find, so the epoch's hash (`page-purges`) also holds the epoch at
-//!   which the state's current generation began (`purge_epoch.lua`): the first
-//!   call after a loss starts a new one. Each entry records the epoch its render
-//!   began at, and every process knows the generation ([`Generation`]: learnt at
-//!   each render and purge, by the tier's feed every second, and from the
-//!   [`PageEvent::Generation`] the process that found the loss publishes before
-//!   its purge returns); an entry older than the generation counts as purged,
-//!   in Redis and in every in-process tier. Epochs come from Redis's clock, so
-//!   they never go backwards.
-//! - Serve-stale: an entry records until when it is fresh and is kept past that
-//!   for its [`StaleGrace`] (RFC 5861's `stale-while-revalidate` and
-//!   `stale-if-error`); [`PageStore::lookup`] answers [`Lookup::Stale`] for it, and
-//!   the web layer decides what to do (serve it and render in the background, or
-//!   serve it instead of an error). Stale copies stay indexed under their tags, so
-//!   a purge removes them too: a purged page is never served stale.
-//!
-//! The HTTP side (which requests and responses qualify, serving, single-flight inside
-//! a process) is the tower layer in `shop-web`.
+//! [`PageStore`]: the pages in Redis. A lookup reads a page together with its
+//! item's rank (one round trip); a store is refused when a purge since the
+//! render began forbids it; a purge replaces every page of its tags by a
+//! tombstone and tells every process's tier. The scripts that make each of
+//! these one atomic step sit beside this file (`store/*.lua`).
 
-use std::io::{Read, Write};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::RedisConn;
-use bytes::Bytes;
-use flate2::Compression;
-use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
-use redis::AsyncCommands;
-use sha2::{Digest, Sha256};
+use redis::{AsyncCommands, Script};
+use shop_cache::domain::ItemId;
+use shop_cache::keys::Keys;
+use shop_cache::scripts::eval;
+use shop_cache::{CacheError, RedisConn};
 
-use crate::domain::ItemId;
-use crate::keys::Keys;
-use crate::{CacheError, scripts};
+use crate::keys::PageKeys;
+use crate::stored::{Entry, TOMBSTONE, decode_entry, encode_entry};
+use crate::{Generation, PageEvent, PageKey, PageTag, PurgesSeen, StaleGrace, StoredPage, now_ms};
 
-mod event;
-mod generation;
-mod key;
-mod stored;
+/// Indexes a page under one tag and says whether a purge since forbids storing it.
+/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
+const TAG_PAGE: &str = include_str!("store/tag_page.lua");
 
-pub use event::PageEvent;
-pub use generation::{Generation, PurgesSeen};
-pub use key::{PageKey, PageRequest};
-use stored::*;
-pub use stored::{StaleGrace, StoredPage, now_ms};
+/// Stores a page unless a purge since its render began left a tombstone.
+static STORE_PAGE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("store/store_page.lua")));
+
+/// The purge epoch and generation (`purge_epoch.lua`).
+static PURGE_EPOCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("store/purge_epoch.lua")));
+
+/// One tag's part of a purge: the mark, and the pages to replace by tombstones.
+/// Sent in pipelines, one per tag, so by `EVAL` ([`eval`]).
+const PURGE_TAG: &str = include_str!("store/purge_tag.lua");
+
+/// Replaces a purged page by a tombstone unless a newer purge's is there.
+/// Sent in pipelines, one per page, so by `EVAL` ([`eval`]).
+const TOMBSTONE_SCRIPT: &str = include_str!("store/tombstone.lua");
 
 /// How long a page is kept, as in the book.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -87,34 +55,6 @@ pub const LOCK_TTL: Duration = Duration::from_secs(5);
 pub const PURGE_MARK_TTL: Duration = Duration::from_secs(60);
 /// The oldest a render may be (from its [`RenderTicket`]) and still be stored.
 pub const MAX_RENDER: Duration = Duration::from_secs(30);
-
-/// What a cached page shows, so that a change to it purges the page.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PageTag {
-    /// One item (its page, and every listing that shows it).
-    Item(ItemId),
-    /// Every listing page of one department.
-    Department(String),
-    /// Every page that lists the departments (a department appears or goes).
-    Departments,
-    /// Every page of the whole catalogue's listing (an item is added or leaves).
-    AllItems,
-    /// Every page listing the sales (a sale starts).
-    Sales,
-}
-
-impl PageTag {
-    /// The tag's name in its keys: `i42`, `d<hex of the name>`, `depts`, `all`.
-    pub fn encode(&self) -> String {
-        match self {
-            PageTag::Item(item) => format!("i{item}"),
-            PageTag::Department(name) => format!("d{}", hex::encode(name.as_bytes())),
-            PageTag::Departments => "depts".to_owned(),
-            PageTag::AllItems => "all".to_owned(),
-            PageTag::Sales => "sales".to_owned(),
-        }
-    }
-}
 
 /// Taken before a render reads anything: the purge epoch then, its generation, and
 /// when.
@@ -154,10 +94,18 @@ pub enum Lookup {
 }
 
 /// A held render lock; pass it back to [`PageStore::unlock`].
-pub type RenderLock = crate::lock::Lock;
+pub type RenderLock = shop_cache::lock::Lock;
 
 /// Pages replaced by tombstones per round trip of a purge.
 const PURGE_CHUNK: usize = 1_000;
+
+/// The book's gate on item pages: kept only for items ranked below `limit` in the
+/// sorted set `ranking`, answered in process by `top` where it knows.
+struct RankGate {
+    ranking: String,
+    limit: u64,
+    top: Option<Box<dyn Fn(ItemId) -> Option<bool> + Send + Sync>>,
+}
 
 /// Cached pages in Redis.
 #[derive(Clone)]
@@ -167,13 +115,12 @@ pub struct PageStore {
     /// epoch are, when the pages are in a cache Redis of their own
     /// ([`PageStore::with_state_in`]).
     state: Option<RedisConn>,
-    keys: Keys,
+    keys: PageKeys,
     ttl: Duration,
-    rank_limit: u64,
+    /// The book's gate on item pages ([`PageStore::ranked`]); none: every item
+    /// page is kept.
+    gate: Option<Arc<RankGate>>,
     grace: StaleGrace,
-    /// This process's copy of the ranking's top, when it keeps one
-    /// ([`PageStore::with_top`]).
-    top: Option<crate::analytics::TopItems>,
     /// Names this store (and its clones) in the [`PageEvent::Stored`] it sends.
     origin: u64,
     /// The generation this process knows.
@@ -183,19 +130,19 @@ pub struct PageStore {
 }
 
 impl PageStore {
-    /// Pages under `keys`, kept for `ttl`, for items ranked below `rank_limit`.
-    pub fn new(conn: RedisConn, keys: Keys, ttl: Duration, rank_limit: u64) -> Self {
+    /// Pages under `keys` (their prefix and layout), kept for `ttl`: every item
+    /// page, until [`PageStore::ranked`] gates them by popularity.
+    pub fn new(conn: RedisConn, keys: &Keys, ttl: Duration) -> Self {
         let mut origin = [0u8; 8];
         // A clash of two random 64-bit origins only costs a tier one invalidation.
         let _ = getrandom::fill(&mut origin);
         Self {
             conn,
             state: None,
-            keys,
+            keys: PageKeys::new(keys),
             ttl,
-            rank_limit,
+            gate: None,
             grace: StaleGrace::default(),
-            top: None,
             origin: u64::from_be_bytes(origin),
             generation: Generation::default(),
             purges_seen: PurgesSeen::default(),
@@ -218,8 +165,8 @@ impl PageStore {
     /// this call started, or a newer one than this process knew, is published to
     /// every web server. Returns `(epoch, since)`.
     async fn epoch(&self, advance: bool) -> Result<(u64, u64), CacheError> {
-        let (epoch, since, started): (u64, u64, u8) = scripts::PURGE_EPOCH
-            .key(self.keys.page_purges())
+        let (epoch, since, started): (u64, u64, u8) = PURGE_EPOCH
+            .key(self.keys.purges())
             .arg(if advance { "1" } else { "0" })
             .invoke_async(&mut self.state())
             .await?;
@@ -251,16 +198,37 @@ impl PageStore {
         Ok(self.epoch(false).await?.1)
     }
 
-    /// The gate read from `top`, this process's copy of the ranking (refreshed by a
-    /// [`crate::analytics::TopItemsRefresher`]), instead of a `ZRANK` per lookup:
-    /// while the copy is fresh, a page of an item in it costs Redis only its `GET`
-    /// (and nothing at all from the web tier's in-process tier). An item not in the
-    /// copy is asked about as before (`ZRANK` with the `GET`): its page is rendered
-    /// anyway, and an item that just entered the top is cached at once, not a
-    /// second later. An item that just left the top stays cached until the next
-    /// refresh (a second). A stale or missing copy falls back to the `ZRANK`.
-    pub fn with_top(mut self, top: crate::analytics::TopItems) -> Self {
-        self.top = Some(top);
+    /// Item pages kept only while their item ranks below `limit` in the sorted set
+    /// `ranking` (the book's `can_cache`: rank 0 is the most viewed); an item with
+    /// no score there is not kept. The rank is read with the page, in one round
+    /// trip.
+    pub fn ranked(mut self, ranking: &str, limit: u64) -> Self {
+        self.gate = Some(Arc::new(RankGate {
+            ranking: ranking.to_owned(),
+            limit,
+            top: None,
+        }));
+        self
+    }
+
+    /// The gate answered in process where `top` knows the answer: `Some(true)`
+    /// for an item among the ranked ones, `Some(false)` for one that is not,
+    /// `None` when it cannot tell (its copy is stale), and then the rank is asked
+    /// of Redis as without it. While `top` knows, a page of a top item costs
+    /// Redis only its `GET` (and nothing at all from the in-process tier). An
+    /// item not known to be in the top is asked about with a `ZRANK`, so an item
+    /// that just entered it is cached at once. Call after [`PageStore::ranked`].
+    pub fn with_top(
+        mut self,
+        top: impl Fn(ItemId) -> Option<bool> + Send + Sync + 'static,
+    ) -> Self {
+        if let Some(gate) = &self.gate {
+            self.gate = Some(Arc::new(RankGate {
+                ranking: gate.ranking.clone(),
+                limit: gate.limit,
+                top: Some(Box::new(top)),
+            }));
+        }
         self
     }
 
@@ -281,7 +249,7 @@ impl PageStore {
     /// The channel of the [`PageEvent`]s, and the Redis that carries it (the state
     /// Redis: it never evicts, and every web server shares it).
     pub fn events(&self) -> (RedisConn, String) {
-        (self.state(), self.keys.page_events())
+        (self.state(), self.keys.events())
     }
 
     /// Pages in `cache` when the shop has a cache Redis (with what purges rely on
@@ -290,13 +258,12 @@ impl PageStore {
     pub fn in_cache_or_state(
         cache: Option<RedisConn>,
         state: RedisConn,
-        keys: Keys,
+        keys: &Keys,
         ttl: Duration,
-        rank_limit: u64,
     ) -> Self {
         match cache {
-            Some(cache) => Self::new(cache, keys, ttl, rank_limit).with_state_in(state),
-            None => Self::new(state, keys, ttl, rank_limit),
+            Some(cache) => Self::new(cache, keys, ttl).with_state_in(state),
+            None => Self::new(state, keys, ttl),
         }
     }
 
@@ -355,32 +322,31 @@ impl PageStore {
     ) -> Result<(Lookup, u64), CacheError> {
         let page_key = self.keys.page(key.as_str());
         let mut conn = self.conn.clone();
-        let known = match (item, &self.top) {
-            (Some(item), Some(top)) => top.contains(item),
-            _ => None,
-        };
-        let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (item, &self.state) {
+        let gate = item.zip(self.gate.as_deref());
+        let known = gate.and_then(|(item, gate)| gate.top.as_ref().and_then(|top| top(item)));
+        let (rank, page): (Option<u64>, Option<Vec<u8>>) = match (gate, &self.state) {
             (None, _) => (Some(0), conn.get(page_key).await?),
             (Some(_), _) if known == Some(true) => (Some(0), conn.get(page_key).await?),
-            (Some(item), None) => {
+            (Some((item, gate)), None) => {
                 redis::pipe()
                     .cmd("ZRANK")
-                    .arg(self.keys.item_views())
+                    .arg(&gate.ranking)
                     .arg(item)
                     .get(page_key)
                     .query_async(&mut conn)
                     .await?
             }
-            (Some(item), Some(ranking)) => {
+            (Some((item, gate)), Some(ranking)) => {
                 let mut ranking = ranking.clone();
                 let mut zrank = redis::cmd("ZRANK");
-                zrank.arg(self.keys.item_views()).arg(item);
+                zrank.arg(&gate.ranking).arg(item);
                 let (rank, page) =
                     tokio::join!(zrank.query_async(&mut ranking), conn.get(page_key));
                 (rank?, page?)
             }
         };
-        if rank.is_none_or(|r| r >= self.rank_limit) {
+        let limit = gate.map_or(u64::MAX, |(_, gate)| gate.limit);
+        if rank.is_none_or(|r| r >= limit) {
             return Ok((Lookup::NotPopular, 0));
         }
         Ok(match page.and_then(|bytes| decode_entry(&bytes)) {
@@ -455,7 +421,7 @@ impl PageStore {
             let mut pipe = redis::pipe();
             for tag in tags {
                 pipe.add_command(
-                    self.tag_call(scripts::TAG_PAGE, tag)
+                    self.tag_call(TAG_PAGE, tag)
                         .arg(key.as_str())
                         .arg(kept)
                         .arg(ticket.epoch)
@@ -467,7 +433,7 @@ impl PageStore {
                 return Ok(Stored::Refused);
             }
         }
-        let stored: i64 = scripts::STORE_PAGE
+        let stored: i64 = STORE_PAGE
             .key(self.keys.page(key.as_str()))
             .arg(encode_entry(
                 page,
@@ -495,7 +461,7 @@ impl PageStore {
         if events.is_empty() {
             return Ok(());
         }
-        let channel = self.keys.page_events();
+        let channel = self.keys.events();
         let mut pipe = redis::pipe();
         for event in events {
             pipe.cmd("PUBLISH")
@@ -510,9 +476,8 @@ impl PageStore {
     /// A call of `script` over one tag's two keys (its index and its purge mark,
     /// in one slot).
     fn tag_call(&self, script: &str, tag: &PageTag) -> redis::Cmd {
-        let tag = tag.encode();
-        let (index, mark) = (self.keys.page_tag(&tag), self.keys.page_tag_purged(&tag));
-        scripts::eval(script, &[&index, &mark])
+        let (index, mark) = (self.keys.tag(tag), self.keys.tag_purged(tag));
+        eval(script, &[&index, &mark])
     }
 
     /// Purges every page showing any of `tags`, on every web server (they share
@@ -530,7 +495,7 @@ impl PageStore {
         let mut pipe = redis::pipe();
         for tag in tags {
             pipe.add_command(
-                self.tag_call(scripts::PURGE_TAG, tag)
+                self.tag_call(PURGE_TAG, tag)
                     .arg(epoch)
                     .arg(mark_ttl)
                     .clone(),
@@ -544,7 +509,7 @@ impl PageStore {
             let mut pipe = redis::pipe();
             for hash in chunk {
                 pipe.add_command(
-                    scripts::eval(scripts::TOMBSTONE, &[&self.keys.page(hash)])
+                    eval(TOMBSTONE_SCRIPT, &[&self.keys.page(hash)])
                         .arg(&tombstone)
                         .arg(epoch)
                         .arg(mark_ttl)
@@ -584,12 +549,12 @@ impl PageStore {
 
     /// Tries to become the one process rendering `key`. `None`: another holds it.
     pub async fn try_lock(&self, key: &PageKey) -> Result<Option<RenderLock>, CacheError> {
-        crate::lock::take(&self.conn, self.keys.page_lock(key.as_str()), LOCK_TTL).await
+        shop_cache::lock::take(&self.conn, self.keys.lock(key.as_str()), LOCK_TTL).await
     }
 
     /// Releases a lock this process holds (a lock that already expired is left alone).
     pub async fn unlock(&self, lock: RenderLock) -> Result<(), CacheError> {
-        crate::lock::release(&self.conn, lock).await
+        shop_cache::lock::release(&self.conn, lock).await
     }
 }
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use shop_cache::domain::ItemId;
-use shop_cache::page_cache::{
-    LOCK_TTL, Lookup, PageKey, PageRequest, PageStore, PageTag, StaleGrace, Stored, StoredPage,
+use shop_page_cache::{
+    LOCK_TTL, Lookup, PageKey, PageKeys, PageRequest, PageStore, PageTag, StaleGrace, Stored,
+    StoredPage,
 };
 
 use crate::{Fixture, both_layouts};
@@ -38,7 +39,7 @@ async fn put(store: &PageStore, key: &PageKey, page: &StoredPage) {
 
 /// The store under test: pages kept `ttl`, items ranked below `rank_limit` cached.
 fn store_of(fx: &Fixture, ttl: Duration, rank_limit: u64) -> PageStore {
-    PageStore::new(fx.conn.clone(), fx.keys.clone(), ttl, rank_limit)
+    PageStore::new(fx.conn.clone(), &fx.keys, ttl).ranked(fx.keys.item_views(), rank_limit)
 }
 
 /// Items 1..=n ranked by views: item 1 the most viewed (rank 0), item n the least.
@@ -136,19 +137,19 @@ async fn pages_are_stored_with_the_ttl_and_expire(fx: Fixture) {
 
     let mut raw = fx.raw().await;
     // The page, and the purge epoch and generation its render read (started then).
-    let mut expected = vec![fx.keys.page(key.as_str()), fx.keys.page_purges()];
+    let mut expected = vec![PageKeys::new(&fx.keys).page(key.as_str()), PageKeys::new(&fx.keys).purges()];
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
-    let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    let pttl: i64 = raw.pttl(PageKeys::new(&fx.keys).page(key.as_str())).await.unwrap();
     assert!(pttl > 299_000 && pttl <= 300_000, "pttl {pttl}");
     // Storing again replaces the page and starts the TTL afresh.
     let _: () = raw
-        .pexpire(fx.keys.page(key.as_str()), 1_000)
+        .pexpire(PageKeys::new(&fx.keys).page(key.as_str()), 1_000)
         .await
         .unwrap();
     put(&store, &key, &page("new")).await;
     assert_eq!(store.get(&key).await.unwrap(), Some(page("new")));
-    let pttl: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    let pttl: i64 = raw.pttl(PageKeys::new(&fx.keys).page(key.as_str())).await.unwrap();
     assert!(pttl > 299_000, "pttl {pttl}");
 
     // A short TTL: gone once it passes.
@@ -171,9 +172,9 @@ async fn different_requests_are_different_pages(fx: Fixture) {
     assert_eq!(store.get(&same.key()).await.unwrap(), Some(page("english")));
     assert_eq!(store.get(&de.key()).await.unwrap(), Some(page("deutsch")));
     let mut expected = vec![
-        fx.keys.page(en.key().as_str()),
-        fx.keys.page(de.key().as_str()),
-        fx.keys.page_purges(),
+        PageKeys::new(&fx.keys).page(en.key().as_str()),
+        PageKeys::new(&fx.keys).page(de.key().as_str()),
+        PageKeys::new(&fx.keys).purges(),
     ];
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
@@ -185,7 +186,7 @@ async fn an_unreadable_page_is_a_miss(fx: Fixture) {
     let _: () = fx
         .raw()
         .await
-        .set(fx.keys.page(key.as_str()), "not a stored page")
+        .set(PageKeys::new(&fx.keys).page(key.as_str()), "not a stored page")
         .await
         .unwrap();
     assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Miss);
@@ -219,8 +220,8 @@ async fn remove_drops_the_page(fx: Fixture) {
     store.remove(&key).await.unwrap();
     let mut expected = vec![
         fx.keys.item_views().to_owned(),
-        fx.keys.page(other.as_str()),
-        fx.keys.page_purges(),
+        PageKeys::new(&fx.keys).page(other.as_str()),
+        PageKeys::new(&fx.keys).purges(),
     ];
     expected.sort();
     assert_eq!(fx.all_keys().await, expected);
@@ -234,13 +235,13 @@ async fn a_lost_state_redis_starts_a_generation_that_purges_everything_before(fx
     let late = store.begin_render().await.unwrap();
     assert_eq!(store.get(&key).await.unwrap(), Some(page("old")));
     let mut raw = fx.raw().await;
-    let before: u64 = raw.hget(fx.keys.page_purges(), "epoch").await.unwrap();
+    let before: u64 = raw.hget(PageKeys::new(&fx.keys).purges(), "epoch").await.unwrap();
     let since = store.generation().since();
     // The bookkeeping is lost (a flush, a restart without its file); the page is not.
-    let _: () = raw.del(fx.keys.page_purges()).await.unwrap();
+    let _: () = raw.del(PageKeys::new(&fx.keys).purges()).await.unwrap();
     // A purge by another process finds no tag, and starts the next generation.
-    assert_eq!(other.purge(&[PageTag::Item(item(1))]).await.unwrap(), 0);
-    let after: u64 = raw.hget(fx.keys.page_purges(), "epoch").await.unwrap();
+    assert_eq!(other.purge(&[PageTag::item(1)]).await.unwrap(), 0);
+    let after: u64 = raw.hget(PageKeys::new(&fx.keys).purges(), "epoch").await.unwrap();
     assert!(after > before, "the epoch never goes back: {after} after {before}");
     assert!(other.generation().since() > since);
     assert_eq!(other.get(&key).await.unwrap(), None, "stored before: purged");
@@ -266,7 +267,7 @@ async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {
     let store = store_of(&fx, Duration::from_secs(60), 10);
     // Another process: its own connection.
     let elsewhere =
-        PageStore::new(fx.raw().await, fx.keys.clone(), Duration::from_secs(60), 10);
+        PageStore::new(fx.raw().await, &fx.keys, Duration::from_secs(60)).ranked(fx.keys.item_views(), 10);
     let key = key_of("/items/1");
     let lock = store.try_lock(&key).await.unwrap().expect("free: taken");
     assert!(elsewhere.try_lock(&key).await.unwrap().is_none(), "held");
@@ -283,7 +284,7 @@ async fn one_process_holds_the_render_lock_at_a_time(fx: Fixture) {
 
     // The lock expires by itself if its holder dies.
     let mut raw = fx.raw().await;
-    let pttl: i64 = raw.pttl(fx.keys.page_lock(key.as_str())).await.unwrap();
+    let pttl: i64 = raw.pttl(PageKeys::new(&fx.keys).lock(key.as_str())).await.unwrap();
     let max = LOCK_TTL.as_millis() as i64;
     assert!(pttl > max - 1_000 && pttl <= max, "pttl {pttl}");
 
@@ -304,7 +305,7 @@ async fn an_expired_lock_taken_by_another_is_not_released_by_the_first(fx: Fixtu
     let first = store.try_lock(&key).await.unwrap().unwrap();
     // The first holder stalls past the lock's life (its expiry, made to happen now).
     let mut raw = fx.raw().await;
-    let lock_key = fx.keys.page_lock(key.as_str());
+    let lock_key = PageKeys::new(&fx.keys).lock(key.as_str());
     let _: () = raw.del(&lock_key).await.unwrap();
     let second = store.try_lock(&key).await.unwrap().expect("expired: free");
     // The first one finishes and unlocks: the second's lock must stay.
@@ -321,24 +322,24 @@ async fn an_expired_lock_taken_by_another_is_not_released_by_the_first(fx: Fixtu
 both_layouts! {
 async fn a_purge_removes_every_page_of_its_tags_and_no_other(fx: Fixture) {
     let store = store_of(&fx, Duration::from_secs(60), 10);
-    let kitchen = PageTag::Department("kitchen & bath, ÜBER {x}".into());
+    let kitchen = PageTag::new("dkitchen & bath, ÜBER {x}");
     let (item_page, listing, other) = (key_of("/items/1"), key_of("/c/kitchen"), key_of("/items/2"));
     let ticket = store.begin_render().await.unwrap();
     for (key, tags) in [
-        (&item_page, vec![PageTag::Item(item(1))]),
-        (&listing, vec![PageTag::Item(item(1)), PageTag::Item(item(2)), kitchen.clone()]),
-        (&other, vec![PageTag::Item(item(2))]),
+        (&item_page, vec![PageTag::item(1)]),
+        (&listing, vec![PageTag::item(1), PageTag::item(2), kitchen.clone()]),
+        (&other, vec![PageTag::item(2)]),
     ] {
         assert_eq!(store.store(key, &page("old"), &tags, &ticket).await.unwrap(), Stored::Yes);
     }
-    assert_eq!(store.purge(&[PageTag::Item(item(1))]).await.unwrap(), 2);
+    assert_eq!(store.purge(&[PageTag::item(1)]).await.unwrap(), 2);
     assert_eq!(store.lookup(&item_page, None).await.unwrap(), Lookup::Miss);
     assert_eq!(store.get(&listing).await.unwrap(), None);
     assert_eq!(store.get(&other).await.unwrap(), Some(page("old")));
     // The index keeps its entries until their pages' time is up, so a purge done
     // again (after its tombstones failed, say) finds them again; a department's
     // purge reaches its listing.
-    assert_eq!(store.purge(&[PageTag::Item(item(1))]).await.unwrap(), 2);
+    assert_eq!(store.purge(&[PageTag::item(1)]).await.unwrap(), 2);
     assert_eq!(store.get(&listing).await.unwrap(), None);
     let ticket = store.begin_render().await.unwrap();
     store.store(&listing, &page("new"), std::slice::from_ref(&kitchen), &ticket).await.unwrap();
@@ -349,7 +350,7 @@ async fn a_purge_removes_every_page_of_its_tags_and_no_other(fx: Fixture) {
 async fn a_render_that_began_before_a_purge_is_not_stored(fx: Fixture) {
     let store = store_of(&fx, Duration::from_secs(60), 10);
     let key = key_of("/items/1");
-    let tags = [PageTag::Item(item(1))];
+    let tags = [PageTag::item(1)];
     // The render read the epoch (and then the database) before the change...
     let before = store.begin_render().await.unwrap();
     // ... the change committed and purged (nothing of it stored yet) ...
@@ -376,23 +377,23 @@ async fn a_render_that_began_before_a_purge_is_not_stored(fx: Fixture) {
 async fn the_tag_index_expires_with_its_pages(fx: Fixture) {
     let store = store_of(&fx, Duration::from_secs(60), 10);
     let ticket = store.begin_render().await.unwrap();
-    let tags = [PageTag::Item(item(7)), PageTag::AllItems];
+    let tags = [PageTag::item(7), PageTag::new("all")];
     store.store(&key_of("/items"), &page("x"), &tags, &ticket).await.unwrap();
     let mut raw = fx.raw().await;
     for tag in &tags {
-        let ttl: i64 = raw.pttl(fx.keys.page_tag(&tag.encode())).await.unwrap();
+        let ttl: i64 = raw.pttl(PageKeys::new(&fx.keys).tag(tag)).await.unwrap();
         assert!((1..=60_000).contains(&ttl), "{tag:?}: {ttl}");
     }
     // The purge's marks are kept a minute, then go.
     store.purge(&tags).await.unwrap();
-    let mark: i64 = raw.pttl(fx.keys.page_tag_purged("i7")).await.unwrap();
+    let mark: i64 = raw.pttl(PageKeys::new(&fx.keys).tag_purged(&PageTag::item(7))).await.unwrap();
     assert!((1..=60_000).contains(&mark), "{mark}");
     let indexed: Vec<String> = raw
-        .zrange(fx.keys.page_tag("i7"), 0, -1)
+        .zrange(PageKeys::new(&fx.keys).tag(&PageTag::item(7)), 0, -1)
         .await
         .unwrap();
     assert_eq!(indexed, [key_of("/items").as_str()], "kept for a retry");
-    let tomb: i64 = raw.pttl(fx.keys.page(key_of("/items").as_str())).await.unwrap();
+    let tomb: i64 = raw.pttl(PageKeys::new(&fx.keys).page(key_of("/items").as_str())).await.unwrap();
     assert!((1..=60_000).contains(&tomb), "{tomb}");
 }
 
@@ -403,14 +404,14 @@ async fn an_expired_page_is_stale_within_its_grace_and_a_purge_reaches_it(fx: Fi
     };
     let store = store_of(&fx, Duration::from_secs(1), 10).with_stale(grace);
     let key = key_of("/items/1");
-    let tags = [PageTag::Item(item(1))];
+    let tags = [PageTag::item(1)];
     let ticket = store.begin_render().await.unwrap();
     store.store(&key, &page("one"), &tags, &ticket).await.unwrap();
     // Kept (and indexed) for its TTL and the longer grace.
     let mut raw = fx.raw().await;
-    let kept: i64 = raw.pttl(fx.keys.page(key.as_str())).await.unwrap();
+    let kept: i64 = raw.pttl(PageKeys::new(&fx.keys).page(key.as_str())).await.unwrap();
     assert!((60_000..=61_000).contains(&kept), "{kept}");
-    let indexed: i64 = raw.pttl(fx.keys.page_tag("i1")).await.unwrap();
+    let indexed: i64 = raw.pttl(PageKeys::new(&fx.keys).tag(&PageTag::item(1))).await.unwrap();
     assert!((60_000..=61_000).contains(&indexed), "{indexed}");
     assert_eq!(store.lookup(&key, None).await.unwrap(), Lookup::Hit(page("one")));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -471,13 +472,9 @@ async fn a_full_cache_redis_evicts_pages_and_never_a_session_or_cart() {
         carts.set(t, item(n as u64 % 50 + 1), 2).await.unwrap();
     }
     sessions.flush_views().await.unwrap();
-    let store = PageStore::in_cache_or_state(
-        Some(cache),
-        state.clone(),
-        keys.clone(),
-        Duration::from_secs(300),
-        10_000,
-    );
+    let store =
+        PageStore::in_cache_or_state(Some(cache), state.clone(), &keys, Duration::from_secs(300))
+            .ranked(keys.item_views(), 10_000);
 
     // 4,000 pages of 4 KB that do not compress: about 16 MB into a 2 MB cache.
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -495,7 +492,7 @@ async fn a_full_cache_redis_evicts_pages_and_never_a_session_or_cart() {
             .store(
                 &key_of(&format!("/p/{n}")),
                 &page(&body),
-                &[PageTag::Item(item(1))],
+                &[PageTag::item(1)],
                 &ticket,
             )
             .await

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The generation of the state Redis's page bookkeeping this process knows: the
 /// purge epoch it began at (0 before the process learnt it). Pages stored at an
-/// older epoch count as purged. Shared by every clone of a [`super::PageStore`] and by
+/// older epoch count as purged. Shared by every clone of a [`crate::PageStore`] and by
 /// the in-process tier.
 #[derive(Debug, Clone, Default)]
 pub struct Generation(Arc<AtomicU64>);
@@ -31,8 +31,8 @@ impl Generation {
 }
 
 /// How many purges this process has seen: its own (counted before
-/// [`super::PageStore::purge`] returns) and every other process's (counted by the
-/// in-process tier's feed as their [`super::PageEvent::Purged`] arrives; a lost
+/// [`crate::PageStore::purge`] returns) and every other process's (counted by the
+/// in-process tier's feed as their [`crate::PageEvent::Purged`] arrives; a lost
 /// subscription counts too, since purges may have been missed). A copy of
 /// catalogue data kept in process (the search results) is good while this count
 /// is what it was when the copy was read.

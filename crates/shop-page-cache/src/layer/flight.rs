@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shop_cache::page_cache::{PageKey, StoredPage};
+use crate::{PageKey, StoredPage};
 use tokio::sync::watch;
 
 /// The renders under way in this process, by key.

@@ -1,7 +1,7 @@
 //! A request reduced to what makes its page different, and the key it is cached
 //! under: the same in every process and release.
 
-use super::*;
+use sha2::{Digest, Sha256};
 
 /// A request reduced to what makes its page different: the path, the query
 /// parameters in a canonical order, and the values of the headers the page varies on.

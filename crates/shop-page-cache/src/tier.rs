@@ -17,7 +17,7 @@
 //!   new page polls for it), and a page stored anew drops the old version from
 //!   every other tier. A fill that raced an event is not kept (a generation counter,
 //!   bumped before each invalidation and checked after each insert).
-//! - Generations ([`shop_cache::page_cache::Generation`]): each entry records the
+//! - Generations ([`crate::Generation`]): each entry records the
 //!   generation of the state Redis's page bookkeeping its fill began in, and is
 //!   neither served nor used as a fallback once a newer one is known (the state
 //!   Redis lost its data, so purges could no longer find the pages: see
@@ -36,16 +36,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::{Generation, PageEvent, PageKey, PageStore, PurgesSeen, StoredPage, now_ms};
 use futures::StreamExt;
 use moka::sync::Cache;
 use shop_cache::CacheError;
 use shop_cache::RedisConn;
 use shop_cache::daemon::Daemon;
-use shop_cache::page_cache::{
-    Generation, PageEvent, PageKey, PageStore, PurgesSeen, StoredPage, now_ms,
-};
 
-use super::negotiate::Prepared;
+use crate::layer::negotiate::Prepared;
 
 /// The tier's default size.
 pub const DEFAULT_TIER_BYTES: u64 = 64 << 20;

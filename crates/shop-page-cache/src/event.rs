@@ -1,16 +1,16 @@
 //! What a page store tells every web server's in-process tier, over one pub/sub
 //! channel: pages purged, a page stored anew, a new generation.
 
-use super::PageKey;
+use crate::PageKey;
 
-/// What the web servers' in-process page tiers hear on [`crate::keys::Keys::page_events`]: a
+/// What the web servers' in-process page tiers hear on [`crate::PageKeys::events`]: a
 /// copy of a page they may hold is no longer the one to serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PageEvent {
-    /// These pages were purged (published by [`super::PageStore::purge`] after their
+    /// These pages were purged (published by [`crate::PageStore::purge`] after their
     /// tombstones are written, before it returns).
     Purged(Vec<PageKey>),
-    /// A new version of this page was stored, by the [`super::PageStore::origin`] `by`
+    /// A new version of this page was stored, by the [`crate::PageStore::origin`] `by`
     /// (its own tier keeps the version it stored).
     Stored {
         /// The page.

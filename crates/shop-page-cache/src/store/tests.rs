@@ -1,6 +1,7 @@
 //! The page store's encodings and keys, without Redis.
 
 use super::*;
+use crate::PageRequest;
 use proptest::prelude::*;
 
 #[test]
