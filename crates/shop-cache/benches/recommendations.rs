@@ -1,5 +1,5 @@
-//! An evaluation of "shoppers who bought this also bought" you can rerun (issue 30,
-//! part 3): orders generated from a known model, recorded through the shop's own
+//! An evaluation of "shoppers who bought this also bought" you can rerun: orders
+//! generated from a known model, recorded through the shop's own
 //! `Insights::record_order` into a private redis-server, then each ranking judged
 //! against what the model planted.
 //!

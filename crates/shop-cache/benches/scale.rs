@@ -1,4 +1,4 @@
-//! The cost curve's Redis parts (issue 29), one phase per run against a
+//! The cost curve's Redis parts, one phase per run against a
 //! redis-server that `scripts/bench-scale` starts for each size and passes in
 //! `SCALE_REDIS` (one node, the book's layout):
 //!

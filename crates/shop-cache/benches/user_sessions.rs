@@ -1,4 +1,4 @@
-//! Each user's index of sessions (issue 27's figures), on one node and on a
+//! Each user's index of sessions, on one node and on a
 //! private 6-node cluster (3 primaries), against private servers:
 //!
 //! 1. "log out everywhere" for a user with 100 sessions: latency over

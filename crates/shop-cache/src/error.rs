@@ -51,11 +51,18 @@ impl FailingFast {
         redis::RedisError::from(std::io::Error::other(FailingFast))
     }
 
-    /// Is `e` such an error?
+    /// Is `e` such an error? (redis-rs keeps the `io::Error` behind an `Arc`, which
+    /// is what its `source()` shows.)
     fn is(e: &redis::RedisError) -> bool {
-        std::error::Error::source(e)
-            .and_then(|source| source.downcast_ref::<std::io::Error>())
-            .and_then(|io| io.get_ref())
+        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+        let Some(source) = std::error::Error::source(e) else {
+            return false;
+        };
+        let io = match source.downcast_ref::<Shared>() {
+            Some(shared) => shared.downcast_ref::<std::io::Error>(),
+            None => source.downcast_ref::<std::io::Error>(),
+        };
+        io.and_then(|io| io.get_ref())
             .is_some_and(|inner| inner.is::<FailingFast>())
     }
 }

@@ -10,7 +10,7 @@
 //! answers with `ROLLBACK TO SAVEPOINT`, which keeps it open, and from then on
 //! every "commit" is a `RELEASE SAVEPOINT` inside a transaction that is never
 //! committed: checkouts answered "placed", nothing reached the file, and a restart
-//! dropped it all (issue 22, reproduced by the disk-full drill in `tests/it`).
+//! dropped it all (reproduced by the disk-full drill in `tests/it`).
 //!
 //! So a [`WriteTx`] sends `BEGIN`, `COMMIT` and `ROLLBACK` itself and keeps no
 //! count: it is open from [`Db::begin_write`] until [`WriteTx::commit`] or

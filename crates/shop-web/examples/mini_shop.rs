@@ -22,6 +22,7 @@ use shop_page_cache::{
     DEFAULT_RANK_LIMIT, DEFAULT_TTL, PageCacheConfig, PageCacheLayer, PageStore, Pages,
 };
 use shop_web::session::{Session, SessionLayer, track};
+use shop_web::views::ItemViews;
 
 /// This app's item pages: `/products/{id}`.
 fn product_path(path: &str) -> Option<ItemId> {
@@ -55,10 +56,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ViewFlusher::new(store.clone()),
         shutdown,
     ));
-    let sessions = SessionLayer {
+    let sessions = SessionLayer::new(store, false).with_views(ItemViews {
         item_of: product_path,
-        ..SessionLayer::new(store, false)
-    };
+        write_behind: false,
+    });
     let pages =
         PageStore::new(conn, &keys, DEFAULT_TTL).ranked(keys.item_views(), DEFAULT_RANK_LIMIT);
     let cache = PageCacheLayer::new(pages, PageCacheConfig::new(Pages::Ranked(product_path)));

@@ -1,4 +1,4 @@
-//! The shop's stylesheet and script, compiled into the binary.
+//! The shop's stylesheet, scripts and icon, compiled into the binary.
 
 use axum::Router;
 use axum::http::header;
@@ -11,6 +11,8 @@ pub fn router() -> Router {
         .route("/static/shop.css", get(css))
         .route("/static/shop.js", get(js))
         .route("/static/flash.js", get(flash_js))
+        // Where browsers look for an icon by themselves; the pages link it too.
+        .route("/favicon.ico", get(favicon))
 }
 
 const CACHE: &str = "public, max-age=3600";
@@ -42,5 +44,16 @@ async fn flash_js() -> impl IntoResponse {
             (header::CACHE_CONTROL, CACHE),
         ],
         include_str!("../assets/flash.js"),
+    )
+}
+
+/// The shop's icon, a small SVG (every browser the shop supports shows one).
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        include_str!("../assets/favicon.svg"),
     )
 }

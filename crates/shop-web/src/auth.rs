@@ -210,7 +210,7 @@ impl Client {
         let trust = state.config.trust_forwarded_for;
         Self {
             address: client_address(peer, headers, trust),
-            device: crate::session::device_cookie(headers, session.https),
+            device: device_cookie(headers, session.https),
             from: device_of(peer, headers, trust),
         }
     }
@@ -307,9 +307,7 @@ fn logged_in(
         Redirect::to(next).into_response()
     };
     resp.extensions_mut().insert(NewToken(token));
-    if let Ok(cookie) =
-        header::HeaderValue::from_str(&crate::session::device_set_cookie(device, session.https))
-    {
+    if let Ok(cookie) = header::HeaderValue::from_str(&device_set_cookie(device, session.https)) {
         resp.headers_mut().append(header::SET_COOKIE, cookie);
     }
     resp
@@ -403,6 +401,47 @@ async fn logout(
     };
     resp.extensions_mut().insert(NewToken(guest));
     Ok(resp)
+}
+
+/// The cookie holding a browser's device proof (see
+/// [`shop_cache::login_limit::Devices`]); over HTTPS [`SECURE_DEVICE_COOKIE`].
+pub const DEVICE_COOKIE: &str = "shop_device";
+/// [`DEVICE_COOKIE`] over HTTPS, with the same `__Host-` rules as the session's.
+pub const SECURE_DEVICE_COOKIE: &str = "__Host-shop_device";
+
+/// How long a browser keeps its device cookie: as long as the shop trusts it.
+const DEVICE_MAX_AGE: std::time::Duration = shop_cache::login_limit::DEVICE_LIFETIME;
+
+/// The device cookie's value the request carries, if any (under the name its
+/// transport uses). Bounded like the session cookie; its contents are checked by
+/// the login limiter.
+pub fn device_cookie(headers: &HeaderMap, https: bool) -> Option<String> {
+    let name = if https {
+        SECURE_DEVICE_COOKIE
+    } else {
+        DEVICE_COOKIE
+    };
+    crate::session::cookie_value(headers, name).filter(|v| v.len() <= 100)
+}
+
+/// The `Set-Cookie` value of a device cookie: `HttpOnly`, `SameSite=Lax`, kept for
+/// [`shop_cache::login_limit::DEVICE_LIFETIME`]; over HTTPS `__Host-` and `Secure`.
+pub fn device_set_cookie(value: &str, https: bool) -> String {
+    let name = if https {
+        SECURE_DEVICE_COOKIE
+    } else {
+        DEVICE_COOKIE
+    };
+    ::cookie::Cookie::build((name, value))
+        .path("/")
+        .http_only(true)
+        .same_site(::cookie::SameSite::Lax)
+        .secure(https)
+        .max_age(::cookie::time::Duration::seconds(
+            DEVICE_MAX_AGE.as_secs() as i64
+        ))
+        .build()
+        .to_string()
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub mod search_cache;
 pub mod session;
 pub mod templates;
 pub mod uncached;
+pub mod views;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -331,9 +332,12 @@ impl AppState {
         session::SessionLayer {
             errors: self.metrics.session_errors.clone(),
             trust_forwarded_proto: self.config.trust_forwarded_for,
-            write_behind: true,
             ..session::SessionLayer::new(self.sessions.clone(), self.config.secure_cookies)
         }
+        .with_views(views::ItemViews {
+            item_of: page_cache::item_path,
+            write_behind: true,
+        })
     }
 
     /// A page-cache layer over this state's page store and in-process tier, its

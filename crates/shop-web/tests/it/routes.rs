@@ -51,10 +51,25 @@ async fn every_route_answers() {
         ("/metrics", 404, "text/html"),
         ("/static/shop.js", 200, "text/javascript"),
         ("/static/shop.css", 200, "text/css"),
+        ("/favicon.ico", 200, "image/svg+xml"),
         ("/no-such-page", 404, "text/html"),
     ] {
         let resp = app.get(uri, Some(&cookie)).await;
         assert_eq!(resp.status().as_u16(), status, "{uri}");
+        if content_type(&resp).starts_with("text/html") {
+            // Every page names its icon and says what it is (search engines and
+            // Lighthouse ask for both).
+            let body = text(resp).await;
+            assert!(
+                body.contains("<meta name=\"description\" content=\""),
+                "{uri}"
+            );
+            assert!(
+                body.contains("<link rel=\"icon\" href=\"/favicon.ico\""),
+                "{uri}"
+            );
+            continue;
+        }
         assert!(
             content_type(&resp).starts_with(kind),
             "{uri}: {}",

@@ -14,6 +14,39 @@ fn verify_cli() {
     Cli::command().debug_assert();
 }
 
+/// Every flag of every command, as `--name`.
+fn every_flag(command: &clap::Command, out: &mut Vec<String>) {
+    for arg in command.get_arguments() {
+        if let Some(long) = arg.get_long() {
+            out.push(format!("--{long}"));
+        }
+    }
+    for sub in command.get_subcommands() {
+        every_flag(sub, out);
+    }
+}
+
+/// The configuration reference (`docs/configuration.md`) names every flag: a flag
+/// added to the CLI without its row fails here.
+#[test]
+fn the_configuration_reference_names_every_flag() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let mut flags = Vec::new();
+    every_flag(&Cli::command(), &mut flags);
+    flags.sort();
+    flags.dedup();
+    assert!(flags.len() > 40, "{flags:?}");
+    let missing: Vec<&String> = flags
+        .iter()
+        .filter(|flag| !doc.contains(&format!("`{flag}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/configuration.md: {missing:?}"
+    );
+}
+
 #[test]
 fn passwords_are_redacted() {
     assert_eq!(

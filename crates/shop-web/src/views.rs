@@ -1,0 +1,221 @@
+//! Item-page views: which requests view an item, which clients say they are bots,
+//! and how a view is written with its session's touch. The session layer hands
+//! it the requests [`ItemViews::of`] names, with the token they presented.
+//!
+//! - A view counts only when the page answered 200 (`GET`; not `HEAD`), so made-up
+//!   ids enter neither the `viewed:` ranking nor the history.
+//! - A client without a session (no cookie yet, a crawler that never returns one)
+//!   and a client that says it is a bot ([`says_it_is_a_bot`]) count in the ranking
+//!   only: not in a history, nor among an item's viewers (what "X% of N shoppers"
+//!   counts).
+//! - The item page itself needs no user (its HTML is shared), so its touch waits
+//!   for nothing: with [`ItemViews::write_behind`] (the shop's) it is held back and
+//!   written with the view by the process's flusher within a tenth of a second
+//!   ([`shop_cache::session::Sessions::touch_later`]), so a page from the in-process tier costs no Redis
+//!   round trip; without it, it is sent at the same time as the page's own lookup,
+//!   with the item in the history, and the answer then counts the view or takes
+//!   the item out of the history again.
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use shop_cache::domain::ItemId;
+use shop_cache::session::{SessionToken, Touch, Touched};
+
+use crate::session::{Session, SessionLayer, identify, run_identified, session_error};
+
+/// Which requests are item-page views, and how their touch is written.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemViews {
+    /// Which paths are item pages (the shop's: [`crate::page_cache::item_path`],
+    /// `/items/{id}`).
+    pub item_of: fn(&str) -> Option<ItemId>,
+    /// Item pages' touches are held back and written by the process's
+    /// [`shop_cache::session::ViewFlusher`] (which must run: the shop's servers
+    /// run it) instead of travelling with the page. A session past its lifetime
+    /// is then ended by that write, and its next request that waits for its
+    /// session (the page's own `/api/me`) gets the new cookie.
+    pub write_behind: bool,
+}
+
+/// A request that views an item page.
+#[derive(Debug, Clone, Copy)]
+pub enum View {
+    /// By a visitor: counted in the ranking, its session's history and the item's
+    /// viewers.
+    Shopper(ItemId),
+    /// By a client that says it is a bot: a session like any other, its view
+    /// counted in the ranking only.
+    Bot(ItemId),
+}
+
+impl ItemViews {
+    /// The view `req` is, if it is one.
+    pub fn of(&self, req: &Request) -> Option<View> {
+        if req.method() != Method::GET {
+            return None;
+        }
+        let item = (self.item_of)(req.uri().path())?;
+        Some(match says_it_is_a_bot(req.headers()) {
+            true => View::Bot(item),
+            false => View::Shopper(item),
+        })
+    }
+}
+
+/// Serves an item page's request and counts its view (see the module
+/// documentation); returns the answer and the token to set in a cookie, if the
+/// visitor gets a new one.
+pub(crate) async fn serve(
+    state: &SessionLayer,
+    view: View,
+    presented: Option<SessionToken>,
+    https: bool,
+    mut req: Request,
+    next: Next,
+) -> (Response, Option<SessionToken>) {
+    let item = match view {
+        View::Bot(item) => {
+            let (resp, issued) = run_identified(state, presented, https, req, next).await;
+            if resp.status() == StatusCode::OK {
+                state.sessions.count_view(item);
+            }
+            return (resp, issued);
+        }
+        View::Shopper(item) => item,
+    };
+    let write_behind = state.views.is_some_and(|v| v.write_behind);
+    match presented {
+        // No session yet: a token for the cookie, and nothing written. The view
+        // still counts in the ranking, once the page answered 200.
+        None => {
+            let (resp, issued) = run_identified(state, None, https, req, next).await;
+            if resp.status() == StatusCode::OK {
+                state.sessions.count_view(item);
+            }
+            (resp, issued)
+        }
+        // Its touch is held back and written with the next batch.
+        Some(token) if write_behind => {
+            req.extensions_mut()
+                .insert(Session::guest(token.clone(), https));
+            let resp = next.run(req).await;
+            let found = resp.status() == StatusCode::OK;
+            if state.sessions.touch_later(&token, found.then_some(item)) {
+                return (resp, None);
+            }
+            // This process holds as many touches as it may (Redis is not taking
+            // them): this one is written now, or lost with the request.
+            let touch = match found {
+                true => Touch::request().view(item),
+                false => Touch::request(),
+            };
+            match state.sessions.touch(&token, touch).await {
+                Ok(Touched::Expired) => (resp, Some(SessionToken::generate())),
+                Ok(_) => (resp, None),
+                Err(error) => {
+                    session_error(state, &error);
+                    (resp, None)
+                }
+            }
+        }
+        // Its touch goes out at the same time as the page (whose lookup is its
+        // own round trip), the view held until the answer says whether the page
+        // was found.
+        Some(token) => {
+            req.extensions_mut()
+                .insert(Session::guest(token.clone(), https));
+            let (resp, (session, renewed)) =
+                tokio::join!(next.run(req), identify(state, token, Some(item), https));
+            let found = resp.status() == StatusCode::OK;
+            if renewed {
+                // The session had expired: the view counts as a new visitor's.
+                if found {
+                    state.sessions.count_view(item);
+                }
+                return (resp, Some(session.token));
+            }
+            if let Err(error) = state
+                .sessions
+                .settle_view(&session.token, item, found)
+                .await
+            {
+                session_error(state, &error);
+            }
+            (resp, None)
+        }
+    }
+}
+
+/// Words in a `User-Agent` by which crawlers, link previewers and HTTP libraries
+/// name themselves (lower case). A bot that passes for a browser is not caught:
+/// this keeps honest bots out of the shopper counts, nothing more.
+const BOT_WORDS: &[&str] = &[
+    "bot",
+    "crawl",
+    "spider",
+    "slurp",
+    "curl/",
+    "wget/",
+    "python-requests",
+    "python-urllib",
+    "go-http-client",
+    "java/",
+    "libwww",
+    "scrapy",
+    "httpclient",
+    "facebookexternalhit",
+    "preview",
+    "phantomjs",
+    "ahrefs",
+    "semrush",
+];
+
+/// Whether the request's `User-Agent` says it comes from a bot (one of the words in
+/// `BOT_WORDS`, in any case). Asked on every item view: no allocation.
+pub fn says_it_is_a_bot(headers: &HeaderMap) -> bool {
+    let Some(agent) = headers.get(axum::http::header::USER_AGENT) else {
+        return false;
+    };
+    let agent = agent.as_bytes();
+    BOT_WORDS.iter().any(|word| {
+        agent
+            .windows(word.len())
+            .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn bots_are_told_by_the_words_they_use_and_browsers_are_not_bots() {
+        let with = |agent: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                axum::http::header::USER_AGENT,
+                HeaderValue::from_str(agent).unwrap(),
+            );
+            says_it_is_a_bot(&h)
+        };
+        assert!(with(
+            "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+        ));
+        assert!(with("curl/8.5.0"));
+        assert!(with("python-requests/2.31"));
+        assert!(with("facebookexternalhit/1.1"));
+        assert!(!with(
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+        ));
+        assert!(!with(
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 Safari/537.36"
+        ));
+        assert!(
+            !says_it_is_a_bot(&HeaderMap::new()),
+            "no user agent: not said"
+        );
+    }
+}
