@@ -575,7 +575,7 @@ async fn memory() {
 
     // What the page cache stores for it: the page gzip-compressed (its entry's
     // header and replayed headers add about 100 bytes).
-    let page = include_bytes!("fixtures/item_page.html");
+    let page = include_bytes!("../../shop-page-cache/benches/fixtures/item_page.html");
     let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gzip, page).unwrap();
     let stored = gzip.finish().unwrap();

@@ -40,11 +40,12 @@ impl RunningExample {
             .strip_prefix("listening on http://")
             .and_then(|a| a.strip_suffix('/'))
             .map(str::to_owned);
-        let mut running = Self {
+        // Held before the address is checked, so a bad line still kills it.
+        let running = Self {
             child,
-            addr: String::new(),
+            addr: addr.unwrap_or_default(),
         };
-        running.addr = addr.unwrap_or_else(|| panic!("not an address: {line:?}"));
+        assert!(!running.addr.is_empty(), "not an address: {line:?}");
         running
     }
 

@@ -18,7 +18,7 @@ use shop_testkit::TestRedis;
 use shop_web::page_cache::{PageCacheConfig, PageCacheLayer};
 use tower::ServiceExt;
 
-const PAGE: &str = include_str!("../../shop-cache/benches/fixtures/item_page.html");
+const PAGE: &str = include_str!("../../shop-page-cache/benches/fixtures/item_page.html");
 
 async fn hit(app: &Router, gzip: bool) -> usize {
     let mut req = Request::get("/items/7");
