@@ -33,6 +33,7 @@ pub mod me;
 pub mod metrics;
 pub mod ops;
 pub mod page_cache;
+pub mod purged_copy;
 pub mod request;
 pub mod search_cache;
 pub mod session;
@@ -210,6 +211,11 @@ pub struct AppParts {
     pub tier: Option<Arc<page_cache::PageTier>>,
     /// Search results in memory (only beside a tier, whose feed hears purges).
     pub search_cache: Option<Arc<search_cache::SearchCache>>,
+    /// The rows of recently viewed items `/api/me` shows, in memory (only beside a
+    /// tier, whose feed hears purges).
+    pub item_copies: Option<Arc<purged_copy::ItemCopies>>,
+    /// Logged-in users' names, in memory (a name never changes).
+    pub user_names: me::UserNames,
     /// The listings' page ends, in memory.
     pub listing_ends: listing_ends::ListingEnds,
     /// Login attempt counters.
@@ -311,6 +317,10 @@ impl AppState {
             search_cache: tier
                 .clone()
                 .map(|tier| Arc::new(search_cache::SearchCache::new(&pages, tier))),
+            item_copies: tier
+                .clone()
+                .map(|tier| Arc::new(purged_copy::item_copies(&pages, tier))),
+            user_names: me::UserNames::default(),
             pages,
             top_items,
             tier,

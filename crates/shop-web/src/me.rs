@@ -1,6 +1,15 @@
 //! `GET /api/me`: the per-user parts of every page (who is logged in, the cart,
 //! recently viewed items), for the pages' scripts, so page HTML can be shared and
 //! cached.
+//!
+//! Asked for by every page view, so a warm call reads no database: the user's
+//! name from [`UserNames`] (a name never changes), the viewed items' titles and
+//! prices from the process's [`crate::purged_copy::ItemCopies`] (dropped at every
+//! catalogue change, so a new title, price or retirement shows at once). The
+//! cart and the history are read from Redis on every call.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::header;
@@ -8,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+use shop_cache::domain::UserId;
 
 use crate::AppState;
 use crate::error::WebError;
@@ -19,13 +29,49 @@ pub fn router(state: AppState) -> Router {
     Router::new().route("/api/me", get(me)).with_state(state)
 }
 
+/// Logged-in users' names kept in memory: at most [`UserNames::MAX`] of them, each
+/// for at most [`UserNames::TTL`].
+#[derive(Clone)]
+pub struct UserNames(moka::sync::Cache<UserId, Arc<str>>);
+
+impl UserNames {
+    /// The most names kept.
+    pub const MAX: u64 = 100_000;
+    /// The longest a name is kept.
+    pub const TTL: Duration = Duration::from_secs(600);
+
+    /// `user`'s name: from memory, else from the database (and then kept).
+    pub async fn name(&self, db: &shop_db::Db, user: UserId) -> Result<Option<Arc<str>>, WebError> {
+        if let Some(name) = self.0.get(&user) {
+            return Ok(Some(name));
+        }
+        let Some(name) = db.user_name(user).await? else {
+            return Ok(None);
+        };
+        let name: Arc<str> = name.into();
+        self.0.insert(user, name.clone());
+        Ok(Some(name))
+    }
+}
+
+impl Default for UserNames {
+    fn default() -> Self {
+        Self(
+            moka::sync::Cache::builder()
+                .max_capacity(Self::MAX)
+                .time_to_live(Self::TTL)
+                .build(),
+        )
+    }
+}
+
 async fn me(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let user = match session.user {
         Some(id) => state
-            .db
-            .user_name(id)
+            .user_names
+            .name(&state.db, id)
             .await?
-            .map(|name| json!({ "id": id.get(), "name": name })),
+            .map(|name| json!({ "id": id.get(), "name": &*name })),
         None => None,
     };
     let cart = state.carts.get(&session.token).await?;
@@ -35,13 +81,12 @@ async fn me(State(state): State<AppState>, session: Session) -> Result<Response,
         .map(|(id, q)| json!({ "item": id.get(), "quantity": q.get() }))
         .collect();
     let viewed = state.sessions.recently_viewed(&session.token).await?;
-    let recent: Vec<ItemView> = state
-        .db
-        .items(&viewed)
-        .await?
-        .iter()
-        .map(ItemView::from)
-        .collect();
+    let recent: Vec<ItemView> =
+        crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed)
+            .await?
+            .iter()
+            .map(|item| ItemView::from(&**item))
+            .collect();
     let body = json!({
         "user": user,
         "cart": { "count": count, "lines": lines },

@@ -14,6 +14,7 @@ mod flash;
 mod fuzz;
 mod insights;
 mod layers;
+mod me;
 mod ops;
 mod page_cache;
 mod page_tier;

@@ -1,0 +1,92 @@
+//! `/api/me`, asked for by every page view: a warm call reads no database, and a
+//! catalogue change made by any web server shows in it at once.
+
+use std::time::{Duration, Instant};
+
+use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::ItemEdit;
+use shop_testapp::TestApp;
+use tokio_util::sync::CancellationToken;
+
+/// The titles and prices `/api/me` lists as recently viewed.
+fn recent(me: &serde_json::Value) -> Vec<(String, String)> {
+    me["recently_viewed"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|it| {
+            let field = |name: &str| it[name].as_str().unwrap_or_default().to_owned();
+            (field("title"), field("price"))
+        })
+        .collect()
+}
+
+/// Runs `app`'s tier feed (how the process hears other servers' purges) until
+/// `stop`, and waits until it is subscribed.
+async fn feed(app: &TestApp, stop: &CancellationToken) {
+    let feed = app.state.tier_feed().expect("a tier by default");
+    tokio::spawn(shop_cache::daemon::run(feed, stop.clone()));
+    let tier = app.state.tier.clone().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tier.is_trusted() {
+        assert!(Instant::now() < deadline, "the tier never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_warm_call_reads_no_database_and_another_servers_change_shows_at_once() {
+    let app = TestApp::start().await;
+    let stop = CancellationToken::new();
+    feed(&app, &stop).await;
+    let cookie = app.logged_in("mia").await;
+    for id in [3, 4] {
+        app.get(&format!("/items/{id}"), Some(&cookie)).await;
+    }
+    app.flush_views().await;
+    let item3 = app.db.item(ItemId::new(3).unwrap()).await.unwrap().unwrap();
+    let first = app.me(&cookie).await;
+    assert_eq!(first["user"]["name"], "mia");
+    let shown = recent(&first);
+    assert_eq!(shown.len(), 2, "{first}");
+    assert!(
+        shown.iter().any(|(title, _)| *title == item3.title),
+        "{first}"
+    );
+
+    // Another web server changes item 3: this one shows it on the next call.
+    let other = app.second_state();
+    let edit = ItemEdit {
+        title: Some("Brand new kettle".into()),
+        description: None,
+        price_cents: Some(1_234),
+        category: None,
+    };
+    other
+        .catalogue()
+        .update(item3.id, &edit, None)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let shown = recent(&app.me(&cookie).await);
+        if shown.contains(&("Brand new kettle".into(), "$12.34".into())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change never showed: {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Warm: with the database gone, the call still answers from memory (the
+    // name, the titles and prices), and the cart still comes from Redis.
+    app.db.close().await;
+    let warm = app.get("/api/me", Some(&cookie)).await;
+    assert_eq!(warm.status(), 200, "a warm call read the database");
+    let warm = shop_testapp::json(warm).await;
+    assert_eq!(warm["user"]["name"], "mia");
+    assert!(recent(&warm).contains(&("Brand new kettle".into(), "$12.34".into())));
+    stop.cancel();
+}
