@@ -361,6 +361,22 @@ impl TestApp {
     }
 }
 
+/// Runs `state`'s in-process tier feed (how a web server hears the other servers'
+/// purges) until `stop` is cancelled; returns once the tier is subscribed.
+pub async fn run_tier_feed(state: &AppState, stop: &tokio_util::sync::CancellationToken) {
+    let feed = state.tier_feed().expect("a tier by default");
+    tokio::spawn(shop_cache::daemon::run(feed, stop.clone()));
+    let tier = state.tier.clone().expect("a tier by default");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !tier.is_trusted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tier never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The `cart_version` in a cart page's checkout form, if `page` has one.
 pub fn cart_version_in(page: &str) -> Option<String> {
     let (_, rest) = page.split_once("name=\"cart_version\" value=\"")?;

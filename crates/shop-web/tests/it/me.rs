@@ -21,24 +21,11 @@ fn recent(me: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Runs `app`'s tier feed (how the process hears other servers' purges) until
-/// `stop`, and waits until it is subscribed.
-async fn feed(app: &TestApp, stop: &CancellationToken) {
-    let feed = app.state.tier_feed().expect("a tier by default");
-    tokio::spawn(shop_cache::daemon::run(feed, stop.clone()));
-    let tier = app.state.tier.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !tier.is_trusted() {
-        assert!(Instant::now() < deadline, "the tier never subscribed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_warm_call_reads_no_database_and_another_servers_change_shows_at_once() {
     let app = TestApp::start().await;
     let stop = CancellationToken::new();
-    feed(&app, &stop).await;
+    shop_testapp::run_tier_feed(&app.state, &stop).await;
     let cookie = app.logged_in("mia").await;
     for id in [3, 4] {
         app.get(&format!("/items/{id}"), Some(&cookie)).await;

@@ -38,15 +38,6 @@ async fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool
     }
 }
 
-/// Runs `state`'s tier feed until the token is cancelled; returns once the tier is
-/// trusted.
-async fn run_feed(state: &AppState, stop: &CancellationToken) {
-    let feed = state.tier_feed().expect("a tier by default");
-    tokio::spawn(shop_cache::daemon::run(feed, stop.clone()));
-    let tier = state.tier.clone().unwrap();
-    wait_until(Duration::from_secs(10), "subscribed", || tier.is_trusted()).await;
-}
-
 async fn get(state: &AppState, uri: &str) -> Response {
     send(&shop_web::router(state.clone()), get_request(uri)).await
 }
@@ -105,8 +96,8 @@ async fn a_second_server_serves_from_its_tier_and_drops_a_purged_page_at_once() 
     let app = TestApp::start().await;
     let stop = CancellationToken::new();
     let (a, b) = (app.state.clone(), app.second_state());
-    run_feed(&a, &stop).await;
-    run_feed(&b, &stop).await;
+    shop_testapp::run_tier_feed(&a, &stop).await;
+    shop_testapp::run_tier_feed(&b, &stop).await;
     app.rank(&[3]).await;
     let old = app.db.item(item(3)).await.unwrap().unwrap().title;
     assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
@@ -199,7 +190,7 @@ async fn while_redis_is_down_the_tier_serves_what_it_holds() {
     let mut app = TestApp::start().await;
     let stop = CancellationToken::new();
     let state = app.state.clone();
-    run_feed(&state, &stop).await;
+    shop_testapp::run_tier_feed(&state, &stop).await;
     app.rank(&[3]).await;
     let title = app.db.item(item(3)).await.unwrap().unwrap().title;
     assert_eq!(x_cache(&get(&state, "/items/3").await), "MISS");
@@ -296,8 +287,8 @@ async fn a_state_redis_that_lost_its_data_still_purges_every_copy() {
     };
     let (a, b) = (server(), server());
     let stop = CancellationToken::new();
-    run_feed(&a, &stop).await;
-    run_feed(&b, &stop).await;
+    shop_testapp::run_tier_feed(&a, &stop).await;
+    shop_testapp::run_tier_feed(&b, &stop).await;
     app.rank(&[3]).await;
     let old = app.db.item(item(3)).await.unwrap().unwrap().title;
     assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
@@ -357,7 +348,7 @@ async fn a_server_notices_a_lost_state_redis_without_a_purge() {
         app.config.clone(),
     );
     let stop = CancellationToken::new();
-    run_feed(&a, &stop).await;
+    shop_testapp::run_tier_feed(&a, &stop).await;
     app.rank(&[3]).await;
     assert_eq!(x_cache(&get(&a, "/items/3").await), "MISS");
     assert_eq!(x_cache(&get(&a, "/items/3").await), "HIT");

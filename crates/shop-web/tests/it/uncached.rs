@@ -2,8 +2,6 @@
 //! the shop render or search only so much; cached pages and searches answered from
 //! memory are never limited; a catalogue change empties the search cache at once.
 
-use std::time::{Duration, Instant};
-
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use shop_cache::domain::ItemId;
@@ -29,14 +27,7 @@ async fn shop(per_address: u32, stop: &CancellationToken) -> TestApp {
         ..WebConfig::default()
     };
     let app = TestApp::with_config(config).await;
-    let feed = app.state.tier_feed().expect("a tier by default");
-    tokio::spawn(shop_cache::daemon::run(feed, stop.clone()));
-    let tier = app.state.tier.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !tier.is_trusted() {
-        assert!(Instant::now() < deadline, "the tier never subscribed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    shop_testapp::run_tier_feed(&app.state, stop).await;
     app
 }
 
