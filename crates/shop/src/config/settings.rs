@@ -212,7 +212,10 @@ pub struct WebSettings {
           value_parser = clap::value_parser!(u32).range(0..=100_000))]
     pub max_sessions_per_user: u32,
     /// The shop is behind a reverse proxy that appends the client's address to
-    /// X-Forwarded-For: count login attempts per that address (its last entry).
+    /// X-Forwarded-For and sets X-Forwarded-Proto: every per-address limit (login
+    /// attempts, new carts, uncached work, flash buys, event streams) counts the
+    /// address in X-Forwarded-For's last entry, and `X-Forwarded-Proto: https` is
+    /// believed. Without it, behind a proxy every client shares the proxy's limits.
     #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
     /// Seconds a cached page is kept.
