@@ -582,7 +582,7 @@ async fn memory() {
     let before = used_memory(&mut raw).await;
     for i in 0..10_000 {
         let _: () = redis::cmd("SET")
-            .arg(keys.named(&format!("cache:{i:064x}")))
+            .arg(keys.named(format_args!("cache:{i:064x}")))
             .arg(&stored)
             .arg("PX")
             .arg(300_000)

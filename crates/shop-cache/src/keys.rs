@@ -233,8 +233,9 @@ impl Keys {
 
     /// `<prefix><name><item><rest>`, the item in a hash tag in the cluster layout.
     /// A single key of another crate's feature (the page cache's), under this
-    /// shop's prefix: `<prefix><name>`. No hash tag: it spreads by its own hash.
-    pub fn named(&self, name: &str) -> String {
+    /// shop's prefix: `<prefix><name>` (pass `format_args!` for a name with parts:
+    /// one allocation). No hash tag: it spreads by its own hash.
+    pub fn named(&self, name: impl std::fmt::Display) -> String {
         format!("{}{name}", self.0.prefix)
     }
 

@@ -19,7 +19,7 @@ impl PageKeys {
 
     /// String: a cached page, under the stable hash of its normalised request.
     pub fn page(&self, request_hash: &str) -> String {
-        self.0.named(&format!("cache:{request_hash}"))
+        self.0.named(format_args!("cache:{request_hash}"))
     }
 
     /// Sorted set: the hashes of the cached pages that show `tag` (an item, a
@@ -57,7 +57,7 @@ impl PageKeys {
     /// String: held (`SET NX PX`) by the one process rendering a missing page, so a
     /// popular page that expires is rendered once, not once per request.
     pub fn lock(&self, request_hash: &str) -> String {
-        self.0.named(&format!("lock:cache:{request_hash}"))
+        self.0.named(format_args!("lock:cache:{request_hash}"))
     }
 }
 
