@@ -200,21 +200,28 @@ impl Carts {
             .arg(self.keys.cart(token))
             .query_async(&mut self.conn.clone())
             .await?;
-        let corrupt = || CacheError::Corrupt { what: "cart" };
-        let mut lines = raw
-            .into_iter()
-            .map(|(item, qty)| {
-                let item: ItemId = item.parse().map_err(|_| corrupt())?;
-                let qty: u32 = qty.parse().map_err(|_| corrupt())?;
-                if qty == 0 {
-                    return Err(corrupt());
-                }
-                Ok((item, Quantity(qty)))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        lines.sort_unstable();
-        Ok(lines)
+        lines(raw)
     }
+}
+
+/// A cart's lines from its hash's fields and values, sorted by item.
+pub(crate) fn lines(
+    raw: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
+    let corrupt = || CacheError::Corrupt { what: "cart" };
+    let mut lines = raw
+        .into_iter()
+        .map(|(item, qty)| {
+            let item: ItemId = item.parse().map_err(|_| corrupt())?;
+            let qty: u32 = qty.parse().map_err(|_| corrupt())?;
+            if qty == 0 {
+                return Err(corrupt());
+            }
+            Ok((item, Quantity(qty)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    lines.sort_unstable();
+    Ok(lines)
 }
 
 #[cfg(test)]

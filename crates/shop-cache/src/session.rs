@@ -58,8 +58,19 @@ use crate::{CacheError, scripts};
 
 pub mod user_sessions;
 pub mod views;
+
+/// A session's history (`viewed:<token>`'s members, in the order given).
+fn history(raw: &[String]) -> Result<Vec<ItemId>, CacheError> {
+    raw.iter()
+        .map(|s| {
+            s.parse().map_err(|_| CacheError::Corrupt {
+                what: "viewed:<token>",
+            })
+        })
+        .collect()
+}
 pub use user_sessions::{DEFAULT_MAX_PER_USER, Device, UserSession, session_id};
-pub use views::{Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
+pub use views::{Holdings, Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
 
 /// How many of a session's most recent item views `viewed:<token>` keeps.
 pub const HISTORY_LEN: usize = 25;
@@ -344,13 +355,7 @@ impl Sessions {
             .arg("REV")
             .query_async(&mut self.conn.clone())
             .await?;
-        raw.iter()
-            .map(|s| {
-                s.parse().map_err(|_| CacheError::Corrupt {
-                    what: "viewed:<token>",
-                })
-            })
-            .collect()
+        history(&raw)
     }
 
     /// Lists in `guests:` every session that is a guest (not logged in, no cart),

@@ -348,6 +348,7 @@ impl AppState {
             item_of: page_cache::item_path,
             write_behind: true,
         })
+        .with_holdings_on(me::PATH)
     }
 
     /// A page-cache layer over this state's page store and in-process tier, its

@@ -5,12 +5,19 @@
 //! Asked for by every page view, so a warm call reads no database: the user's
 //! name from [`UserNames`] (a name never changes), the viewed items' titles and
 //! prices from the process's [`crate::purged_copy::ItemCopies`] (dropped at every
-//! catalogue change, so a new title, price or retirement shows at once). The
-//! cart and the history are read from Redis on every call.
+//! catalogue change, so a new title, price or retirement shows at once; a retired
+//! item leaves the list, as it can no longer be bought). The
+//! cart and the history are read from Redis on every call, in the session
+//! touch's own round trip (the session layer's [`Holdings`], asked for on
+//! [`PATH`]): one Redis call a page view's `/api/me`. The touch is not written
+//! behind as an item page's is: the call waits for the read anyway, and this is
+//! the request of a page view that refuses a session past its lifetime and hands
+//! out the new cookie.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -18,15 +25,19 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 use shop_cache::domain::UserId;
+use shop_cache::session::Holdings;
 
 use crate::AppState;
 use crate::error::WebError;
 use crate::session::Session;
 use crate::templates::ItemView;
 
+/// The path of the per-user call.
+pub const PATH: &str = "/api/me";
+
 /// `/api/me`.
 pub fn router(state: AppState) -> Router {
-    Router::new().route("/api/me", get(me)).with_state(state)
+    Router::new().route(PATH, get(me)).with_state(state)
 }
 
 /// Logged-in users' names kept in memory: at most [`UserNames::MAX`] of them, each
@@ -65,7 +76,11 @@ impl Default for UserNames {
     }
 }
 
-async fn me(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
+async fn me(
+    State(state): State<AppState>,
+    session: Session,
+    holdings: Option<Extension<Holdings>>,
+) -> Result<Response, WebError> {
     let user = match session.user {
         Some(id) => state
             .user_names
@@ -74,17 +89,24 @@ async fn me(State(state): State<AppState>, session: Session) -> Result<Response,
             .map(|name| json!({ "id": id.get(), "name": &*name })),
         None => None,
     };
-    let cart = state.carts.get(&session.token).await?;
+    // Read with the touch; read now only where the layer could not (it failed).
+    let Holdings { cart, viewed } = match holdings {
+        Some(Extension(holdings)) => holdings,
+        None => Holdings {
+            cart: state.carts.get(&session.token).await?,
+            viewed: state.sessions.recently_viewed(&session.token).await?,
+        },
+    };
     let count: u32 = cart.iter().map(|(_, q)| q.get()).sum();
     let lines: Vec<_> = cart
         .iter()
         .map(|(id, q)| json!({ "item": id.get(), "quantity": q.get() }))
         .collect();
-    let viewed = state.sessions.recently_viewed(&session.token).await?;
     let recent: Vec<ItemView> =
         crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed)
             .await?
             .iter()
+            .filter(|item| !item.retired)
             .map(|item| ItemView::from(&**item))
             .collect();
     let body = json!({

@@ -39,7 +39,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{SessionToken, Sessions, Touch, Touched};
+use shop_cache::session::{Holdings, SessionToken, Sessions, Touch, Touched};
 
 use crate::error::{Cause, WebError};
 pub use crate::views::ItemViews;
@@ -143,6 +143,10 @@ pub struct SessionLayer {
     /// Which requests are item-page views and how they are counted (none: no
     /// view is counted, every request is identified alike).
     pub views: Option<ItemViews>,
+    /// The path (`GET`) whose requests also read what the session holds in their
+    /// touch's round trip, handed to the handler as a [`Holdings`] extension (the
+    /// shop's: `/api/me`); none: no request reads it here.
+    pub holdings_on: Option<&'static str>,
     /// Counts requests served as guests because the session store failed.
     pub errors: Arc<AtomicU64>,
 }
@@ -155,8 +159,22 @@ impl SessionLayer {
             secure_cookies,
             trust_forwarded_proto: false,
             views: None,
+            holdings_on: None,
             errors: Arc::default(),
         }
+    }
+
+    /// The same layer reading what the session holds for `GET path` (see
+    /// [`SessionLayer::holdings_on`]).
+    pub fn with_holdings_on(mut self, path: &'static str) -> Self {
+        self.holdings_on = Some(path);
+        self
+    }
+
+    /// Whether `req` reads what its session holds.
+    fn reads_holdings(&self, req: &Request) -> bool {
+        self.holdings_on
+            .is_some_and(|path| req.method() == axum::http::Method::GET && req.uri().path() == path)
     }
 
     /// The same layer counting the item-page views `views` says.
@@ -233,19 +251,25 @@ pub(crate) async fn run_identified(
     mut req: Request,
     next: Next,
 ) -> (Response, Option<SessionToken>) {
-    let (session, issued) = match presented {
+    let read = state.reads_holdings(&req);
+    let (session, issued, holdings) = match presented {
         None => {
             let session = Session::guest(SessionToken::generate(), https);
             let issued = session.token.clone();
-            (session, Some(issued))
+            // A new token holds nothing.
+            (session, Some(issued), read.then(Holdings::default))
         }
         Some(token) => {
-            let (session, renewed) = identify(state, token, None, https).await;
+            let (session, renewed, holdings) =
+                identify_with(state, token, Touch::request(), https, read).await;
             let issued = renewed.then(|| session.token.clone());
-            (session, issued)
+            (session, issued, holdings)
         }
     };
     req.extensions_mut().insert(session);
+    if let Some(holdings) = holdings {
+        req.extensions_mut().insert(holdings);
+    }
     (next.run(req).await, issued)
 }
 
@@ -264,19 +288,49 @@ pub(crate) async fn identify(
         Some(item) => Touch::request().view_ahead(item),
         None => Touch::request(),
     };
-    match state.sessions.touch(&token, touch).await {
-        Ok(Touched::Expired) => (Session::guest(SessionToken::generate(), https), true),
-        Ok(touched) => (
+    let (session, renewed, _) = identify_with(state, token, touch, https, false).await;
+    (session, renewed)
+}
+
+/// [`identify`] with `touch`, and with what the session holds when `read` (in the
+/// same round trip; none when the store failed).
+async fn identify_with(
+    state: &SessionLayer,
+    token: SessionToken,
+    touch: Touch,
+    https: bool,
+    read: bool,
+) -> (Session, bool, Option<Holdings>) {
+    let touched = match read {
+        true => state
+            .sessions
+            .touch_and_read(&token, touch)
+            .await
+            .map(|(touched, holdings)| (touched, Some(holdings))),
+        false => state
+            .sessions
+            .touch(&token, touch)
+            .await
+            .map(|touched| (touched, None)),
+    };
+    match touched {
+        Ok((Touched::Expired, _)) => (
+            Session::guest(SessionToken::generate(), https),
+            true,
+            read.then(Holdings::default),
+        ),
+        Ok((touched, holdings)) => (
             Session {
                 user: touched.user(),
                 token,
                 https,
             },
             false,
+            holdings,
         ),
         Err(error) => {
             session_error(state, &error);
-            (Session::guest(token, https), false)
+            (Session::guest(token, https), false, None)
         }
     }
 }

@@ -120,6 +120,20 @@ impl Touched {
     }
 }
 
+/// What a session holds, read by [`Sessions::touch_and_read`] in its touch's round
+/// trip: what `/api/me` shows besides the user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holdings {
+    /// The cart's lines, by item.
+    pub cart: Vec<(ItemId, crate::cart::Quantity)>,
+    /// The history, newest first.
+    pub viewed: Vec<ItemId>,
+}
+
+/// One session's answer of the touch script: (started, user, cart as HGETALL
+/// answers it, history newest first; both empty unless asked for).
+type TouchAnswer = (i64, Option<String>, Vec<(String, String)>, Vec<String>);
+
 impl Sessions {
     /// Records one request of a session in one round trip (see [`Touch`]): last seen
     /// now, the user when given, and an item view (kept in the session's
@@ -127,6 +141,25 @@ impl Sessions {
     /// batch for `viewed:`). Returns the user the token is logged in as, so no second
     /// call to [`Sessions::check_token`] is needed.
     pub async fn touch(&self, token: &SessionToken, touch: Touch) -> Result<Touched, CacheError> {
+        Ok(self.touch_one(token, touch, false).await?.0)
+    }
+
+    /// [`Sessions::touch`], reading in the same round trip what the session holds
+    /// after it: its cart and history (empty for a session that expired).
+    pub async fn touch_and_read(
+        &self,
+        token: &SessionToken,
+        touch: Touch,
+    ) -> Result<(Touched, Holdings), CacheError> {
+        self.touch_one(token, touch, true).await
+    }
+
+    async fn touch_one(
+        &self,
+        token: &SessionToken,
+        touch: Touch,
+        read: bool,
+    ) -> Result<(Touched, Holdings), CacheError> {
         let item = touch.view.map(|(item, _)| item);
         let items: &[ItemId] = match &item {
             Some(item) => std::slice::from_ref(item),
@@ -140,9 +173,10 @@ impl Sessions {
                     user: touch.user,
                     items,
                 }],
+                read,
             )
             .await?;
-        let Some((started, user)) = answers.into_iter().next() else {
+        let Some((started, user, cart, viewed)) = answers.into_iter().next() else {
             return Err(CacheError::Corrupt { what: "recent:" });
         };
         if started == 2 {
@@ -150,7 +184,7 @@ impl Sessions {
             if let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok()) {
                 self.unindex(&[(token.clone(), user)]).await?;
             }
-            return Ok(Touched::Expired);
+            return Ok((Touched::Expired, Holdings::default()));
         }
         if let Some((item, Count::Now)) = touch.view {
             self.batches.views.add(item, token);
@@ -161,20 +195,26 @@ impl Sessions {
                     .map_err(|_| CacheError::Corrupt { what: "login:" })
             })
             .transpose()?;
-        Ok(if started == 1 {
+        let holdings = Holdings {
+            cart: crate::cart::lines(cart)?,
+            viewed: super::history(&viewed)?,
+        };
+        let touched = if started == 1 {
             Touched::Started(user)
         } else {
             Touched::Known(user)
-        })
+        };
+        Ok((touched, holdings))
     }
 
     /// One call of the touch script for sessions of one shard (see `touch.lua`):
-    /// each session's (started, user) in order.
+    /// each session's answer in order, with what it holds when `read`.
     async fn touch_shard(
         &self,
         shard: crate::keys::Shard,
         touches: &[HeldTouch<'_>],
-    ) -> Result<Vec<(i64, Option<String>)>, CacheError> {
+        read: bool,
+    ) -> Result<Vec<TouchAnswer>, CacheError> {
         let mut call = scripts::TOUCH.prepare_invoke();
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
@@ -196,6 +236,7 @@ impl Sessions {
                         .map(|user| user.get().to_string())
                         .unwrap_or_default(),
                 )
+                .arg(if read { "1" } else { "" })
                 .arg(touch.items.len())
                 .arg(
                     touch
@@ -205,11 +246,16 @@ impl Sessions {
                         .collect::<Vec<_>>(),
                 );
         }
-        let answers: Vec<(i64, Option<String>)> = call.invoke_async(&mut self.conn.clone()).await?;
+        let answers: Vec<redis::Value> = call.invoke_async(&mut self.conn.clone()).await?;
         if answers.len() != touches.len() {
             return Err(CacheError::Corrupt { what: "recent:" });
         }
-        Ok(answers)
+        answers
+            .into_iter()
+            .map(|answer| {
+                redis::from_redis_value(answer).map_err(|_| CacheError::Corrupt { what: "recent:" })
+            })
+            .collect()
     }
 
     /// Holds back the touch of an item page's request (write-behind): the page
@@ -268,7 +314,7 @@ impl Sessions {
         let calls: Vec<_> = work
             .into_iter()
             .map(|(shard, chunk)| {
-                async move { (chunk, self.touch_shard(shard, chunk).await) }.boxed()
+                async move { (chunk, self.touch_shard(shard, chunk, false).await) }.boxed()
             })
             .collect();
         let mut expired = Vec::new();
@@ -285,7 +331,7 @@ impl Sessions {
             match answer {
                 Ok(answers) => {
                     touched += chunk.len() as u64;
-                    for (touch, (started, user)) in chunk.iter().zip(answers) {
+                    for (touch, (started, user, _, _)) in chunk.iter().zip(answers) {
                         if started == 2
                             && let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok())
                         {

@@ -1,6 +1,7 @@
 use redis::AsyncCommands;
+use shop_cache::cart::Carts;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{HISTORY_LEN, SessionToken, Sessions, Touch, Touched};
+use shop_cache::session::{HISTORY_LEN, Holdings, SessionToken, Sessions, Touch, Touched};
 
 use crate::{both_layouts, redis};
 
@@ -96,6 +97,32 @@ async fn each_view_decrements_the_global_count_by_one(fx: Fixture) {
     assert_eq!((seven, eight), (-4.0, -1.0));
     let ranked: Vec<String> = raw.zrange(views, 0, -1).await.unwrap();
     assert_eq!(ranked, vec!["7", "8"], "most viewed at rank 0");
+}
+
+async fn a_touch_reads_the_cart_and_history_in_its_round_trip(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let token = SessionToken::generate();
+    // A token the shop does not know yet: started, holding nothing.
+    assert_eq!(
+        sessions.touch_and_read(&token, Touch::request()).await.unwrap(),
+        (Touched::Started(None), Holdings::default())
+    );
+    for n in [5, 3, 9] {
+        sessions.touch(&token, Touch::request().view(item(n))).await.unwrap();
+    }
+    carts.set(&token, item(7), 2).await.unwrap();
+    carts.set(&token, item(1), 1).await.unwrap();
+    let (touched, holdings) = sessions.touch_and_read(&token, Touch::request()).await.unwrap();
+    assert_eq!(touched, Touched::Known(None));
+    let lines: Vec<(u64, u32)> = holdings.cart.iter().map(|(i, q)| (i.get(), q.get())).collect();
+    assert_eq!(lines, vec![(1, 1), (7, 2)], "the cart, by item");
+    assert_eq!(holdings.viewed, vec![item(9), item(3), item(5)], "newest first");
+    // The same as the separate reads.
+    assert_eq!(holdings.viewed, sessions.recently_viewed(&token).await.unwrap());
+    assert_eq!(holdings.cart, carts.get(&token).await.unwrap());
+    // A plain touch reads nothing and says the same.
+    assert_eq!(sessions.touch(&token, Touch::request()).await.unwrap(), Touched::Known(None));
 }
 
 async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {

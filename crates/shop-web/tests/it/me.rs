@@ -77,3 +77,53 @@ async fn a_warm_call_reads_no_database_and_another_servers_change_shows_at_once(
     assert!(recent(&warm).contains(&("Brand new kettle".into(), "$12.34".into())));
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_cart_change_a_retirement_and_a_logout_show_at_the_next_call() {
+    let app = TestApp::start().await;
+    let stop = CancellationToken::new();
+    shop_testapp::run_tier_feed(&app.state, &stop).await;
+    let cookie = app.logged_in("noa").await;
+    for id in [3, 4, 5] {
+        app.get(&format!("/items/{id}"), Some(&cookie)).await;
+    }
+    app.flush_views().await;
+    let me = app.me(&cookie).await;
+    assert_eq!(me["user"]["name"], "noa");
+    assert_eq!(me["cart"]["count"], 0);
+    let ids = |me: &serde_json::Value| -> Vec<u64> {
+        me["recently_viewed"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|it| it["id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&me), vec![5, 4, 3], "{me}");
+
+    // A cart change: the next call shows it (count and lines).
+    let resp = app
+        .post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    assert!(resp.status().is_redirection() || resp.status().is_success());
+    let me = app.me(&cookie).await;
+    assert_eq!(me["cart"]["count"], 2, "{me}");
+    assert_eq!(me["cart"]["lines"][0]["item"], 3, "{me}");
+
+    // Item 4 retired (its copy warm from the calls above): it leaves the list.
+    app.state
+        .catalogue()
+        .retire(ItemId::new(4).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(ids(&app.me(&cookie).await), vec![5, 3]);
+
+    // Logged out: the old cookie is nobody's.
+    let resp = app.post("/logout", Some(&cookie), "", false).await;
+    assert!(resp.status().is_redirection() || resp.status().is_success());
+    let me = app.me(&cookie).await;
+    assert!(me["user"].is_null(), "{me}");
+    assert_eq!(me["cart"]["count"], 0, "{me}");
+    assert!(ids(&me).is_empty(), "{me}");
+    stop.cancel();
+}

@@ -6,15 +6,16 @@
 -- KEYS[4 + 2i] viewed:<token>, KEYS[5 + 2i] cart:<token>
 -- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
 -- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
--- then for each session in order: token, user id or '', the number of item views n,
--- and n item ids (oldest first)
+-- then for each session in order: token, user id or '', '1' to read what the session
+-- holds or '', the number of item views n, and n item ids (oldest first)
 -- The item's global count (viewed:) and its distinct viewers are not written here:
 -- the caller counts views in batches (see session/views.rs, ViewFlusher).
 -- Returns, for each session in order, {1 when this touch started the session, 0 when
 -- it was known, 2 when it had expired (removed here, nothing else done); user id or
--- false}, flattened: the caller learns who is asking in the same round trip (for an
--- expired session, who it was logged in as, so the caller takes it out of that
--- user's index of sessions).
+-- false; the cart (HGETALL) and the history (newest first), read after the touch when
+-- asked for, else empty}: the caller learns who is asking in the same round trip (for
+-- an expired session, who it was logged in as, so the caller takes it out of that
+-- user's index of sessions), and /api/me what the session holds.
 -- A token the shop does not know starts a session: the shop hands out tokens without
 -- writing anything (a client that never sends its cookie back costs no key), so the
 -- first request that comes back with one is where its session begins.
@@ -105,7 +106,7 @@ local a = 5
 local i = 0
 while a <= #ARGV do
   i = i + 1
-  local token, given, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local token, given, read, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
   local viewed, cart_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
   local started, user = touch(token, given, viewed, cart_key)
   if started ~= 2 and n > 0 then
@@ -117,7 +118,7 @@ while a <= #ARGV do
     local grew = false
     for v = 1, n do
       seq = seq + 1
-      if redis.call('ZADD', viewed, seq, ARGV[a + 2 + v]) == 1 then
+      if redis.call('ZADD', viewed, seq, ARGV[a + 3 + v]) == 1 then
         grew = true
       end
     end
@@ -125,8 +126,12 @@ while a <= #ARGV do
       redis.call('ZREMRANGEBYRANK', viewed, 0, -(keep + 1))
     end
   end
-  out[#out + 1] = started
-  out[#out + 1] = user
-  a = a + 3 + n
+  local cart, history = {}, {}
+  if started ~= 2 and read == '1' then
+    cart = redis.call('HGETALL', cart_key)
+    history = redis.call('ZRANGE', viewed, 0, -1, 'REV')
+  end
+  out[#out + 1] = {started, user, cart, history}
+  a = a + 4 + n
 end
 return out
