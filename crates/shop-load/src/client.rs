@@ -7,7 +7,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{ACCEPT_ENCODING, CONTENT_TYPE, COOKIE, HOST, SET_COOKIE};
+use hyper::header::{ACCEPT_ENCODING, CONTENT_TYPE, COOKIE, HOST, SET_COOKIE, USER_AGENT};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 
@@ -20,6 +20,12 @@ pub struct Reply {
     /// The body (read fully, so the connection can be reused).
     pub body: Bytes,
 }
+
+/// The `User-Agent` of every request: a browser's, as the shoppers the load stands
+/// for send (a crawler's would count its views in the ranking only), naming the
+/// load generator at the end.
+pub const BROWSER_AGENT: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 \
+     (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 shop-load";
 
 /// How long opening a connection may take. A target that drops the handshake (a
 /// firewall, a host gone from the network) would otherwise hold a virtual connection
@@ -83,7 +89,8 @@ impl Conn {
             .method(Method::from_bytes(method.as_bytes())?)
             .uri(path)
             .header(HOST, &self.host)
-            .header(ACCEPT_ENCODING, "gzip");
+            .header(ACCEPT_ENCODING, "gzip")
+            .header(USER_AGENT, BROWSER_AGENT);
         if let Some(cookie) = cookie {
             req = req.header(COOKIE, cookie);
         }

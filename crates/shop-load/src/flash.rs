@@ -139,7 +139,7 @@ pub async fn run(config: FlashLoad) -> anyhow::Result<FlashReport> {
     }
     start.wait().await;
     let began = Instant::now();
-    let mut latency = crate::new_histogram();
+    let mut latency = crate::tally::new_histogram();
     let mut statuses = BTreeMap::new();
     let mut outcomes = BTreeMap::new();
     let (mut failures, mut last) = (0, began);
@@ -178,7 +178,7 @@ pub async fn run(config: FlashLoad) -> anyhow::Result<FlashReport> {
 /// Buys for the next buyer until none is left.
 async fn buyer_loop(config: &FlashLoad, next: &AtomicUsize, mut conn: Option<Conn>) -> Tally {
     let mut tally = Tally {
-        latency: crate::new_histogram(),
+        latency: crate::tally::new_histogram(),
         statuses: BTreeMap::new(),
         outcomes: BTreeMap::new(),
         failures: 0,

@@ -1,10 +1,12 @@
 //! The load generator behind `shop load`: drives a running shop over HTTP the way
 //! the Fake Web Retailer's traffic would.
 //!
-//! Many shoppers, each with a cookie jar (the session token the shop gave it), pick
-//! items by Zipf popularity over the catalogue; the request mix is mostly item views,
-//! some home pages, `/api/me` calls, cart adds, logins and checkouts (about 0.1% of
-//! views). Closed loop (N connections, each sending as soon as the last answer came)
+//! Many shoppers, each with a cookie jar (the session token the shop gave it) and a
+//! browser's `User-Agent`, pick items by Zipf popularity over the catalogue; the
+//! request mix is mostly item views, some home pages, listings, searches, cart adds,
+//! logins and checkouts (about 0.1% of views). Each page is viewed as a browser
+//! views it ([`Mix::page_parts`]): the HTML, then `/api/me`, and on an item page
+//! its insights, and the report counts page views and times each part. Closed loop (N connections, each sending as soon as the last answer came)
 //! or open loop (a target rate; latency counted from when each request was due, so a
 //! slow server cannot hide queueing). It ends with a [`Report`]: throughput, latency
 //! percentiles from an HDR histogram, status counts, and the page cache's hit ratio
@@ -20,23 +22,26 @@ mod client;
 pub mod flash;
 mod mix;
 mod report;
+mod requests;
 mod rng;
+mod tally;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use hdrhistogram::Histogram;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use mix::Mix;
 pub use report::{CacheStats, Report};
 
-use client::{Backoff, Conn, Reply};
+use client::{Backoff, Conn};
 use mix::Action;
+use requests::{learn, request_for};
 use rng::{Rng, Zipf};
+use tally::{Part, Tally};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -51,9 +56,11 @@ pub struct LoadConfig {
     pub connections: usize,
     /// Stop after this long...
     pub duration: Option<Duration>,
-    /// ...or after this many requests (whichever comes first; one is required).
+    /// ...or after this many requests (whichever comes first; one is required), a
+    /// page view with its parts counting as one.
     pub requests: Option<u64>,
-    /// Open loop at this many requests per second; `None`: closed loop.
+    /// Open loop at this many requests per second (a page view with its parts
+    /// counting as one); `None`: closed loop.
     pub rate: Option<f64>,
     /// Items in the catalogue (ids 1..=items).
     pub items: u64,
@@ -106,13 +113,6 @@ struct Shopper {
     cart_version: Option<String>,
 }
 
-/// Demo accounts `shop seed` creates; shoppers who log in use these.
-const LOGINS: [(&str, &str); 3] = [
-    ("alice", "alice-password"),
-    ("bob", "bob-password"),
-    ("carol", "carol-password"),
-];
-
 struct Shared {
     config: LoadConfig,
     zipf: Zipf,
@@ -127,88 +127,6 @@ struct Shared {
     drained: CancellationToken,
     started: Instant,
     progress: indicatif::ProgressBar,
-}
-
-/// One second of a tally.
-struct Slot {
-    /// Latency of the requests due in that second and answered.
-    latency: Histogram<u64>,
-    /// Requests due in that second that got no answer: see [`Tally::connection_failures`].
-    connection_failures: u64,
-}
-
-impl Slot {
-    fn new() -> Self {
-        Self {
-            latency: new_histogram(),
-            connection_failures: 0,
-        }
-    }
-}
-
-/// What one worker measured.
-struct Tally {
-    /// Latency of the answered requests.
-    latency: Histogram<u64>,
-    /// Per second since the start.
-    timeline: Vec<Slot>,
-    /// Answered requests per HTTP status (HTTP errors are the 4xx and 5xx here).
-    statuses: std::collections::BTreeMap<u16, u64>,
-    /// Requests that got no answer because no connection could be opened, or the
-    /// connection broke before the answer. Not latencies: a refused connect takes
-    /// microseconds and would flatter the percentiles.
-    connection_failures: u64,
-}
-
-impl Tally {
-    fn new() -> Self {
-        Self {
-            latency: new_histogram(),
-            timeline: Vec::new(),
-            statuses: Default::default(),
-            connection_failures: 0,
-        }
-    }
-
-    fn slot(&mut self, second: usize) -> &mut Slot {
-        while self.timeline.len() <= second {
-            self.timeline.push(Slot::new());
-        }
-        &mut self.timeline[second]
-    }
-
-    /// An answered request.
-    fn answered(&mut self, second: usize, micros: u64, status: u16) {
-        let micros = micros.max(1);
-        let _ = self.latency.record(micros);
-        let _ = self.slot(second).latency.record(micros);
-        *self.statuses.entry(status).or_default() += 1;
-    }
-
-    /// A request lost to a connection failure.
-    fn connection_failed(&mut self, second: usize) {
-        self.connection_failures += 1;
-        self.slot(second).connection_failures += 1;
-    }
-
-    /// Adds another worker's tally.
-    fn add(&mut self, other: Tally) {
-        self.latency.add(&other.latency).ok();
-        for (i, slot) in other.timeline.into_iter().enumerate() {
-            let mine = self.slot(i);
-            mine.latency.add(&slot.latency).ok();
-            mine.connection_failures += slot.connection_failures;
-        }
-        for (s, n) in other.statuses {
-            *self.statuses.entry(s).or_default() += n;
-        }
-        self.connection_failures += other.connection_failures;
-    }
-}
-
-pub(crate) fn new_histogram() -> Histogram<u64> {
-    // 1 us .. 60 s at 3 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }
 
 /// Runs the load and returns the report.
@@ -297,20 +215,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         (Some(b), Some(a)) => Some(a.since(&b)),
         _ => None,
     };
-    let timeline: Vec<(&Histogram<u64>, u64)> = total
-        .timeline
-        .iter()
-        .map(|slot| (&slot.latency, slot.connection_failures))
-        .collect();
-    Ok(Report::new(
-        &config,
-        elapsed,
-        &total.latency,
-        &timeline,
-        total.statuses,
-        total.connection_failures,
-        cache,
-    ))
+    Ok(Report::new(&config, elapsed, total, cache))
 }
 
 /// One connection's loop.
@@ -365,6 +270,7 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
         let mut shopper = shared.shoppers[shopper_index].lock().await;
         let action = config.mix.pick(&mut rng, &shopper);
         let (method, path, form) = request_for(action, &mut rng, &shared, &shopper);
+        let sent = Instant::now();
         let reply = match conn.as_mut() {
             Some(c) => c
                 .send(method, &path, shopper.cookie.as_deref(), form.as_deref())
@@ -373,24 +279,69 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
             None => None,
         };
         let micros = due.elapsed().as_micros() as u64;
-        match reply {
+        let answered = match reply {
             Some(reply) => {
                 learn(&mut shopper, action, &reply);
                 tally.answered(second, micros, reply.status);
                 backoff.succeeded();
-            }
-            None => {
-                // A broken connection: count it, back off, reconnect next time.
-                drop(shopper);
-                conn = None;
-                tally.connection_failed(second);
-                if pause(&shared, backoff.failed(rng.unit())).await {
-                    break;
+                // The rest of a page view, as its page's script asks for it.
+                match config.mix.page_parts && action.is_page() && reply.status < 400 {
+                    true => {
+                        tally.part(Part::Html, sent.elapsed().as_micros() as u64);
+                        let mut parts = vec![(Part::Me, "/api/me".to_owned())];
+                        if let Some(id) = path.strip_prefix("/items/") {
+                            parts.push((Part::Insights, format!("/api/items/{id}/insights")));
+                        }
+                        page_parts(conn.as_mut(), &mut shopper, &parts, second, &mut tally).await
+                    }
+                    false => true,
                 }
+            }
+            None => false,
+        };
+        if !answered {
+            // A broken connection: count it, back off, reconnect next time.
+            drop(shopper);
+            conn = None;
+            tally.connection_failed(second);
+            if pause(&shared, backoff.failed(rng.unit())).await {
+                break;
             }
         }
     }
     Ok(tally)
+}
+
+/// Sends the parts of a page view after its HTML, in order, each timed from when
+/// it was sent; counts the page view when every part was answered. False when the
+/// connection broke (the caller counts the failure).
+async fn page_parts(
+    conn: Option<&mut Conn>,
+    shopper: &mut Shopper,
+    parts: &[(Part, String)],
+    second: usize,
+    tally: &mut Tally,
+) -> bool {
+    let Some(conn) = conn else {
+        return false;
+    };
+    for (part, path) in parts {
+        let sent = Instant::now();
+        let Ok(reply) = conn
+            .send("GET", path, shopper.cookie.as_deref(), None)
+            .await
+        else {
+            return false;
+        };
+        let micros = sent.elapsed().as_micros() as u64;
+        if *part == Part::Me {
+            learn(shopper, Action::Me, &reply);
+        }
+        tally.answered(second, micros, reply.status);
+        tally.part(*part, micros);
+    }
+    tally.page_views += 1;
+    true
 }
 
 /// Waits `wait` before a connection's next attempt; true when the run ended meanwhile.
@@ -400,138 +351,6 @@ async fn pause(shared: &Shared, wait: Duration) -> bool {
         _ = shared.stop.cancelled() => true,
         _ = shared.drained.cancelled() => true,
     }
-}
-
-fn request_for(
-    action: Action,
-    rng: &mut Rng,
-    shared: &Shared,
-    shopper: &Shopper,
-) -> (&'static str, String, Option<String>) {
-    match action {
-        Action::ViewItem => ("GET", format!("/items/{}", shared.zipf.sample(rng)), None),
-        Action::Home => ("GET", "/".to_owned(), None),
-        Action::Me => ("GET", "/api/me".to_owned(), None),
-        Action::AddToCart => {
-            let item = shared.zipf.sample(rng);
-            (
-                "POST",
-                "/cart".to_owned(),
-                Some(format!("item={item}&count=1")),
-            )
-        }
-        Action::Login => {
-            let (name, password) = LOGINS[rng.below(LOGINS.len() as u64) as usize];
-            (
-                "POST",
-                "/login".to_owned(),
-                Some(format!("name={name}&password={password}")),
-            )
-        }
-        Action::Checkout => match &shopper.cart_version {
-            Some(version) => {
-                let key = format!("load-{}-{}", shared.config.seed, rng.next());
-                (
-                    "POST",
-                    "/checkout".to_owned(),
-                    Some(format!("key={key}&cart_version={version}")),
-                )
-            }
-            None => ("GET", "/cart".to_owned(), None),
-        },
-        Action::Browse => {
-            // Half the time the first page, else a page anywhere in the catalogue:
-            // after a multiple of the shop's 24 items a page, where the whole
-            // listing's "next" links lead (and the pages the shop caches) in a
-            // catalogue of consecutive ids; in a department, such an `after` is
-            // rarely where its links lead, so those are rendered each time, as a
-            // crawler's made-up pages are.
-            let after = if rng.unit() < 0.5 {
-                String::new()
-            } else {
-                let pages = (shared.config.items / 24).max(1);
-                format!("?after={}", 24 * (1 + rng.below(pages)))
-            };
-            let categories = &shared.config.categories;
-            let path = if categories.is_empty() || rng.unit() < 0.3 {
-                "/items".to_owned()
-            } else {
-                format!(
-                    "/c/{}",
-                    categories[rng.below(categories.len() as u64) as usize]
-                )
-            };
-            ("GET", format!("{path}{after}"), None)
-        }
-        Action::Search => {
-            let words = &shared.config.search_words;
-            let q = if words.is_empty() {
-                "item".to_owned()
-            } else {
-                let two = rng.unit() < 0.5;
-                let mut pick = || words[rng.below(words.len() as u64) as usize].clone();
-                if two {
-                    format!("{}+{}", pick(), pick())
-                } else {
-                    pick()
-                }
-            };
-            ("GET", format!("/search?q={q}"), None)
-        }
-        Action::SignUp => {
-            let name = format!(
-                "load{}x{}",
-                shared.config.seed,
-                rng.next() % 1_000_000_000_000
-            );
-            (
-                "POST",
-                "/signup".to_owned(),
-                Some(format!("name={name}&password=load-password")),
-            )
-        }
-    }
-}
-
-/// Updates the shopper from the answer: a new session cookie, a login, a cart.
-fn learn(shopper: &mut Shopper, action: Action, reply: &Reply) {
-    if let Some(cookie) = &reply.session_cookie {
-        if shopper.cookie.as_ref() != Some(cookie)
-            && !matches!(action, Action::Login | Action::SignUp)
-        {
-            // A fresh session (first visit, or the old one was cleaned).
-            shopper.logged_in = false;
-            shopper.cart_lines = 0;
-        }
-        shopper.cookie = Some(cookie.clone());
-    }
-    let ok = reply.status < 400;
-    match action {
-        Action::Login | Action::SignUp if ok => shopper.logged_in = true,
-        Action::AddToCart if ok => {
-            shopper.cart_lines += 1;
-            shopper.cart_version = None;
-        }
-        // The cart page (or a refused checkout's, showing what changed) carries
-        // the version to confirm; a placed order empties the cart.
-        Action::Checkout => match cart_version_in(&reply.body) {
-            Some(version) => shopper.cart_version = Some(version),
-            None if ok => {
-                shopper.cart_lines = 0;
-                shopper.cart_version = None;
-            }
-            None => shopper.cart_version = None,
-        },
-        _ => {}
-    }
-}
-
-/// The `cart_version` a cart page's checkout form carries, if `body` is one.
-fn cart_version_in(body: &[u8]) -> Option<String> {
-    const FIELD: &[u8] = b"name=\"cart_version\" value=\"";
-    let start = body.windows(FIELD.len()).position(|w| w == FIELD)? + FIELD.len();
-    let len = body[start..].iter().position(|&b| b == b'"')?;
-    String::from_utf8(body[start..start + len].to_vec()).ok()
 }
 
 /// `host:port` with the port one higher: where `shop serve` puts its operators'

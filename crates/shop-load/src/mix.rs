@@ -26,6 +26,16 @@ pub enum Action {
     SignUp,
 }
 
+impl Action {
+    /// A page a browser shows (and then calls `/api/me` for).
+    pub fn is_page(self) -> bool {
+        matches!(
+            self,
+            Action::ViewItem | Action::Home | Action::Browse | Action::Search
+        )
+    }
+}
+
 /// Relative weights of the actions. Logins and checkouts only happen when they can
 /// (a guest logs in, a logged-in shopper with a cart checks out); otherwise the
 /// request becomes an item view.
@@ -49,6 +59,12 @@ pub struct Mix {
     pub search: f64,
     /// Sign-ups.
     pub sign_up: f64,
+    /// Pages are viewed as a browser views them: the HTML, then the per-user call
+    /// (`/api/me`) every page's script makes, and on an item page its insights
+    /// (`/api/items/{id}/insights`), on the same connection, with the session's
+    /// cookie. The report counts page views and times each part. Off: the HTML
+    /// alone (to measure one path by itself).
+    pub page_parts: bool,
 }
 
 impl Default for Mix {
@@ -56,13 +72,15 @@ impl Default for Mix {
         Self {
             view: 0.83,
             home: 0.03,
-            me: 0.06,
+            // Every page calls it already (`page_parts`).
+            me: 0.0,
             add_to_cart: 0.025,
             login: 0.004,
             checkout: 0.001,
             browse: 0.03,
             search: 0.02,
             sign_up: 0.0005,
+            page_parts: true,
         }
     }
 }
@@ -80,6 +98,7 @@ impl Mix {
             browse: 0.0,
             search: 0.0,
             sign_up: 0.0,
+            page_parts: false,
         }
     }
 
@@ -87,6 +106,16 @@ impl Mix {
     pub fn views_only() -> Self {
         Self {
             view: 1.0,
+            ..Self::none()
+        }
+    }
+
+    /// Item page views as a browser makes them (see [`Mix::page_parts`]): the
+    /// whole cost of a page view.
+    pub fn page_views() -> Self {
+        Self {
+            view: 1.0,
+            page_parts: true,
             ..Self::none()
         }
     }

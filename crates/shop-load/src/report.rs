@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::LoadConfig;
 use crate::client::Conn;
+use crate::tally::Tally;
 
 /// Page-cache counters from the shop's `/metrics` (summed over its cached pages).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -143,6 +144,14 @@ pub struct Report {
     pub latency_us: Latency,
     /// Count per HTTP status.
     pub statuses: BTreeMap<u16, u64>,
+    /// Page views whose every part was answered (with [`crate::Mix::page_parts`]:
+    /// the HTML, `/api/me`, an item page's insights; 0 without).
+    pub page_views: u64,
+    /// Page views per second.
+    pub page_views_per_second: f64,
+    /// Latency of each part of a page view (`html`, `me`, `insights`), each
+    /// request timed from when it was sent, microseconds.
+    pub parts: BTreeMap<String, Latency>,
     /// The shop's page cache during the run, if `/metrics` answered.
     pub cache: Option<CacheStats>,
     /// Per second.
@@ -153,12 +162,10 @@ impl Report {
     pub(crate) fn new(
         config: &LoadConfig,
         elapsed: Duration,
-        latency: &Histogram<u64>,
-        timeline: &[(&Histogram<u64>, u64)],
-        statuses: BTreeMap<u16, u64>,
-        connection_failures: u64,
+        tally: Tally,
         cache: Option<CacheStats>,
     ) -> Self {
+        let statuses = tally.statuses;
         let requests: u64 = statuses.values().sum();
         let http_errors: u64 = statuses
             .iter()
@@ -179,21 +186,29 @@ impl Report {
             duration_s: secs,
             requests,
             http_errors,
-            connection_failures,
+            connection_failures: tally.connection_failures,
             requests_per_second: requests as f64 / secs,
-            latency_us: Latency::of(latency),
+            latency_us: Latency::of(&tally.latency),
             statuses,
+            page_views: tally.page_views,
+            page_views_per_second: tally.page_views as f64 / secs,
+            parts: tally
+                .parts
+                .iter()
+                .map(|(part, h)| (part.name().to_owned(), Latency::of(h)))
+                .collect(),
             cache,
-            timeline: timeline
+            timeline: tally
+                .timeline
                 .iter()
                 .enumerate()
-                .filter(|(_, (h, failures))| !h.is_empty() || *failures > 0)
-                .map(|(second, (h, failures))| Second {
+                .filter(|(_, slot)| !slot.latency.is_empty() || slot.connection_failures > 0)
+                .map(|(second, slot)| Second {
                     second,
-                    requests: h.len(),
-                    connection_failures: *failures,
-                    p50_us: h.value_at_quantile(0.5),
-                    p99_us: h.value_at_quantile(0.99),
+                    requests: slot.latency.len(),
+                    connection_failures: slot.connection_failures,
+                    p50_us: slot.latency.value_at_quantile(0.5),
+                    p99_us: slot.latency.value_at_quantile(0.99),
                 })
                 .collect(),
         }
@@ -239,6 +254,20 @@ impl Report {
                 ms(l.p99),
                 ms(l.p999),
                 ms(l.max)
+            );
+        }
+        if self.page_views > 0 {
+            let parts: Vec<String> = self
+                .parts
+                .iter()
+                .map(|(part, l)| format!("{part} p99 {:.2} ms", ms(l.p99)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "page views {} ({:.0}/s): {}",
+                self.page_views,
+                self.page_views_per_second,
+                parts.join(", ")
             );
         }
         let statuses: Vec<String> = self

@@ -31,6 +31,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         zipf_exponent: args.zipf,
         shoppers: args.shoppers as usize,
         mix: match args.only {
+            Some(OnlyArg::Pageviews) => shop_load::Mix::page_views(),
             Some(OnlyArg::Views) => shop_load::Mix::views_only(),
             Some(OnlyArg::Browse) => shop_load::Mix::browse_only(),
             Some(OnlyArg::Search) => shop_load::Mix::search_only(),

@@ -61,10 +61,12 @@ pub struct LoadArgs {
     /// Seconds to run (default 10 unless --requests is given).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Requests to send (stops at whichever of this and --duration comes first).
+    /// Requests to send (stops at whichever of this and --duration comes first; a
+    /// page view with its parts counts as one).
     #[arg(long)]
     pub requests: Option<u64>,
-    /// Open loop at this many requests per second (default: closed loop).
+    /// Open loop at this many requests per second, a page view with its parts
+    /// counting as one (default: closed loop).
     #[arg(long)]
     pub rate: Option<f64>,
     /// Items in the shop's catalogue (ids 1..=N).
@@ -85,9 +87,10 @@ pub struct LoadArgs {
     /// Also write an SVG of latency over time to this file.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
-    /// One kind of request only, instead of the shop's request mix: item `views`,
-    /// listing pages (`browse`: `/items`, `/c/{category}`, first pages and deep
-    /// ones) or `search`.
+    /// One kind of request only, instead of the shop's request mix: item
+    /// `pageviews` as a browser makes them (the HTML, `/api/me`, the insights),
+    /// item `views` (the HTML alone), listing pages (`browse`: `/items`,
+    /// `/c/{category}`, first pages and deep ones) or `search`.
     #[arg(long, value_enum)]
     pub only: Option<OnlyArg>,
     /// No progress bar.
@@ -130,7 +133,9 @@ pub enum Scenario {
 /// `shop load --only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnlyArg {
-    /// Item pages.
+    /// Item page views, each the HTML, `/api/me` and the insights.
+    Pageviews,
+    /// Item pages' HTML.
     Views,
     /// Listing pages.
     Browse,

@@ -172,3 +172,62 @@ async fn listing_and_search_loads_ask_only_for_pages_that_exist() {
     }
     assert!(stop(server).success());
 }
+
+/// The shop's count of answered requests to `route` with status 200, from its
+/// `/metrics`.
+fn served(metrics: &str, route: &str) -> u64 {
+    let body = crate::e2e::request(metrics, "GET", "/metrics", None, None).body;
+    let line = format!("shop_http_requests_total{{route=\"{route}\",status=\"200\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_page_view_load_asks_for_each_page_as_a_browser_does_and_counts_page_views() {
+    let test_shop = seeded(200).await;
+    // The load generator is one address: its first views of each page are uncached.
+    let (server, addr, metrics) =
+        crate::e2e::serve_with_metrics(test_shop.shop(), &["--uncached-per-address", "10000000"]);
+    let me_before = served(&metrics, "/api/me");
+    let json = test_shop.cwd.path().join("pageviews.json");
+    let out = crate::e2e::succeed(
+        shop()
+            .args(["load", "--target", &addr, "--metrics", &metrics])
+            .args(["--duration", "2", "--connections", "4", "--items", "200"])
+            .args([
+                "--shoppers",
+                "20",
+                "--quiet",
+                "--only",
+                "pageviews",
+                "--json",
+            ])
+            .arg(&json),
+    );
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("page views"), "{out}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let views = report["page_views"].as_u64().unwrap();
+    assert!(views > 0, "{report}");
+    // Every page view is three requests, every one answered 200.
+    assert_eq!(report["requests"].as_u64().unwrap(), 3 * views, "{report}");
+    let statuses = report["statuses"].as_object().unwrap();
+    assert_eq!(statuses.keys().collect::<Vec<_>>(), ["200"], "{report}");
+    let parts = report["parts"].as_object().unwrap();
+    assert_eq!(
+        parts.keys().collect::<Vec<_>>(),
+        ["html", "insights", "me"],
+        "{report}"
+    );
+    for (part, latency) in parts {
+        assert!(latency["p99"].as_u64().unwrap() > 0, "{part}: {report}");
+    }
+    let rate = report["page_views_per_second"].as_f64().unwrap();
+    let secs = report["duration_s"].as_f64().unwrap();
+    assert!((rate * secs - views as f64).abs() < 1.0, "{report}");
+    // The shop answered an `/api/me` for every page view, with the session's
+    // cookie: its shoppers' sessions exist (at most one each).
+    assert_eq!(served(&metrics, "/api/me") - me_before, views);
+    assert!(stop(server).success());
+}
