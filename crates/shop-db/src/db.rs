@@ -43,6 +43,8 @@ pub struct Db {
     pub(crate) password_checks: Arc<AtomicU64>,
     /// Write transactions committed through this handle (see [`Db::commits`]).
     pub(crate) commits: Arc<AtomicU64>,
+    /// Uses of a read connection (see [`Db::reads`]).
+    reads: Arc<AtomicU64>,
 }
 
 /// SQLite write connections. One: SQLite admits a single writer per file, so more
@@ -117,13 +119,15 @@ impl Db {
         // The write pool first: on a new SQLite file it creates the file and turns
         // WAL on (a persistent setting), which the read connections then find.
         let write = write_pool(backend).connect(&url).await?;
-        let read = read_pool(backend).connect(&url).await?;
+        let reads = Arc::<AtomicU64>::default();
+        let read = read_pool(backend, reads.clone()).connect(&url).await?;
         let db = Self {
             read,
             write,
             backend,
             password_checks: Arc::default(),
             commits: Arc::default(),
+            reads,
         };
         db.migrate().await?;
         Ok(db)
@@ -169,6 +173,14 @@ impl Db {
     /// it whether any write went through since.
     pub fn commits(&self) -> u64 {
         self.commits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many times a read connection was handed out through this handle (and
+    /// its clones) since it connected: each read statement (or a few run on one
+    /// connection) counts one, before it runs. What tells a cached path from one that reads the
+    /// database (`shop_db_reads_total` in the metrics).
+    pub fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Closes every connection; later calls fail as if the database were down.
@@ -291,13 +303,25 @@ fn write_pool(backend: Backend) -> AnyPoolOptions {
 
 /// The read pool's options for `backend`. SQLite read connections are `query_only`,
 /// so a write sent to the wrong pool fails at once instead of taking the write lock,
-/// and read the file through a memory map ([`SQLITE_READ_MMAP_BYTES`]).
-fn read_pool(backend: Backend) -> AnyPoolOptions {
-    let options = AnyPoolOptions::new().acquire_timeout(READ_ACQUIRE_TIMEOUT);
+/// and read the file through a memory map ([`SQLITE_READ_MMAP_BYTES`]). Each
+/// connection handed out counts in `reads` before the statement runs (an idle one
+/// as it is acquired, a new one as it connects).
+fn read_pool(backend: Backend, reads: Arc<AtomicU64>) -> AnyPoolOptions {
+    let count = move || {
+        reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let on_acquire = count.clone();
+    let options = AnyPoolOptions::new()
+        .acquire_timeout(READ_ACQUIRE_TIMEOUT)
+        .before_acquire(move |_conn, _meta| {
+            on_acquire();
+            Box::pin(async { Ok(true) })
+        });
     match backend {
         Backend::Sqlite => options
             .max_connections(SQLITE_READ_CONNECTIONS)
-            .after_connect(|conn, _meta| {
+            .after_connect(move |conn, _meta| {
+                count();
                 Box::pin(pragmas(
                     conn,
                     [
@@ -313,7 +337,8 @@ fn read_pool(backend: Backend) -> AnyPoolOptions {
         // copy is then served from it, not held until the request times out.
         Backend::Postgres => options
             .max_connections(POSTGRES_READ_CONNECTIONS)
-            .after_connect(|conn, _meta| {
+            .after_connect(move |conn, _meta| {
+                count();
                 Box::pin(async move {
                     sqlx::query(&format!(
                         "SET lock_timeout = '{POSTGRES_READ_LOCK_TIMEOUT}'"

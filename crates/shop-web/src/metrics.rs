@@ -320,6 +320,12 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         redis.fast_failures(),
         redis.cluster_rebuilds(),
     );
+    // The database's read connections used (see shop_db::Db::reads).
+    let _ = writeln!(
+        out,
+        "# TYPE shop_db_reads_total counter\nshop_db_reads_total {}",
+        state.db.reads()
+    );
     // The in-process page tier (see page_cache::tier) and the held-back touches.
     if let Some(tier) = &state.tier {
         let stats = tier.stats();

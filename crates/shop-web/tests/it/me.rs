@@ -32,7 +32,12 @@ async fn a_warm_call_reads_no_database_and_another_servers_change_shows_at_once(
     }
     app.flush_views().await;
     let item3 = app.db.item(ItemId::new(3).unwrap()).await.unwrap().unwrap();
+    let cold = app.db.reads();
     let first = app.me(&cookie).await;
+    assert!(app.db.reads() > cold, "a cold call reads the items");
+    let warm = app.db.reads();
+    assert_eq!(app.me(&cookie).await, first);
+    assert_eq!(app.db.reads(), warm, "a warm call reads no database");
     assert_eq!(first["user"]["name"], "mia");
     let shown = recent(&first);
     assert_eq!(shown.len(), 2, "{first}");
