@@ -17,8 +17,27 @@ pub struct Reply {
     pub status: u16,
     /// `shop_session=<token>` if the response set the session cookie.
     pub session_cookie: Option<String>,
-    /// The body (read fully, so the connection can be reused).
+    /// The body (read fully, so the connection can be reused), as sent.
     pub body: Bytes,
+    /// The body was sent gzip-compressed (`Content-Encoding: gzip`).
+    pub gzip: bool,
+}
+
+impl Reply {
+    /// Whether the body, decompressed where it was sent compressed, holds `needle`.
+    pub fn holds(&self, needle: &[u8]) -> bool {
+        let find = |body: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+        if !self.gzip {
+            return find(&self.body);
+        }
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&self.body[..]),
+            &mut plain,
+        )
+        .is_ok()
+            && find(&plain)
+    }
 }
 
 /// The `User-Agent` of every request: a browser's, as the shoppers the load stands
@@ -111,11 +130,16 @@ impl Conn {
             .find(|v| v.starts_with("shop_session="))
             .and_then(|v| v.split(';').next())
             .map(str::to_owned);
+        let gzip = resp
+            .headers()
+            .get(hyper::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
         let body = resp.into_body().collect().await?.to_bytes();
         Ok(Reply {
             status,
             session_cookie,
             body,
+            gzip,
         })
     }
 }

@@ -5,8 +5,9 @@
 //! browser's `User-Agent`, pick items by Zipf popularity over the catalogue; the
 //! request mix is mostly item views, some home pages, listings, searches, cart adds,
 //! logins and checkouts (about 0.1% of views). Each page is viewed as a browser
-//! views it ([`Mix::page_parts`]): the HTML, then `/api/me`, and on an item page
-//! its insights, and the report counts page views and times each part. Closed loop (N connections, each sending as soon as the last answer came)
+//! views it ([`Mix::page_parts`]): the HTML, then `/api/me` (and an item page's
+//! insights where the page does not carry them), and the report counts page views
+//! and times each part. Closed loop (N connections, each sending as soon as the last answer came)
 //! or open loop (a target rate; latency counted from when each request was due, so a
 //! slow server cannot hide queueing). It ends with a [`Report`]: throughput, latency
 //! percentiles from an HDR histogram, status counts, and the page cache's hit ratio
@@ -289,7 +290,11 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
                     true => {
                         tally.part(Part::Html, sent.elapsed().as_micros() as u64);
                         let mut parts = vec![(Part::Me, "/api/me".to_owned())];
-                        if let Some(id) = path.strip_prefix("/items/") {
+                        // An item page that does not carry its insights: its
+                        // script asks for them.
+                        if let Some(id) = path.strip_prefix("/items/")
+                            && !reply.holds(INLINE_INSIGHTS)
+                        {
                             parts.push((Part::Insights, format!("/api/items/{id}/insights")));
                         }
                         page_parts(conn.as_mut(), &mut shopper, &parts, second, &mut tally).await
@@ -311,6 +316,10 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
     }
     Ok(tally)
 }
+
+/// What an item page that carries its insights holds (its script then asks for
+/// none).
+const INLINE_INSIGHTS: &[u8] = b"id=\"insights-data\"";
 
 /// Sends the parts of a page view after its HTML, in order, each timed from when
 /// it was sent; counts the page view when every part was answered. False when the

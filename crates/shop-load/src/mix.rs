@@ -60,7 +60,8 @@ pub struct Mix {
     /// Sign-ups.
     pub sign_up: f64,
     /// Pages are viewed as a browser views them: the HTML, then the per-user call
-    /// (`/api/me`) every page's script makes, and on an item page its insights
+    /// (`/api/me`) every page's script makes, and on an item page that does not
+    /// carry its insights (an older shop's) the call for them
     /// (`/api/items/{id}/insights`), on the same connection, with the session's
     /// cookie. The report counts page views and times each part. Off: the HTML
     /// alone (to measure one path by itself).

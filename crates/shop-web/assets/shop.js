@@ -51,15 +51,21 @@ const mePromise = (async function () {
   }
 })();
 
-// Item pages: what other shoppers did, from /api/items/{id}/insights.
+// Item pages: what other shoppers did, carried by the page (#insights-data), or
+// from /api/items/{id}/insights when the page came without them.
 (async function () {
   const box = document.getElementById('insights');
   if (!box) return;
   let data;
   try {
-    const r = await fetch('/api/items/' + box.dataset.item + '/insights');
-    if (!r.ok) return;
-    data = await r.json();
+    const inline = document.getElementById('insights-data');
+    if (inline) {
+      data = JSON.parse(inline.textContent);
+    } else {
+      const r = await fetch('/api/items/' + box.dataset.item + '/insights');
+      if (!r.ok) return;
+      data = await r.json();
+    }
   } catch (e) {
     return;
   }

@@ -68,11 +68,25 @@ async fn item(
             "this item is no longer sold",
         ));
     }
+    // Its insights travel with it (the same for every visitor, cached and purged
+    // with it); without them (Redis failing) the page's script asks for them.
+    let (insights, tags) = match crate::insights::of(&state, id).await {
+        Ok((insights, tags)) => (Some(crate::insights::inline_json(&insights)), Some(tags)),
+        Err(error) => {
+            error.log_cause("insights unavailable; the item page goes without them");
+            (None, None)
+        }
+    };
     let page = ItemPage {
         item: ItemView::from(&item),
         category: item.category.clone(),
         description: item.description.clone(),
         max_quantity: state.carts.max_quantity(),
+        insights,
     };
-    Ok(templates::render(&page)?.into_response())
+    let mut resp = templates::render(&page)?.into_response();
+    if let Some(tags) = tags {
+        resp.extensions_mut().insert(tags);
+    }
+    Ok(resp)
 }

@@ -73,6 +73,15 @@ impl Cause {
 }
 
 impl WebError {
+    /// Logs this error where the caller goes on without what failed instead of
+    /// answering with it: `message`, and what went wrong below (at its level).
+    pub fn log_cause(&self, message: &str) {
+        match &self.cause {
+            Some(cause) => Cause::new(cause.level, format!("{message}: {}", cause.message)).log(),
+            None => tracing::warn!("{message}: {}", self.message),
+        }
+    }
+
     /// Any status with a machine code and a human message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {

@@ -8,6 +8,11 @@
 //! `shop_cache::insights`; the page's script leaves out the shopper's cart). Viewers are sessions that returned their cookie and do
 //! not call themselves bots (see `crate::session`).
 //!
+//! The item page carries the same answer inline (a `<script type="application/json"
+//! id="insights-data">`, read by its script), so a page view makes no call here: the
+//! page and its insights are cached, tagged and purged together. The call stays
+//! for other clients, and for a page rendered while the insights could not be read.
+//!
 //! The answer is the same for everyone, so it is served through the page cache
 //! (Redis and each server's in-process tier) for the same items as their pages
 //! (those ranked in `viewed:`, [`crate::page_cache::INSIGHTS`]): a view's call costs no
@@ -49,6 +54,21 @@ async fn insights(
     if state.db.item(id).await?.is_none() {
         return Err(WebError::not_found("there is no such item"));
     }
+    let (body, tags) = of(&state, id).await?;
+    // Purged when an item it recommends changes (the page cache tags it with its
+    // own item, as an item page).
+    let mut resp = Json(body).into_response();
+    resp.extensions_mut().insert(tags);
+    Ok(resp)
+}
+
+/// The insights of item `id` (an item that exists) as `/api/items/{id}/insights`
+/// answers them, and the tags of the items they recommend (whose change must
+/// purge them). The item page carries the same inline.
+pub(crate) async fn of(
+    state: &AppState,
+    id: ItemId,
+) -> Result<(serde_json::Value, PageTags), WebError> {
     let found = state.insights.get(id).await?;
     let ids: Vec<ItemId> = found.also_bought.iter().map(|a| a.item).collect();
     let items = state.db.items_by_id(&ids).await?;
@@ -83,10 +103,15 @@ async fn insights(
         "also_bought_shown": shop_cache::insights::ALSO_BOUGHT_SHOWN,
         "min_co_buyers": state.config.insights_min_co_buyers,
     });
-    // Purged when an item it recommends changes (the page cache tags it with its
-    // own item, as an item page).
-    let tags = ids.into_iter().map(page_tags::item).collect();
-    let mut resp = Json(body).into_response();
-    resp.extensions_mut().insert(PageTags(tags));
-    Ok(resp)
+    Ok((
+        body,
+        PageTags(ids.into_iter().map(page_tags::item).collect()),
+    ))
+}
+
+/// `value` as the text of a `<script type="application/json">` block: JSON whose
+/// `<` (only ever inside its strings) is written `\u003c`, so no title can close
+/// the block.
+pub(crate) fn inline_json(value: &serde_json::Value) -> String {
+    value.to_string().replace('<', "\\u003c")
 }

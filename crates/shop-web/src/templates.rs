@@ -148,6 +148,10 @@ pub struct ItemPage {
     pub description: String,
     /// The most of it a cart line may hold.
     pub max_quantity: u32,
+    /// Its insights as `/api/items/{id}/insights` answers them, escaped for a
+    /// script data block (see [`crate::insights::inline_json`]); none when they
+    /// could not be read.
+    pub insights: Option<String>,
 }
 
 /// One cart line as the cart page shows it.

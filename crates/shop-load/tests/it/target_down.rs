@@ -22,6 +22,8 @@ fn config(target: String, connections: usize) -> LoadConfig {
         items: 100,
         shoppers: 10,
         progress: false,
+        // One request per ticket: a page view's parts would count too.
+        mix: shop_load::Mix::views_only(),
         ..LoadConfig::default()
     }
 }

@@ -327,3 +327,62 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
         );
     }
 }
+
+/// The insights inline in an item page (`#insights-data`), parsed.
+fn inline_insights(page: &str) -> serde_json::Value {
+    const OPEN: &str = "<script type=\"application/json\" id=\"insights-data\">";
+    let start = page.find(OPEN).expect("the page carries its insights") + OPEN.len();
+    let len = page[start..].find("</script>").unwrap();
+    serde_json::from_str(&page[start..start + len]).unwrap()
+}
+
+/// An item page carries its insights (what the call answers), so a page view
+/// needs no call for them; the cached page is purged when an item it recommends
+/// changes, and no title can break out of the data block.
+#[tokio::test]
+async fn an_item_page_carries_its_insights_and_is_purged_with_them() {
+    let app = TestApp::start().await;
+    let item = |n: u64| ItemId::new(n).unwrap();
+    app.rank(&[2]).await;
+    let order = async |items: &[ItemId]| {
+        app.state
+            .insights
+            .record_order(&shop_cache::domain::SessionToken::generate(), items)
+            .await
+            .unwrap();
+    };
+    // Item 2 is bought three times with item 4; 30 other orders hold one item each.
+    for _ in 0..3 {
+        order(&[item(2), item(4)]).await;
+    }
+    for n in 0..30 {
+        order(&[item(10 + n % 10)]).await;
+    }
+    let page = async || {
+        let resp = app.get("/items/2", None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let cache = resp.headers()["x-cache"].to_str().unwrap().to_owned();
+        (cache, text(resp).await)
+    };
+    let (cache, first) = page().await;
+    assert_eq!(cache, "MISS");
+    let carried = inline_insights(&first);
+    let asked = json(app.get("/api/items/2/insights", None).await).await;
+    assert_eq!(carried, asked, "the page carries what the call answers");
+    assert_eq!(also_bought(&carried), vec![4]);
+    assert_eq!(page().await.0, "HIT");
+
+    // Item 4, which the page recommends, gets a title that tries to end the block.
+    let hostile = "Kettle </script><script>alert(1)</script>";
+    let edit = ItemEdit::new(Some(hostile), None, None, None).unwrap();
+    app.state
+        .catalogue()
+        .update(item(4), &edit, None)
+        .await
+        .unwrap();
+    let (cache, again) = page().await;
+    assert_eq!(cache, "MISS", "purged with the item it recommends");
+    assert!(!again.contains("<script>alert(1)"), "{again}");
+    let carried = inline_insights(&again);
+    assert_eq!(carried["also_bought"][0]["title"], hostile);
+}

@@ -88,7 +88,8 @@ pub struct LoadArgs {
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// One kind of request only, instead of the shop's request mix: item
-    /// `pageviews` as a browser makes them (the HTML, `/api/me`, the insights),
+    /// `pageviews` as a browser makes them (the HTML, `/api/me`, and the insights
+    /// where the page does not carry them),
     /// item `views` (the HTML alone), listing pages (`browse`: `/items`,
     /// `/c/{category}`, first pages and deep ones) or `search`.
     #[arg(long, value_enum)]
@@ -133,7 +134,8 @@ pub enum Scenario {
 /// `shop load --only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnlyArg {
-    /// Item page views, each the HTML, `/api/me` and the insights.
+    /// Item page views, each the HTML, `/api/me` and the insights where the page
+    /// does not carry them.
     Pageviews,
     /// Item pages' HTML.
     Views,
