@@ -128,6 +128,10 @@ struct Shared {
     drained: CancellationToken,
     started: Instant,
     progress: indicatif::ProgressBar,
+    /// Whether the shop's item pages carry their insights, as the first one
+    /// answered said (looked at once: decompressing and searching every page
+    /// would take the load generator's CPU from the shop on a shared machine).
+    pages_carry_insights: std::sync::OnceLock<bool>,
 }
 
 /// Runs the load and returns the report.
@@ -169,6 +173,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         drained: CancellationToken::new(),
         started: Instant::now(),
         progress,
+        pages_carry_insights: std::sync::OnceLock::new(),
         config: config.clone(),
     });
     let mut workers = tokio::task::JoinSet::new();
@@ -293,7 +298,9 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
                         // An item page that does not carry its insights: its
                         // script asks for them.
                         if let Some(id) = path.strip_prefix("/items/")
-                            && !reply.holds(INLINE_INSIGHTS)
+                            && !*shared
+                                .pages_carry_insights
+                                .get_or_init(|| reply.holds(INLINE_INSIGHTS))
                         {
                             parts.push((Part::Insights, format!("/api/items/{id}/insights")));
                         }

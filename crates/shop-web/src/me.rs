@@ -23,14 +23,14 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use shop_cache::domain::UserId;
 use shop_cache::session::Holdings;
 
 use crate::AppState;
 use crate::error::WebError;
 use crate::session::Session;
-use crate::templates::ItemView;
 
 /// The path of the per-user call.
 pub const PATH: &str = "/api/me";
@@ -76,17 +76,39 @@ impl Default for UserNames {
     }
 }
 
+/// The answer of `/api/me`, serialized as it stands (no intermediate value).
+#[derive(Serialize)]
+struct Me<'a> {
+    user: Option<User<'a>>,
+    cart: Cart,
+    recently_viewed: Vec<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct User<'a> {
+    id: u64,
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct Cart {
+    count: u32,
+    lines: Vec<Line>,
+}
+
+#[derive(Serialize)]
+struct Line {
+    item: u64,
+    quantity: u32,
+}
+
 async fn me(
     State(state): State<AppState>,
     session: Session,
     holdings: Option<Extension<Holdings>>,
 ) -> Result<Response, WebError> {
-    let user = match session.user {
-        Some(id) => state
-            .user_names
-            .name(&state.db, id)
-            .await?
-            .map(|name| json!({ "id": id.get(), "name": &*name })),
+    let name = match session.user {
+        Some(id) => state.user_names.name(&state.db, id).await?,
         None => None,
     };
     // Read with the touch; read now only where the layer could not (it failed).
@@ -97,22 +119,28 @@ async fn me(
             viewed: state.sessions.recently_viewed(&session.token).await?,
         },
     };
-    let count: u32 = cart.iter().map(|(_, q)| q.get()).sum();
-    let lines: Vec<_> = cart
-        .iter()
-        .map(|(id, q)| json!({ "item": id.get(), "quantity": q.get() }))
-        .collect();
-    let recent: Vec<ItemView> =
-        crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed)
-            .await?
+    let recent =
+        crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed).await?;
+    let body = Me {
+        user: session
+            .user
+            .zip(name.as_deref())
+            .map(|(id, name)| User { id: id.get(), name }),
+        cart: Cart {
+            count: cart.iter().map(|(_, q)| q.get()).sum(),
+            lines: cart
+                .iter()
+                .map(|(id, q)| Line {
+                    item: id.get(),
+                    quantity: q.get(),
+                })
+                .collect(),
+        },
+        recently_viewed: recent
             .iter()
             .filter(|item| !item.retired)
-            .map(|item| ItemView::from(&**item))
-            .collect();
-    let body = json!({
-        "user": user,
-        "cart": { "count": count, "lines": lines },
-        "recently_viewed": recent,
-    });
+            .map(|item| &*item.json)
+            .collect(),
+    };
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
 }

@@ -1,6 +1,6 @@
 //! Database reads kept in this web server's memory until the next catalogue change:
-//! search results ([`crate::search_cache`]) and the rows of recently viewed items
-//! that `/api/me` shows ([`ItemCopies`]). Only a process with an in-process page
+//! search results ([`crate::search_cache`]) and the recently viewed items that
+//! `/api/me` shows, serialized ([`ItemCopies`]). Only a process with an in-process page
 //! tier keeps them, since its feed is what hears the other processes' purges.
 //!
 //! - Bounded: a budget of bytes, by moka's TinyLFU, which admits a new entry only
@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
+use serde_json::value::RawValue;
 use shop_cache::domain::ItemId;
 use shop_db::items::Item;
 use shop_page_cache::{PageStore, PurgesSeen};
 
 use crate::page_cache::PageTier;
+use crate::templates::ItemView;
 
 /// A value, and the purge count before it was read.
 struct Kept<V> {
@@ -109,21 +111,42 @@ pub fn item_bytes(item: &Item) -> usize {
     96 + item.title.len() + item.description.len() + item.category.len()
 }
 
-/// The rows of recently viewed items `/api/me` shows, so a warm call reads no
-/// database.
-pub type ItemCopies = PurgedCopy<ItemId, Item>;
+/// An item as `/api/me` lists it: its JSON (`{"id", "title", "price"}`, as
+/// [`ItemView`] serializes), written once per copy instead of once per call.
+#[derive(Debug)]
+pub struct ShownItem {
+    /// The item is retired (it is listed nowhere then).
+    pub retired: bool,
+    /// Its JSON.
+    pub json: Box<RawValue>,
+}
 
-/// The most bytes of item rows kept: the hot items' (a row is a few hundred
-/// bytes, so tens of thousands of them).
+impl ShownItem {
+    /// `item` as listed.
+    pub fn of(item: &Item) -> Self {
+        Self {
+            retired: item.retired,
+            json: serde_json::value::to_raw_value(&ItemView::from(item))
+                .expect("an item view serializes"),
+        }
+    }
+}
+
+/// The items `/api/me` lists as recently viewed, so a warm call reads no
+/// database and serializes no item.
+pub type ItemCopies = PurgedCopy<ItemId, ShownItem>;
+
+/// The most bytes of items kept: the hot items' (one is a hundred bytes or so,
+/// so a hundred thousand of them).
 pub const ITEM_BYTES: u64 = 16 << 20;
 
-/// The longest an item row is kept (a backstop: purges end it sooner).
+/// The longest an item is kept (a backstop: purges end it sooner).
 pub const ITEM_TTL: Duration = Duration::from_secs(300);
 
 /// [`ItemCopies`] of `store`'s process, purged through `tier`'s feed.
 pub fn item_copies(store: &PageStore, tier: Arc<PageTier>) -> ItemCopies {
-    PurgedCopy::new(store, tier, ITEM_BYTES, ITEM_TTL, |_, item| {
-        8 + item_bytes(item)
+    PurgedCopy::new(store, tier, ITEM_BYTES, ITEM_TTL, |_, shown| {
+        48 + shown.json.get().len()
     })
 }
 
@@ -133,11 +156,15 @@ pub async fn items(
     db: &shop_db::Db,
     copies: Option<&ItemCopies>,
     ids: &[ItemId],
-) -> Result<Vec<Arc<Item>>, shop_db::DbError> {
+) -> Result<Vec<Arc<ShownItem>>, shop_db::DbError> {
     let Some(copies) = copies else {
-        return Ok(db.items(ids).await?.into_iter().map(Arc::new).collect());
+        let items = db.items(ids).await?;
+        return Ok(items
+            .iter()
+            .map(|item| Arc::new(ShownItem::of(item)))
+            .collect());
     };
-    let mut found: Vec<(ItemId, Option<Arc<Item>>)> =
+    let mut found: Vec<(ItemId, Option<Arc<ShownItem>>)> =
         ids.iter().map(|&id| (id, copies.get(&id))).collect();
     let missing: Vec<ItemId> = found
         .iter()
@@ -146,12 +173,12 @@ pub async fn items(
         .collect();
     if !missing.is_empty() {
         let mark = copies.mark();
-        let mut read = db.items_by_id(&missing).await?;
+        let read = db.items_by_id(&missing).await?;
         for (id, slot) in found.iter_mut().filter(|(_, item)| item.is_none()) {
-            if let Some(item) = read.remove(id) {
-                let item = Arc::new(item);
-                copies.put(*id, item.clone(), mark);
-                *slot = Some(item);
+            if let Some(item) = read.get(id) {
+                let shown = Arc::new(ShownItem::of(item));
+                copies.put(*id, shown.clone(), mark);
+                *slot = Some(shown);
             }
         }
     }
