@@ -3,14 +3,15 @@
 //! down), the password checked or the account created (the database), the attempt
 //! settled (a failure stays counted against the name, a success is taken off and
 //! earns the browser its device cookie), then the session moved to a fresh token
-//! for the user with the guest's cart and history carried over (Redis), all in
-//! that order.
+//! for the user with the guest's history carried over and its cart merged into the
+//! account's (Redis), all in that order.
 //!
 //! The caller has parsed the form already (names and passwords within bounds, a
 //! new account's rules checked: `shop_domain::account`), and renders the answer.
 
 use std::time::Duration;
 
+use shop_cache::cart::Carts;
 use shop_cache::domain::UserId;
 use shop_cache::domain::client::ClientAddress;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
@@ -114,6 +115,8 @@ pub struct Accounts<'a> {
     pub db: &'a Db,
     /// Sessions, moved to a new token at login.
     pub sessions: &'a Sessions,
+    /// Carts: a guest's joins the account's at login.
+    pub carts: &'a Carts,
     /// Login attempt counters.
     pub limiter: &'a LoginLimiter,
 }
@@ -281,15 +284,28 @@ impl Accounts<'_> {
         )
     }
 
-    /// Moves the session to a fresh token for `user`, cart and history kept; the
-    /// attempt is taken off the name's count, and the browser gets its device
-    /// cookie.
+    /// Moves the session to a fresh token for `user`, history kept and the guest's
+    /// cart merged into the account's; the attempt is taken off the name's count,
+    /// and the browser gets its device cookie.
     async fn logged_in(&self, attempt: &Attempted<'_>, user: UserId) -> Result<Outcome, AppError> {
         let device = self.limiter.succeeded(attempt.name).await?;
         let token = self
             .sessions
             .login_from(attempt.session, user, attempt.once, attempt.from)
             .await?;
+        // Logged in: a merge that fails now is finished at the session's next
+        // cart read (the lines wait under the new token), not an error.
+        match self.carts.merge_into_account(&token, user).await {
+            Ok(0) => {}
+            Ok(left_out) => tracing::info!(
+                user = user.get(),
+                left_out,
+                "a guest's cart did not fit the account's: lines left out"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "a login could not merge the guest's cart yet");
+            }
+        }
         Ok(Outcome::LoggedIn {
             user,
             token,

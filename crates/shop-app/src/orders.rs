@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use shop_cache::cart::Carts;
+use shop_cache::cart::{CartOf, Carts};
 use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::insights::Insights;
@@ -53,7 +53,7 @@ pub struct Checkout<'a> {
 }
 
 impl Checkout<'_> {
-    /// Places the order of the cart of session `token` for `user`, at most once
+    /// Places the order of `user`'s cart (from session `token`), at most once
     /// per `key`, if the cart and its prices at the commit are `shown` (what the
     /// shopper confirmed); on success removes the lines ordered from the cart and
     /// records the insights. One checkout of a cart at a time: another one (a
@@ -67,7 +67,7 @@ impl Checkout<'_> {
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, AppError> {
-        let Some(hold) = self.carts.hold_for_checkout(token).await? else {
+        let Some(hold) = self.carts.hold_for_checkout(CartOf::Account(user)).await? else {
             return Err(AppError::CartBusy);
         };
         let outcome = self.place(token, user, shown, key, now).await;
@@ -87,7 +87,7 @@ impl Checkout<'_> {
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, AppError> {
-        let cart = self.carts.get(token).await?;
+        let cart = self.carts.get(CartOf::Account(user)).await?;
         let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
         let outcome = self.db.checkout(user, &lines, shown, key, now).await?;
         // Only a new order: a replayed key answers the earlier order, and the cart
@@ -97,7 +97,7 @@ impl Checkout<'_> {
         if let CheckoutOutcome::Placed { new: true, .. } = outcome {
             let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
             self.insights.record(token, &items).await;
-            if let Err(error) = self.carts.take(token, &lines).await {
+            if let Err(error) = self.carts.take(CartOf::Account(user), &lines).await {
                 tracing::warn!(%error, "order placed but its lines could not leave the cart");
             }
         }

@@ -1,4 +1,19 @@
-//! Shopping carts: `cart:<token>`, a hash of item id -> quantity, one per session.
+//! Shopping carts, a hash of item id -> quantity each: a guest's is its browser
+//! session's (`cart:<token>`, as in the book, whose functions still read and write
+//! it); a logged-in user's is the account's (`user-cart:<user>`), read and written
+//! by every session of theirs, so the laptop and the phone show the same lines.
+//! Which one a request means is a [`CartOf`].
+//!
+//! - At a login the guest's lines join the account's cart
+//!   ([`Carts::merge_into_account`]: quantities added per item, within the caps;
+//!   a line past the cap of lines is left out), once per session: the login
+//!   moved the guest's cart to the new token in the same script that rotated the
+//!   token, and the merge is remembered by that token, so a retried or racing
+//!   login adds nothing twice. A merge cut short (Redis failing between its
+//!   steps) is finished at the session's next cart read.
+//! - Logout, "log out everywhere", a password change and the session lifetimes
+//!   end sessions, not the account's cart: it lives until left untouched for
+//!   [`DEFAULT_ACCOUNT_CART_TTL`] (a setting), renewed by every change.
 //!
 //! Setting a quantity above zero stores it (overwriting), zero or below removes the
 //! line, as in the book; a quantity above the shop's maximum is refused before
@@ -9,7 +24,7 @@
 
 use crate::RedisConn;
 
-use crate::domain::{InvalidInput, ItemId, SessionToken};
+use crate::domain::{InvalidInput, ItemId, SessionToken, UserId};
 use crate::keys::Keys;
 use crate::{CacheError, scripts};
 
@@ -17,6 +32,38 @@ use crate::{CacheError, scripts};
 pub const DEFAULT_MAX_QUANTITY: u32 = 99;
 /// The default most lines (different items) a cart may hold.
 pub const DEFAULT_MAX_LINES: u32 = 50;
+
+/// How long an account's cart lives untouched by default: 90 days.
+pub const DEFAULT_ACCOUNT_CART_TTL: std::time::Duration =
+    std::time::Duration::from_secs(90 * 24 * 3600);
+
+/// How long a merge is remembered (a retry comes within seconds).
+const MERGE_MEMORY_SECS: u64 = 24 * 3600;
+
+/// Whose cart a request means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CartOf {
+    /// A visitor not logged in: the browser session's cart, as in the book.
+    Session(SessionToken),
+    /// A logged-in user: the account's cart, shared by all their sessions.
+    Account(UserId),
+}
+
+impl CartOf {
+    /// The cart of a request by session `token`, logged in as `user` (if any).
+    pub fn of(token: &SessionToken, user: Option<UserId>) -> Self {
+        match user {
+            Some(user) => CartOf::Account(user),
+            None => CartOf::Session(token.clone()),
+        }
+    }
+}
+
+impl From<&SessionToken> for CartOf {
+    fn from(token: &SessionToken) -> Self {
+        CartOf::Session(token.clone())
+    }
+}
 
 /// A quantity in a cart line: 1 ..= the shop's maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -60,6 +107,7 @@ pub struct Carts {
     keys: Keys,
     max_quantity: u32,
     max_lines: u32,
+    account_ttl: std::time::Duration,
 }
 
 /// How long a checkout may hold its cart: well past the longest a checkout's
@@ -80,7 +128,35 @@ impl Carts {
             keys,
             max_quantity,
             max_lines: DEFAULT_MAX_LINES,
+            account_ttl: DEFAULT_ACCOUNT_CART_TTL,
         }
+    }
+
+    /// The same carts, an account's living `ttl` untouched (at least a second).
+    pub fn with_account_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.account_ttl = ttl.max(std::time::Duration::from_secs(1));
+        self
+    }
+
+    /// The key of `cart`.
+    fn key(&self, cart: &CartOf) -> String {
+        match cart {
+            CartOf::Session(token) => self.keys.cart(token),
+            CartOf::Account(user) => self.keys.user_cart(*user),
+        }
+    }
+
+    /// A script call on `cart`: its key, and for a session's cart the session
+    /// bookkeeping keys after it (see the cart scripts).
+    fn invoke<'a>(&self, script: &'a redis::Script, cart: &CartOf) -> redis::ScriptInvocation<'a> {
+        let mut call = script.key(self.key(cart));
+        if let CartOf::Session(token) = cart {
+            call.key(self.keys.recent_of(token))
+                .key(self.keys.guests_of(token))
+                .key(self.keys.login_of(token))
+                .key(self.keys.anonymous_of(token));
+        }
+        call
     }
 
     /// The same carts with at most `max_lines` lines each (at least one).
@@ -99,32 +175,34 @@ impl Carts {
         self.max_quantity
     }
 
-    /// Sets the quantity of `item` in the session's cart (`count <= 0` removes it).
-    /// Returns what was done. A count above the maximum, or a new line for a full
-    /// cart, writes nothing. A stored line makes the session a shopper's (out of the
-    /// guests the cleaner removes first) and starts it if it had not started yet
-    /// (sessions start lazily: see [`crate::session`]).
+    /// Sets the quantity of `item` in `cart` (`count <= 0` removes it). Returns
+    /// what was done. A count above the maximum, or a new line for a full cart,
+    /// writes nothing. A stored line in a session's cart makes the session a
+    /// shopper's (out of the guests the cleaner removes first) and starts it if it
+    /// had not started yet (sessions start lazily: see [`crate::session`]); one in
+    /// an account's cart renews its lifetime.
     pub async fn set(
         &self,
-        token: &SessionToken,
+        cart: impl Into<CartOf>,
         item: ItemId,
         count: i64,
     ) -> Result<LineChange, CacheError> {
+        let cart = cart.into();
         let change = LineChange::from_count(count, self.max_quantity)?;
-        let key = self.keys.cart(token);
+        let token = match &cart {
+            CartOf::Session(token) => token.expose(),
+            CartOf::Account(_) => "",
+        };
         let mut conn = self.conn.clone();
         match change {
             LineChange::Set(q) => {
-                let stored: i64 = scripts::CART_SET
-                    .key(&key)
-                    .key(self.keys.recent_of(token))
-                    .key(self.keys.guests_of(token))
-                    .key(self.keys.login_of(token))
-                    .key(self.keys.anonymous_of(token))
+                let stored: i64 = self
+                    .invoke(&scripts::CART_SET, &cart)
                     .arg(item)
                     .arg(q.get())
                     .arg(self.max_lines)
-                    .arg(token.expose())
+                    .arg(token)
+                    .arg(self.account_ttl.as_secs())
                     .invoke_async(&mut conn)
                     .await?;
                 if stored == 0 {
@@ -135,14 +213,9 @@ impl Carts {
                 }
             }
             LineChange::Remove => {
-                scripts::CART_REMOVE
-                    .key(&key)
-                    .key(self.keys.recent_of(token))
-                    .key(self.keys.guests_of(token))
-                    .key(self.keys.login_of(token))
-                    .key(self.keys.anonymous_of(token))
+                self.invoke(&scripts::CART_REMOVE, &cart)
                     .arg(item)
-                    .arg(token.expose())
+                    .arg(token)
                     .invoke_async::<()>(&mut conn)
                     .await?
             }
@@ -150,13 +223,17 @@ impl Carts {
         Ok(change)
     }
 
-    /// Holds the session's cart for one checkout: `None` if another checkout
-    /// holds it now. Held until [`Carts::release`], or [`CHECKOUT_HOLD`] at most.
+    /// Holds `cart` for one checkout: `None` if another checkout holds it now.
+    /// Held until [`Carts::release`], or [`CHECKOUT_HOLD`] at most.
     pub async fn hold_for_checkout(
         &self,
-        token: &SessionToken,
+        cart: impl Into<CartOf>,
     ) -> Result<Option<CartHold>, CacheError> {
-        crate::lock::take(&self.conn, self.keys.checkout_hold(token), CHECKOUT_HOLD).await
+        let key = match cart.into() {
+            CartOf::Session(token) => self.keys.checkout_hold(&token),
+            CartOf::Account(user) => self.keys.user_checkout_hold(user),
+        };
+        crate::lock::take(&self.conn, key, CHECKOUT_HOLD).await
     }
 
     /// Lets the cart go after its checkout (unless the hold expired and another
@@ -165,42 +242,135 @@ impl Carts {
         crate::lock::release(&self.conn, hold).await
     }
 
-    /// Removes from the session's cart the lines an order took (after checkout),
-    /// atomically: each line whose quantity is still the one ordered. A line added
-    /// or changed since the order read the cart stays. Returns how many it removed.
+    /// Removes from `cart` the lines an order took (after checkout), atomically:
+    /// each line whose quantity is still the one ordered. A line added or changed
+    /// since the order read the cart stays. Returns how many it removed.
     pub async fn take(
         &self,
-        token: &SessionToken,
+        cart: impl Into<CartOf>,
         ordered: &[(ItemId, u32)],
     ) -> Result<u64, CacheError> {
-        let mut call = scripts::CART_TAKE.key(self.keys.cart(token));
-        call.key(self.keys.recent_of(token))
-            .key(self.keys.guests_of(token))
-            .key(self.keys.login_of(token))
-            .key(self.keys.anonymous_of(token))
-            .arg(token.expose());
+        let cart = cart.into();
+        let mut call = self.invoke(&scripts::CART_TAKE, &cart);
+        call.arg(match &cart {
+            CartOf::Session(token) => token.expose(),
+            CartOf::Account(_) => "",
+        });
         for (item, quantity) in ordered {
             call.arg(*item).arg(*quantity);
         }
         Ok(call.invoke_async(&mut self.conn.clone()).await?)
     }
 
-    /// Whether the session's cart holds no line.
-    pub async fn is_empty(&self, token: &SessionToken) -> Result<bool, CacheError> {
+    /// Whether `cart` holds no line.
+    pub async fn is_empty(&self, cart: impl Into<CartOf>) -> Result<bool, CacheError> {
         let exists: bool = redis::cmd("EXISTS")
-            .arg(self.keys.cart(token))
+            .arg(self.key(&cart.into()))
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(!exists)
     }
 
-    /// The session's cart lines, ordered by item id.
-    pub async fn get(&self, token: &SessionToken) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
+    /// The lines of `cart`, ordered by item id.
+    pub async fn get(
+        &self,
+        cart: impl Into<CartOf>,
+    ) -> Result<Vec<(ItemId, Quantity)>, CacheError> {
         let raw: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(self.keys.cart(token))
+            .arg(self.key(&cart.into()))
             .query_async(&mut self.conn.clone())
             .await?;
         lines(raw)
+    }
+
+    /// Merges the cart of session `token` (logged in as `user`: a login moved
+    /// the guest's cart to it) into the user's cart, then empties it; see the
+    /// module documentation. Once per session: a second call adds nothing.
+    /// Returns the lines left out for want of room in the account's cart.
+    pub async fn merge_into_account(
+        &self,
+        token: &SessionToken,
+        user: UserId,
+    ) -> Result<u64, CacheError> {
+        let lines = self.get(token).await?;
+        if lines.is_empty() {
+            return Ok(0);
+        }
+        self.merge_lines(token, user, &lines).await
+    }
+
+    /// Merges the carts of the sessions logged in before carts were the
+    /// accounts' (one per session then) into their users' carts, each once
+    /// (`shop migrate`; safe to run again, and while the shop runs: a session's
+    /// next cart read would merge it too). Returns how many sessions' carts it
+    /// merged.
+    pub async fn move_logged_in_carts(&self) -> Result<u64, CacheError> {
+        let mut conn = self.conn.clone();
+        let mut merged = 0;
+        for shard in self.keys.shards() {
+            let mut cursor = 0u64;
+            loop {
+                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                    .arg(self.keys.login_in(shard))
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await?;
+                // Tokens the shop can be sent (the book's own UUIDs cannot).
+                let page: Vec<(SessionToken, UserId)> = page
+                    .into_iter()
+                    .filter_map(|(t, u)| Some((t.parse().ok()?, u.parse().ok()?)))
+                    .collect();
+                let mut exists = redis::pipe();
+                for (token, _) in &page {
+                    exists.exists(self.keys.cart(token));
+                }
+                let held: Vec<bool> = match page.is_empty() {
+                    true => Vec::new(),
+                    false => exists.query_async(&mut conn).await?,
+                };
+                for ((token, user), held) in page.iter().zip(held) {
+                    if held {
+                        self.merge_into_account(token, *user).await?;
+                        merged += 1;
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(merged)
+    }
+
+    /// [`Carts::merge_into_account`] of lines already read.
+    pub async fn merge_lines(
+        &self,
+        token: &SessionToken,
+        user: UserId,
+        lines: &[(ItemId, Quantity)],
+    ) -> Result<u64, CacheError> {
+        let mut call = scripts::CART_MERGE.key(self.keys.user_cart(user));
+        call.key(self.keys.user_cart_merges(user))
+            .arg(token.expose())
+            .arg(self.max_quantity)
+            .arg(self.max_lines)
+            .arg(self.account_ttl.as_secs())
+            .arg(MERGE_MEMORY_SECS);
+        for (item, quantity) in lines {
+            call.arg(*item).arg(quantity.get());
+        }
+        let left_out: i64 = call.invoke_async(&mut self.conn.clone()).await?;
+        // Merged (now or before): the session's own cart goes. A line the book's
+        // code added meanwhile would go with it; the shop itself writes a logged-in
+        // session's lines to the account's cart only.
+        redis::cmd("DEL")
+            .arg(self.keys.cart(token))
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(left_out.max(0) as u64)
     }
 }
 

@@ -98,6 +98,10 @@ pub static CART_REMOVE: LazyLock<Script> =
 pub static CART_TAKE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("cart/cart_take.lua")));
 
+/// Merges a session's cart into its user's, once per session.
+pub static CART_MERGE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("cart/cart_merge.lua")));
+
 /// Counts one login attempt in a fixed window and says whether it is allowed.
 pub static LOGIN_ATTEMPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("login_limit/login_attempt.lua")));

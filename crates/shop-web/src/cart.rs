@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
 use shop_cache::CacheError;
-use shop_cache::cart::LineChange;
+use shop_cache::cart::{CartOf, LineChange};
 use shop_cache::domain::ItemId;
 use shop_cache::domain::cart_version::{CartChange, CartVersion};
 use shop_cache::login_limit::Attempt;
@@ -54,7 +54,7 @@ async fn cart_page(
     session: &Session,
     changes: Vec<String>,
 ) -> Result<CartPage, WebError> {
-    let cart = state.carts.get(&session.token).await?;
+    let cart = state.carts.get(cart_of(state, session).await?).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let by_id = state.db.items_by_id(&ids).await?;
     let mut total = 0;
@@ -179,9 +179,10 @@ async fn update(
             Some(_) => {}
         }
     }
-    state.carts.set(&session.token, item, count).await?;
+    let cart = cart_of(&state, &session).await?;
+    state.carts.set(cart.clone(), item, count).await?;
     if wants_json(&headers) {
-        let lines = state.carts.get(&session.token).await?;
+        let lines = state.carts.get(cart).await?;
         let lines: Vec<_> = lines
             .iter()
             .map(|(id, q)| json!({ "item": id.get(), "quantity": q.get() }))
@@ -189,6 +190,16 @@ async fn update(
         return Ok(Json(json!({ "cart": lines })).into_response());
     }
     Ok(Redirect::to("/cart").into_response())
+}
+
+/// The cart `session` means: the account's when logged in (after finishing a
+/// merge of the session's own cart that its login left undone: Redis failed
+/// between the steps), else the session's.
+pub(crate) async fn cart_of(state: &AppState, session: &Session) -> Result<CartOf, WebError> {
+    if let Some(user) = session.user {
+        state.carts.merge_into_account(&session.token, user).await?;
+    }
+    Ok(CartOf::of(&session.token, session.user))
 }
 
 /// A first line in a cart of a session not logged in starts a cart the cleaner
@@ -233,6 +244,9 @@ async fn checkout(
         }
         return Ok(log_in_first("/cart"));
     };
+    // Any merge a login left unfinished first: the account's cart is what is
+    // ordered.
+    cart_of(&state, &session).await?;
     let outcome = state
         .checkout()
         .run(&session.token, user, &shown, key, shop_db::unix_now())

@@ -112,6 +112,6 @@ pub(crate) async fn of(
 /// `value` as the text of a `<script type="application/json">` block: JSON whose
 /// `<` (only ever inside its strings) is written `\u003c`, so no title can close
 /// the block.
-pub(crate) fn inline_json(value: &serde_json::Value) -> String {
+pub fn inline_json(value: &serde_json::Value) -> String {
     value.to_string().replace('<', "\\u003c")
 }

@@ -97,6 +97,8 @@ pub struct WebConfig {
     pub rank_limit: u64,
     /// Most lines (different items) a cart may hold.
     pub max_cart_lines: u32,
+    /// How long a logged-in user's cart lives left untouched.
+    pub account_cart_ttl: Duration,
     /// Login attempts allowed per client address and per account name.
     pub login_limits: LoginLimits,
     /// Flash-sale buys one account may send per minute (beyond: 429).
@@ -147,6 +149,7 @@ impl Default for WebConfig {
             page_stale: shop_page_cache::DEFAULT_STALE,
             rank_limit: shop_page_cache::DEFAULT_RANK_LIMIT,
             max_cart_lines: shop_cache::cart::DEFAULT_MAX_LINES,
+            account_cart_ttl: shop_cache::cart::DEFAULT_ACCOUNT_CART_TTL,
             login_limits: LoginLimits::default(),
             flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
             cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
@@ -280,7 +283,8 @@ impl AppState {
                 .with_lifetimes(config.session_lifetimes)
                 .with_max_per_user(config.max_sessions_per_user),
             carts: Carts::new(conn.clone(), keys.clone(), config.max_quantity)
-                .with_max_lines(config.max_cart_lines),
+                .with_max_lines(config.max_cart_lines)
+                .with_account_ttl(config.account_cart_ttl),
             login_limiter: LoginLimiter::new(conn.clone(), keys.clone(), config.login_limits),
             buy_limit: RateLimit::new(
                 conn.clone(),
@@ -387,6 +391,7 @@ impl AppState {
         shop_app::accounts::Accounts {
             db: &self.db,
             sessions: &self.sessions,
+            carts: &self.carts,
             limiter: &self.login_limiter,
         }
     }

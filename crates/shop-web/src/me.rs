@@ -9,7 +9,8 @@
 //! item leaves the list, as it can no longer be bought). The
 //! cart and the history are read from Redis on every call, in the session
 //! touch's own round trip (the session layer's [`Holdings`], asked for on
-//! [`PATH`]): one Redis call a page view's `/api/me`. The touch is not written
+//! [`PATH`]): one Redis call a guest's `/api/me`, two a logged-in user's (whose
+//! cart is the account's, in the user's slot). The touch is not written
 //! behind as an item page's is: the call waits for the read anyway, and this is
 //! the request of a page view that refuses a session past its lifetime and hands
 //! out the new cookie.
@@ -25,6 +26,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use shop_cache::cart::CartOf;
 use shop_cache::domain::UserId;
 use shop_cache::session::Holdings;
 
@@ -112,13 +114,22 @@ async fn me(
         None => None,
     };
     // Read with the touch; read now only where the layer could not (it failed).
-    let Holdings { cart, viewed } = match holdings {
+    let Holdings { mut cart, viewed } = match holdings {
         Some(Extension(holdings)) => holdings,
         None => Holdings {
             cart: state.carts.get(&session.token).await?,
             viewed: state.sessions.recently_viewed(&session.token).await?,
         },
     };
+    // Logged in: the account's cart (one more round trip, in the user's slot),
+    // after merging what the session's own cart still holds (a merge its login
+    // left undone).
+    if let Some(user) = session.user {
+        if !cart.is_empty() {
+            state.carts.merge_lines(&session.token, user, &cart).await?;
+        }
+        cart = state.carts.get(CartOf::Account(user)).await?;
+    }
     let recent =
         crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed).await?;
     let body = Me {

@@ -1,8 +1,10 @@
 -- Sets one cart line, refusing to add a line to a full cart (changing the quantity
 -- of a line already there is always allowed).
--- KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)   KEYS[3] guests: (same)
--- KEYS[4] login: (same)   KEYS[5] anonymous: (same)
--- ARGV[1] item id   ARGV[2] quantity   ARGV[3] most lines   ARGV[4] token
+-- A session's cart: KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)
+-- KEYS[3] guests: (same)   KEYS[4] login: (same)   KEYS[5] anonymous: (same)
+-- An account's cart: KEYS[1] user-cart:<user> alone.
+-- ARGV[1] item id   ARGV[2] quantity   ARGV[3] most lines   ARGV[4] token (a
+-- session's cart)   ARGV[5] seconds an account's cart lives untouched
 -- Returns 1 when stored, 0 when the cart is full (nothing written).
 -- A session with a cart is no guest (it leaves guests:, which the cleaner empties
 -- first), and it exists: a visitor whose first request puts something in the cart
@@ -10,11 +12,16 @@
 -- left without the recent: entry by which the cleaner finds it). One that is not
 -- logged in is an anonymous shopper: listed in anonymous: at its last-seen time,
 -- which the cleaner empties after the guests and before any logged-in session.
+-- An account's cart belongs to no session: it only expires when left untouched.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
    and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if #KEYS == 1 then
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  return 1
+end
 redis.call('ZREM', KEYS[3], ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -116,9 +116,34 @@ impl Keys {
     /// it is under the user's own tag (`{u<id>}`), in another slot than the
     /// sessions it lists.
     pub fn user_sessions(&self, user: crate::domain::UserId) -> String {
+        self.user_keyed("user-sessions", user)
+    }
+
+    /// Hash: item id -> quantity, the cart of a logged-in user, which every
+    /// session of theirs reads and writes (see [`crate::cart`]). It expires when
+    /// left untouched (the account cart's lifetime). On a cluster under the user's
+    /// tag (`{u<id>}`).
+    pub fn user_cart(&self, user: crate::domain::UserId) -> String {
+        self.user_keyed("user-cart", user)
+    }
+
+    /// Set: the carts merged into the user's cart at a login, by the session token
+    /// whose cart was merged, so a retried merge adds nothing twice. Expires a day
+    /// after the last merge.
+    pub fn user_cart_merges(&self, user: crate::domain::UserId) -> String {
+        self.user_keyed("user-cart-merges", user)
+    }
+
+    /// String: the checkout holding the user's cart (as [`Keys::checkout_hold`]).
+    pub fn user_checkout_hold(&self, user: crate::domain::UserId) -> String {
+        self.user_keyed("user-checkout", user)
+    }
+
+    /// `<prefix><name>:<user>`, on a cluster under the user's tag.
+    fn user_keyed(&self, name: &str, user: crate::domain::UserId) -> String {
         match self.0.layout {
-            Layout::Book => format!("{}user-sessions:{user}", self.0.prefix),
-            Layout::Cluster { .. } => format!("{}user-sessions:{{u{user}}}", self.0.prefix),
+            Layout::Book => format!("{}{name}:{user}", self.0.prefix),
+            Layout::Cluster { .. } => format!("{}{name}:{{u{user}}}", self.0.prefix),
         }
     }
 
@@ -126,9 +151,6 @@ impl Keys {
     /// until the first change), beside their list of sessions: a login whose
     /// password check raced a change sees it move, and is undone.
     pub fn password_epoch(&self, user: crate::domain::UserId) -> String {
-        match self.0.layout {
-            Layout::Book => format!("{}password-epoch:{user}", self.0.prefix),
-            Layout::Cluster { .. } => format!("{}password-epoch:{{u{user}}}", self.0.prefix),
-        }
+        self.user_keyed("password-epoch", user)
     }
 }

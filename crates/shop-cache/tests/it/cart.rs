@@ -1,7 +1,7 @@
 use redis::AsyncCommands;
 use shop_cache::CacheError;
-use shop_cache::cart::{Carts, LineChange};
-use shop_cache::domain::{InvalidInput, ItemId};
+use shop_cache::cart::{CartOf, Carts, LineChange};
+use shop_cache::domain::{InvalidInput, ItemId, UserId};
 use shop_cache::session::SessionToken;
 
 use crate::both_layouts;
@@ -15,6 +15,83 @@ fn lines(cart: Vec<(ItemId, shop_cache::cart::Quantity)>) -> Vec<(u64, u32)> {
 }
 
 both_layouts! {
+async fn an_accounts_cart_is_its_own_key_with_a_lifetime_and_takes_orders(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99)
+        .with_account_ttl(std::time::Duration::from_secs(3_600));
+    let alice = CartOf::Account(UserId::new(7).unwrap());
+    carts.set(alice.clone(), item(1), 2).await.unwrap();
+    carts.set(alice.clone(), item(4), 1).await.unwrap();
+    assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(1, 2), (4, 1)]);
+    // One key, no session's: it outlives every session, for its lifetime.
+    let key = fx.keys.user_cart(UserId::new(7).unwrap());
+    assert_eq!(fx.all_keys().await, vec![key.clone()]);
+    let mut raw = fx.raw().await;
+    let ttl: i64 = raw.ttl(&key).await.unwrap();
+    assert!((3_500..=3_600).contains(&ttl), "{ttl}");
+    // Held, taken and removed as a session's cart is.
+    let hold = carts.hold_for_checkout(alice.clone()).await.unwrap().unwrap();
+    assert!(carts.hold_for_checkout(alice.clone()).await.unwrap().is_none());
+    carts.release(hold).await.unwrap();
+    assert_eq!(carts.take(alice.clone(), &[(item(1), 2), (item(4), 9)]).await.unwrap(), 1);
+    assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(4, 1)]);
+    carts.set(alice.clone(), item(4), 0).await.unwrap();
+    assert!(carts.is_empty(alice).await.unwrap());
+}
+
+async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 5).with_max_lines(3);
+    let user = UserId::new(9).unwrap();
+    let account = CartOf::Account(user);
+    carts.set(account.clone(), item(1), 4).await.unwrap();
+    carts.set(account.clone(), item(2), 1).await.unwrap();
+    let token = SessionToken::generate();
+    carts.set(&token, item(1), 3).await.unwrap(); // 4 + 3, capped at 5
+    carts.set(&token, item(2), 2).await.unwrap(); // 1 + 2
+    carts.set(&token, item(3), 1).await.unwrap(); // a third line: room for it
+    // Merged: quantities added within the most of one item; a fourth line would
+    // not fit the three the cart may hold.
+    assert_eq!(carts.merge_into_account(&token, user).await.unwrap(), 0);
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 3), (3, 1)]);
+    assert!(carts.is_empty(&token).await.unwrap(), "the session's cart is gone");
+    // A retry of the same merge (its lines read again) adds nothing.
+    let same = vec![(item(2), carts.get(account.clone()).await.unwrap()[1].1)];
+    carts.merge_lines(&token, user, &same).await.unwrap();
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 3), (3, 1)]);
+    // Another session's cart: the line past the cap is left out, and said.
+    let other = SessionToken::generate();
+    carts.set(&other, item(6), 1).await.unwrap();
+    carts.set(&other, item(2), 1).await.unwrap();
+    assert_eq!(carts.merge_into_account(&other, user).await.unwrap(), 1);
+    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
+}
+
+async fn migrate_moves_the_carts_of_logged_in_sessions_into_their_accounts(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let sessions = shop_cache::session::Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let user = UserId::new(3).unwrap();
+    // Two sessions of one user, logged in before carts were the accounts' (each
+    // with its own cart), and a guest's.
+    let (a, b, guest) = (SessionToken::generate(), SessionToken::generate(), SessionToken::generate());
+    for token in [&a, &b] {
+        sessions
+            .touch(token, shop_cache::session::Touch::request().as_user(user))
+            .await
+            .unwrap();
+    }
+    carts.set(&a, item(1), 1).await.unwrap();
+    carts.set(&b, item(1), 2).await.unwrap();
+    carts.set(&b, item(2), 1).await.unwrap();
+    carts.set(&guest, item(9), 1).await.unwrap();
+    assert_eq!(carts.move_logged_in_carts().await.unwrap(), 2);
+    let account = CartOf::Account(user);
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 3), (2, 1)]);
+    assert!(carts.is_empty(&a).await.unwrap() && carts.is_empty(&b).await.unwrap());
+    assert_eq!(lines(carts.get(&guest).await.unwrap()), vec![(9, 1)], "a guest's stays");
+    // Run again: nothing more.
+    assert_eq!(carts.move_logged_in_carts().await.unwrap(), 0);
+    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 3), (2, 1)]);
+}
+
 async fn set_overwrites_and_zero_or_less_removes(fx: Fixture) {
     let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let t = SessionToken::generate();

@@ -10,11 +10,14 @@
 //! cart, in `anonymous:` (so they expire and are cleaned before logged-in
 //! shoppers, as new ones are), and listing the logged-in
 //! sessions of before each user's list of sessions (`user-sessions:<user>`), so
-//! "log out everywhere", a password change and the cap reach them too. Run it
+//! "log out everywhere", a password change and the cap reach them too, and
+//! merging the carts of sessions logged in before carts were the accounts' into
+//! their users' carts (once each). Run it
 //! once every web server and `shop work` runs the new build (an older one logs
 //! in without listing, and an older `shop work` would go on halving the new
 //! also-bought lists and write the old decay's keys again).
 
+use shop_cache::cart::Carts;
 use shop_cache::insights::Insights;
 use shop_cache::session::Sessions;
 
@@ -31,6 +34,13 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     println!("redis: removed {removed} insight counts of the old, unexpiring layout");
     let removed = insights.remove_old_also_bought_decay().await?;
     println!("redis: removed {removed} keys of the old also-bought decay");
+    let carts = Carts::new(
+        conn.clone(),
+        keys.clone(),
+        shop_cache::cart::DEFAULT_MAX_QUANTITY,
+    );
+    let merged = carts.move_logged_in_carts().await?;
+    println!("redis: merged the carts of {merged} logged-in sessions into their accounts' carts");
     let sessions = Sessions::new(conn, keys);
     let listed = sessions.index_guests().await?;
     println!("redis: listed {listed} sessions not logged in in guests: or anonymous:");

@@ -49,6 +49,11 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             };
             let (conn, keys) = connect_redis(&redis).await?;
             let sessions = shop_cache::session::Sessions::new(conn.clone(), keys.clone());
+            let carts = shop_cache::cart::Carts::new(
+                conn.clone(),
+                keys.clone(),
+                shop_cache::cart::DEFAULT_MAX_QUANTITY,
+            );
             let limiter = shop_cache::login_limit::LoginLimiter::new(
                 conn,
                 keys,
@@ -57,6 +62,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             let accounts = shop_app::accounts::Accounts {
                 db: &db,
                 sessions: &sessions,
+                carts: &carts,
                 limiter: &limiter,
             };
             match accounts.reset_password(user, &password).await? {

@@ -193,6 +193,11 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_MAX_CART_LINES", default_value_t = shop_cache::cart::DEFAULT_MAX_LINES,
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_cart_lines: u32,
+    /// Days a logged-in user's cart (the account's, on every device) lives left
+    /// untouched; every change renews it.
+    #[arg(long, env = "SHOP_ACCOUNT_CART_DAYS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=3_650))]
+    pub account_cart_days: u64,
     /// Login attempts one client address may make per minute.
     #[arg(long, env = "SHOP_LOGIN_LIMIT_ADDRESS",
           default_value_t = shop_cache::login_limit::LoginLimits::default().per_address,
@@ -545,6 +550,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             insights_min_viewers: web.insights_min_viewers,
             insights_min_co_buyers: web.insights_min_co_buyers,
             max_cart_lines: web.max_cart_lines,
+            account_cart_ttl: Duration::from_secs(web.account_cart_days * 24 * 3600),
             login_limits: shop_cache::login_limit::LoginLimits {
                 per_address: web.login_limit_address,
                 per_name: web.login_limit_name,

@@ -476,3 +476,11 @@ async fn with_the_whole_cluster_down_pages_are_still_served() {
     assert!(slowest < Duration::from_secs(1), "slowest {slowest:?}");
     stop(child);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn account_carts_follow_the_shopper_on_a_cluster() {
+    let shop = ClusterShop::seeded("30");
+    let (child, addr) = serve(shop.command(), &[]);
+    crate::account_cart::account_carts_follow_the_shopper(&addr);
+    assert!(stop(child).success());
+}

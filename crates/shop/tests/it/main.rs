@@ -1,6 +1,7 @@
 //! The `shop` crate's tests: the wiring of the layers (row cache over the real
 //! database, the flash sale over HTTP) and the binary driven as a user drives it.
 
+mod account_cart;
 mod browser;
 mod cli;
 mod cluster;
