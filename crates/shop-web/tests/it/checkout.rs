@@ -209,11 +209,9 @@ async fn a_page_whose_cart_another_tab_ordered_is_told_so_and_the_order_is_not_r
 async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
     let app = TestApp::start().await;
     let buyer = app.logged_in("paula").await;
-    let token: shop_cache::session::SessionToken = buyer
-        .strip_prefix("shop_session=")
-        .unwrap()
-        .parse()
-        .unwrap();
+    // Logged in: the account's cart.
+    let user = app.db.user_named("paula").await.unwrap().unwrap();
+    let cart = shop_cache::cart::CartOf::Account(user);
     app.post("/cart", Some(&buyer), "item=5&count=2", false)
         .await;
     app.post("/cart", Some(&buyer), "item=6&count=1", false)
@@ -227,7 +225,7 @@ async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
     let taken = app
         .state
         .carts
-        .take(&token, &[(item(5), 2), (item(6), 1)])
+        .take(cart, &[(item(5), 2), (item(6), 1)])
         .await
         .unwrap();
     assert_eq!(taken, 1);
