@@ -7,7 +7,7 @@
 //!   and its network (a /24 or /48), and which one is asking. The account page
 //!   shows the same list, with a form per device.
 //! - `POST /api/me/sessions/{id}/end`: ends that session exactly as logout does
-//!   (its login, history and cart); its next request is a logged-out visitor's.
+//!   (its login and history; the account's cart stays); its next request is a logged-out visitor's.
 //!   Ending the session asking is a logout (a new cookie). 404 for an id that is
 //!   not one of the user's sessions.
 //! - `POST /api/me/sessions/end-others`: "log out everywhere else".
