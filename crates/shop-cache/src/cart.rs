@@ -8,9 +8,11 @@
 //!   ([`Carts::merge_into_account`]: quantities added per item, within the caps;
 //!   a line past the cap of lines is left out), once per session: the login
 //!   moved the guest's cart to the new token in the same script that rotated the
-//!   token, and the merge is remembered by that token, so a retried or racing
-//!   login adds nothing twice. A merge cut short (Redis failing between its
-//!   steps) is finished at the session's next cart read.
+//!   token, and the merge is remembered by that token and its lines, so a
+//!   retried or racing login adds nothing twice; each merged line then leaves the
+//!   session's cart if it is still as read. A merge cut short (Redis failing
+//!   between its steps), or put off while a checkout holds the account's cart,
+//!   is finished at the session's next cart read.
 //! - Logout, "log out everywhere", a password change and the session lifetimes
 //!   end sessions, not the account's cart: it lives until left untouched for
 //!   [`DEFAULT_ACCOUNT_CART_TTL`] (a setting), renewed by every change.
@@ -37,8 +39,13 @@ pub const DEFAULT_MAX_LINES: u32 = 50;
 pub const DEFAULT_ACCOUNT_CART_TTL: std::time::Duration =
     std::time::Duration::from_secs(90 * 24 * 3600);
 
-/// How long a merge is remembered (a retry comes within seconds).
-const MERGE_MEMORY_SECS: u64 = 24 * 3600;
+/// How long a merge is remembered: as long as a login lasts (90 days), so the
+/// leftover of a merge whose last step failed is never merged twice.
+const MERGE_MEMORY_SECS: u64 = 90 * 24 * 3600;
+
+/// The most merges remembered per user (the newest), so logins cannot grow the
+/// record without bound.
+const MERGES_REMEMBERED: u64 = 1_000;
 
 /// Whose cart a request means.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,7 +352,10 @@ impl Carts {
         Ok(merged)
     }
 
-    /// [`Carts::merge_into_account`] of lines already read.
+    /// [`Carts::merge_into_account`] of lines already read. While a checkout
+    /// holds the account's cart nothing is merged (its order would leave the
+    /// added units behind): the lines wait in the session's cart for its next
+    /// cart read.
     pub async fn merge_lines(
         &self,
         token: &SessionToken,
@@ -354,24 +364,41 @@ impl Carts {
     ) -> Result<u64, CacheError> {
         let mut call = scripts::CART_MERGE.key(self.keys.user_cart(user));
         call.key(self.keys.user_cart_merges(user))
-            .arg(token.expose())
+            .key(self.keys.user_checkout_hold(user))
+            .arg(merge_id(token, lines))
             .arg(self.max_quantity)
             .arg(self.max_lines)
             .arg(self.account_ttl.as_secs())
-            .arg(MERGE_MEMORY_SECS);
+            .arg(MERGE_MEMORY_SECS)
+            .arg(MERGES_REMEMBERED);
         for (item, quantity) in lines {
             call.arg(*item).arg(quantity.get());
         }
         let left_out: i64 = call.invoke_async(&mut self.conn.clone()).await?;
-        // Merged (now or before): the session's own cart goes. A line the book's
-        // code added meanwhile would go with it; the shop itself writes a logged-in
-        // session's lines to the account's cart only.
-        redis::cmd("DEL")
-            .arg(self.keys.cart(token))
-            .exec_async(&mut self.conn.clone())
-            .await?;
+        if left_out == -2 {
+            return Ok(0);
+        }
+        // Merged (now or before): the lines merged leave the session's cart, each
+        // only if it is still as read (another session's slot on a cluster, so a
+        // step of its own); a line written meanwhile stays, for the next merge.
+        let merged: Vec<(ItemId, u32)> = lines.iter().map(|(id, q)| (*id, q.get())).collect();
+        self.take(token, &merged).await?;
         Ok(left_out.max(0) as u64)
     }
+}
+
+/// What a merge is remembered by: the session's token and a digest of the lines
+/// merged (FNV-1a, the same in every build), so the same merge retried adds
+/// nothing, and lines the session's cart holds later (an older build's write
+/// during an upgrade) are merged in their turn.
+fn merge_id(token: &SessionToken, lines: &[(ItemId, Quantity)]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (item, quantity) in lines {
+        for byte in format!("{}x{};", item.get(), quantity.get()).bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{}:{hash:016x}", token.expose())
 }
 
 /// A cart's lines from its hash's fields and values, sorted by item.

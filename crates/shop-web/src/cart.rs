@@ -28,7 +28,7 @@ use shop_db::orders::CheckoutOutcome;
 
 use crate::AppState;
 use crate::auth::{PeerAddr, client_address};
-use crate::error::WebError;
+use crate::error::{Cause, WebError};
 use crate::request::{idempotency_key, log_in_first, wants_json};
 use crate::session::Session;
 use crate::templates::{self, CartLineView, CartPage, ItemView};
@@ -194,10 +194,13 @@ async fn update(
 
 /// The cart `session` means: the account's when logged in (after finishing a
 /// merge of the session's own cart that its login left undone: Redis failed
-/// between the steps), else the session's.
+/// between the steps; if it fails again, the next read tries again), else the
+/// session's.
 pub(crate) async fn cart_of(state: &AppState, session: &Session) -> Result<CartOf, WebError> {
-    if let Some(user) = session.user {
-        state.carts.merge_into_account(&session.token, user).await?;
+    if let Some(user) = session.user
+        && let Err(error) = state.carts.merge_into_account(&session.token, user).await
+    {
+        Cause::redis(&error, "a guest's cart could not join the account's yet").log();
     }
     Ok(CartOf::of(&session.token, session.user))
 }

@@ -125,8 +125,11 @@ async fn me(
     // after merging what the session's own cart still holds (a merge its login
     // left undone).
     if let Some(user) = session.user {
-        if !cart.is_empty() {
-            state.carts.merge_lines(&session.token, user, &cart).await?;
+        if !cart.is_empty()
+            && let Err(error) = state.carts.merge_lines(&session.token, user, &cart).await
+        {
+            crate::error::Cause::redis(&error, "a guest's cart could not join the account's yet")
+                .log();
         }
         cart = state.carts.get(CartOf::Account(user)).await?;
     }

@@ -127,9 +127,10 @@ impl Keys {
         self.user_keyed("user-cart", user)
     }
 
-    /// Set: the carts merged into the user's cart at a login, by the session token
-    /// whose cart was merged, so a retried merge adds nothing twice. Expires a day
-    /// after the last merge.
+    /// Sorted set: merge id (session token and a digest of the lines) -> unix
+    /// time, the carts merged into the user's
+    /// cart at a login, so a retried merge adds nothing twice. Kept as long as a
+    /// login lasts, the newest thousand at most.
     pub fn user_cart_merges(&self, user: crate::domain::UserId) -> String {
         self.user_keyed("user-cart-merges", user)
     }

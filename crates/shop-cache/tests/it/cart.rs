@@ -50,12 +50,13 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     carts.set(&token, item(3), 1).await.unwrap(); // a third line: room for it
     // Merged: quantities added within the most of one item; a fourth line would
     // not fit the three the cart may hold.
+    let read = carts.get(&token).await.unwrap();
     assert_eq!(carts.merge_into_account(&token, user).await.unwrap(), 0);
     assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 3), (3, 1)]);
     assert!(carts.is_empty(&token).await.unwrap(), "the session's cart is gone");
-    // A retry of the same merge (its lines read again) adds nothing.
-    let same = vec![(item(2), carts.get(account.clone()).await.unwrap()[1].1)];
-    carts.merge_lines(&token, user, &same).await.unwrap();
+    // A retry of the same merge (the same lines, as a retried login read them)
+    // adds nothing.
+    carts.merge_lines(&token, user, &read).await.unwrap();
     assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 3), (3, 1)]);
     // Another session's cart: the line past the cap is left out, and said.
     let other = SessionToken::generate();
@@ -63,6 +64,34 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     carts.set(&other, item(2), 1).await.unwrap();
     assert_eq!(carts.merge_into_account(&other, user).await.unwrap(), 1);
     assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
+}
+
+async fn no_merge_while_a_checkout_holds_the_accounts_cart_and_a_late_line_stays(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
+    let user = UserId::new(4).unwrap();
+    let account = CartOf::Account(user);
+    carts.set(account.clone(), item(5), 2).await.unwrap();
+    let token = SessionToken::generate();
+    carts.set(&token, item(5), 1).await.unwrap();
+    // A checkout of the account's 2 is under way: the merge waits (the order would
+    // otherwise leave 3 behind, as if the 2 were not ordered).
+    let hold = carts.hold_for_checkout(account.clone()).await.unwrap().unwrap();
+    assert_eq!(carts.merge_into_account(&token, user).await.unwrap(), 0);
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(5, 2)]);
+    assert_eq!(lines(carts.get(&token).await.unwrap()), vec![(5, 1)], "it waits");
+    assert_eq!(carts.take(account.clone(), &[(item(5), 2)]).await.unwrap(), 1);
+    carts.release(hold).await.unwrap();
+    // The next read merges it. A line read for the merge and changed before its
+    // removal stays in the session's cart, for the next merge.
+    let read = carts.get(&token).await.unwrap();
+    carts.set(&token, item(5), 7).await.unwrap();
+    carts.merge_lines(&token, user, &read).await.unwrap();
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(5, 1)]);
+    assert_eq!(lines(carts.get(&token).await.unwrap()), vec![(5, 7)], "changed: kept");
+    // Merged in its turn at the next read: other lines, another merge.
+    carts.merge_into_account(&token, user).await.unwrap();
+    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(5, 8)]);
+    assert!(carts.is_empty(&token).await.unwrap());
 }
 
 async fn migrate_moves_the_carts_of_logged_in_sessions_into_their_accounts(fx: Fixture) {
