@@ -82,10 +82,12 @@ use crate::{
 };
 
 mod config;
+mod edge;
 mod flight;
 pub(crate) mod negotiate;
 
 pub use config::{CacheBypass, PageCacheConfig, Pages};
+pub use edge::{MAX_SURROGATE_KEY_BYTES, MAX_SURROGATE_KEYS, SURROGATE_KEY};
 use flight::{Flights, Role};
 use negotiate::{Ask, serve, storable};
 
@@ -94,12 +96,13 @@ pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
 /// The response headers stored with a page and replayed on hits (the ETag is kept
 /// separately, `Vary` is extended with `Accept-Encoding`).
-const REPLAYED: [HeaderName; 5] = [
+const REPLAYED: [HeaderName; 6] = [
     header::CONTENT_TYPE,
     header::CONTENT_LANGUAGE,
     header::CACHE_CONTROL,
     header::LAST_MODIFIED,
     header::VARY,
+    SURROGATE_KEY,
 ];
 
 /// Set by a handler on its response: what the page shows (its items, its
@@ -263,7 +266,7 @@ impl Shared {
             Ok((Lookup::Miss, _)) => self.fill(key, item, req, ask, inner).await,
             Ok((Lookup::NotPopular, _)) => {
                 bump(&self.stats.bypasses);
-                labelled(call(inner, req).await, "BYPASS")
+                labelled(self.render_unkept(item, req, inner).await, "BYPASS")
             }
             Err(error) => {
                 bump(&self.stats.errors);
@@ -278,9 +281,24 @@ impl Shared {
                 }
                 bump(&self.stats.bypasses);
                 log_failure(&error, "page cache lookup failed; rendering");
-                labelled(call(inner, req).await, "BYPASS")
+                labelled(self.render_unkept(item, req, inner).await, "BYPASS")
             }
         }
+    }
+
+    /// Renders a page this cache does not keep (not popular enough, or Redis
+    /// failing): the same for everyone all the same, so marked as one a shared
+    /// cache may keep ([`edge::mark_shared`]) when it may be stored.
+    async fn render_unkept<S>(&self, item: Option<ItemId>, req: Request, inner: S) -> Response
+    where
+        S: Service<Request, Response = Response, Error = Infallible>,
+    {
+        let mut resp = call(inner, req).await;
+        if storable(&resp) {
+            let tags = take_tags(&mut resp, item);
+            edge::mark_shared(&self.store, resp.headers_mut(), &tags);
+        }
+        resp
     }
 
     /// The tier's generation before a Redis read (none without a tier).
@@ -490,15 +508,11 @@ impl Shared {
             }
         };
         let mut resp = call(inner, req).await;
-        let mut tags = resp
-            .extensions_mut()
-            .remove::<PageTags>()
-            .map(|PageTags(tags)| tags)
-            .unwrap_or_default();
-        tags.extend(item.map(|item| PageTag::item(item.get())));
+        let tags = take_tags(&mut resp, item);
         if !storable(&resp) {
             return (labelled(resp, "MISS"), None);
         }
+        edge::mark_shared(&self.store, resp.headers_mut(), &tags);
         let (parts, body) = resp.into_parts();
         if body
             .size_hint()
@@ -552,6 +566,18 @@ where
         Ok(resp) => resp,
         Err(never) => match never {},
     }
+}
+
+/// The tags of a rendered page: those its handler set ([`PageTags`], taken off
+/// the response) and its item's.
+fn take_tags(resp: &mut Response, item: Option<ItemId>) -> Vec<PageTag> {
+    let mut tags = resp
+        .extensions_mut()
+        .remove::<PageTags>()
+        .map(|PageTags(tags)| tags)
+        .unwrap_or_default();
+    tags.extend(item.map(|item| PageTag::item(item.get())));
+    tags
 }
 
 fn labelled(mut resp: Response, what: &'static str) -> Response {

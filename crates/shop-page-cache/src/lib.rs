@@ -87,8 +87,8 @@ pub use generation::{Generation, PurgesSeen};
 pub use key::{PageKey, PageRequest};
 pub use keys::PageKeys;
 pub use layer::{
-    CacheBypass, PageCache, PageCacheConfig, PageCacheLayer, PageCacheStats, PageTags, Pages,
-    X_CACHE,
+    CacheBypass, MAX_SURROGATE_KEY_BYTES, MAX_SURROGATE_KEYS, PageCache, PageCacheConfig,
+    PageCacheLayer, PageCacheStats, PageTags, Pages, SURROGATE_KEY, X_CACHE,
 };
 pub use store::{
     DEFAULT_RANK_LIMIT, DEFAULT_STALE, DEFAULT_TTL, LOCK_TTL, Lookup, MAX_RENDER, PURGE_MARK_TTL,

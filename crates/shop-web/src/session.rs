@@ -18,7 +18,10 @@
 //!   [`crate::views`] (the layer hands those requests to it when it has an
 //!   [`ItemViews`]): their page needs no user, so their touch need not wait.
 //! - Handlers that change the token (login, logout) return a [`NewToken`] extension;
-//!   this layer writes every session `Set-Cookie`, outside any cached response.
+//!   this layer writes every session `Set-Cookie`, outside any cached response,
+//!   and never on a page marked `Cache-Control: public` (the page cache's pages,
+//!   the same for everyone): a new visitor's cookie then comes with the page's
+//!   `/api/me` call.
 //! - It is mounted on the visitors' routes only: probes and static files never
 //!   create sessions (`/metrics` is not on the visitors' router at all).
 //! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
@@ -229,7 +232,12 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);
     }
+    // A page the same for everyone (`Cache-Control: public`: the page cache marks
+    // those) carries no cookie, so a shared cache between the shop and the browser
+    // may keep it and never hands one visitor's cookie to the next: the page's own
+    // `/api/me` call gives the visitor its cookie.
     if let Some(token) = issued
+        && !is_shared(&resp)
         && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, https))
     {
         resp.headers_mut().append(SET_COOKIE, cookie);
@@ -239,6 +247,16 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
             .insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
     }
     resp
+}
+
+/// Whether `resp` says it is the same for everyone (`Cache-Control: public`).
+fn is_shared(resp: &Response) -> bool {
+    resp.headers()
+        .get_all(axum::http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|directive| directive.trim().eq_ignore_ascii_case("public"))
 }
 
 /// Runs the handler with the [`Session`] of the token presented (touched first),

@@ -11,13 +11,23 @@ fn the_example_app_mounts_sessions_and_the_page_cache_on_its_own_routes() {
     let redis = TestRedis::start();
     let app = RunningExample::start("mini_shop", &redis.url());
 
-    // A first visit gets a session cookie; the product has no views yet, so its
-    // page is not cached; the session layer counts the view after the page.
+    // A first visit: the product has no views yet, so its page is not cached, but
+    // it is the same for everyone and says so, without a cookie; the visitor's
+    // session cookie comes from the per-user call.
     let first = app.get("/products/7", None);
     assert_eq!(first.status, 200);
     assert!(first.body.contains("Product 7"));
     assert_eq!(first.header("x-cache"), Some("BYPASS"));
-    let cookie = first
+    assert_eq!(first.header("set-cookie"), None);
+    assert!(
+        first
+            .header("cache-control")
+            .is_some_and(|c| c.starts_with("public, max-age=0, s-maxage=")),
+        "{:?}",
+        first.header("cache-control")
+    );
+    let cookie = app
+        .get("/me", None)
         .header("set-cookie")
         .and_then(|c| c.split(';').next())
         .expect("a session cookie")

@@ -73,7 +73,10 @@ async fn the_whole_shop_runs_on_a_cluster() {
     // flushed by the server), its page is served from the cache.
     let item = request(&addr, "GET", "/items/5", None, None);
     assert_eq!(item.status, 200, "{}", item.body);
-    let guest = item.session_cookie().expect("a visitor gets a cookie");
+    // The page carries no cookie: the page's `/api/me` call does.
+    let guest = request(&addr, "GET", "/api/me", None, None)
+        .session_cookie()
+        .expect("a visitor gets a cookie");
     let cached = eventually(
         "item 5 cached",
         || request(&addr, "GET", "/items/5", Some(&guest), None),
@@ -354,8 +357,10 @@ async fn a_primary_fails_over_under_traffic_and_nothing_is_lost() {
     // 64 shoppers, each with a one-line cart: sessions in (nearly) every shard.
     let mut shoppers = Vec::new();
     for n in 1..=64u64 {
-        let page = request(&addr, "GET", &format!("/items/{n}"), None, None);
-        let cookie = page.session_cookie().unwrap();
+        request(&addr, "GET", &format!("/items/{n}"), None, None);
+        let cookie = request(&addr, "GET", "/api/me", None, None)
+            .session_cookie()
+            .unwrap();
         let add = request(
             &addr,
             "POST",

@@ -377,8 +377,21 @@ async fn a_shopper_views_adds_logs_in_and_checks_out() {
 
     let item = request(&addr, "GET", "/items/5", None, None);
     assert_eq!(item.status, 200, "{}", item.body);
-    let guest = item.session_cookie().expect("a visitor gets a cookie");
-
+    // The page is the same for everyone, says so and carries no cookie; the
+    // visitor's cookie comes with the page's `/api/me` call.
+    assert_eq!(item.session_cookie(), None);
+    let shared = item.header("cache-control").unwrap_or_default();
+    assert!(
+        shared.starts_with("public, max-age=0, s-maxage="),
+        "{shared}"
+    );
+    assert!(
+        item.header("surrogate-key")
+            .is_some_and(|k| k.split(' ').any(|t| t == "i5"))
+    );
+    let guest = request(&addr, "GET", "/api/me", None, None)
+        .session_cookie()
+        .expect("a visitor gets a cookie");
     let user = add_log_in_and_check_out(&addr, &guest);
     let account = request(&addr, "GET", "/account", Some(&user), None);
     assert!(account.body.contains("Hello, alice"), "{}", account.body);
