@@ -317,18 +317,8 @@ impl Carts {
         for shard in self.keys.shards() {
             let mut cursor = 0u64;
             loop {
-                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
-                    .arg(self.keys.login_in(shard))
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1_000)
-                    .query_async(&mut conn)
-                    .await?;
-                // Tokens the shop can be sent (the book's own UUIDs cannot).
-                let page: Vec<(SessionToken, UserId)> = page
-                    .into_iter()
-                    .filter_map(|(t, u)| Some((t.parse().ok()?, u.parse().ok()?)))
-                    .collect();
+                let (next, page) =
+                    crate::session::logins_page(&mut conn, &self.keys, shard, cursor).await?;
                 let mut exists = redis::pipe();
                 for (token, _) in &page {
                     exists.exists(self.keys.cart(token));

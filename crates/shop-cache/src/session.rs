@@ -59,6 +59,30 @@ use crate::{CacheError, scripts};
 pub mod user_sessions;
 pub mod views;
 
+/// One page of the logged-in sessions of `shard` from `cursor` (`HSCAN` of
+/// `login:`, a thousand at a time): the next cursor (0 at the end) and the
+/// sessions whose token the shop can be sent (the book's own UUIDs cannot) with
+/// their users. For the one-time passes over every login (`shop migrate`).
+pub(crate) async fn logins_page(
+    conn: &mut RedisConn,
+    keys: &Keys,
+    shard: crate::keys::Shard,
+    cursor: u64,
+) -> Result<(u64, Vec<(SessionToken, UserId)>), CacheError> {
+    let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+        .arg(keys.login_in(shard))
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(1_000)
+        .query_async(conn)
+        .await?;
+    let page = page
+        .into_iter()
+        .filter_map(|(t, u)| Some((t.parse().ok()?, u.parse().ok()?)))
+        .collect();
+    Ok((next, page))
+}
+
 /// A session's history (`viewed:<token>`'s members, in the order given).
 fn history(raw: &[String]) -> Result<Vec<ItemId>, CacheError> {
     raw.iter()

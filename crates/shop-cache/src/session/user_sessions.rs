@@ -176,17 +176,7 @@ impl Sessions {
         for shard in self.keys.shards() {
             let mut cursor = 0u64;
             loop {
-                let (next, page): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
-                    .arg(self.keys.login_in(shard))
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1_000)
-                    .query_async(&mut conn)
-                    .await?;
-                let page: Vec<(SessionToken, UserId)> = page
-                    .into_iter()
-                    .filter_map(|(t, u)| Some((t.parse().ok()?, u.parse().ok()?)))
-                    .collect();
+                let (next, page) = super::logins_page(&mut conn, &self.keys, shard, cursor).await?;
                 if !page.is_empty() {
                     let mut since = redis::cmd("ZMSCORE");
                     since.arg(self.keys.logins_in(shard));

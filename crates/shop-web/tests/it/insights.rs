@@ -264,20 +264,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     // Item 2 ranks among the most viewed (its page and insights are cached); item 3
     // was never viewed.
     app.rank(&[2]).await;
-    let order = async |items: &[ItemId]| {
-        app.state
-            .insights
-            .record_order(&shop_cache::domain::SessionToken::generate(), items)
-            .await
-            .unwrap();
-    };
-    // Item 2 is bought three times with item 4; 30 other orders hold one item each.
-    for _ in 0..3 {
-        order(&[item(2), item(4)]).await;
-    }
-    for n in 0..30 {
-        order(&[item(10 + n % 10)]).await;
-    }
+    bought_with_4(&app).await;
     let ask = async || {
         let resp = app.get("/api/items/2/insights", None).await;
         assert_eq!(resp.status(), StatusCode::OK);
@@ -289,7 +276,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     assert_eq!(ask().await, ("HIT".to_owned(), 3, vec![4]));
     // New orders show within the TTL, not at once: the cached answer stands.
     for _ in 0..3 {
-        order(&[item(2), item(5)]).await;
+        order(&app, &[item(2), item(5)]).await;
     }
     assert_eq!(ask().await, ("HIT".to_owned(), 3, vec![4]));
     // Item 4, which it recommends, is retired: the answer is purged and rendered
@@ -298,7 +285,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     assert_eq!(ask().await, ("MISS".to_owned(), 6, vec![5]));
     assert_eq!(ask().await, ("HIT".to_owned(), 6, vec![5]));
     // A change to the item itself purges it too.
-    order(&[item(2)]).await;
+    order(&app, &[item(2)]).await;
     let edit = ItemEdit::new(Some("A new title"), None, None, None).unwrap();
     app.state
         .catalogue()
@@ -307,7 +294,7 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
         .unwrap();
     assert_eq!(ask().await, ("MISS".to_owned(), 7, vec![5]));
     // Retired, it leaves the ranking: answered fresh from then on, as its page.
-    order(&[item(2)]).await;
+    order(&app, &[item(2)]).await;
     app.state.catalogue().retire(item(2)).await.unwrap();
     let (cache, buyers, _) = ask().await;
     assert_eq!((cache.as_str(), buyers), ("BYPASS", 8));
@@ -328,6 +315,27 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
     }
 }
 
+/// Records an order of `items`, by a new session.
+async fn order(app: &TestApp, items: &[ItemId]) {
+    app.state
+        .insights
+        .record_order(&shop_cache::domain::SessionToken::generate(), items)
+        .await
+        .unwrap();
+}
+
+/// Item 2 bought three times with item 4, and 30 other orders of one item each
+/// (so 4 is recommended with 2).
+async fn bought_with_4(app: &TestApp) {
+    let item = |n: u64| ItemId::new(n).unwrap();
+    for _ in 0..3 {
+        order(app, &[item(2), item(4)]).await;
+    }
+    for n in 0..30 {
+        order(app, &[item(10 + n % 10)]).await;
+    }
+}
+
 /// The insights inline in an item page (`#insights-data`), parsed.
 fn inline_insights(page: &str) -> serde_json::Value {
     const OPEN: &str = "<script type=\"application/json\" id=\"insights-data\">";
@@ -344,20 +352,7 @@ async fn an_item_page_carries_its_insights_and_is_purged_with_them() {
     let app = TestApp::start().await;
     let item = |n: u64| ItemId::new(n).unwrap();
     app.rank(&[2]).await;
-    let order = async |items: &[ItemId]| {
-        app.state
-            .insights
-            .record_order(&shop_cache::domain::SessionToken::generate(), items)
-            .await
-            .unwrap();
-    };
-    // Item 2 is bought three times with item 4; 30 other orders hold one item each.
-    for _ in 0..3 {
-        order(&[item(2), item(4)]).await;
-    }
-    for n in 0..30 {
-        order(&[item(10 + n % 10)]).await;
-    }
+    bought_with_4(&app).await;
     let page = async || {
         let resp = app.get("/items/2", None).await;
         assert_eq!(resp.status(), StatusCode::OK);
