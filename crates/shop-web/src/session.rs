@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header::{COOKIE, SET_COOKIE, STRICT_TRANSPORT_SECURITY};
+use axum::http::header::{CACHE_CONTROL, COOKIE, SET_COOKIE, STRICT_TRANSPORT_SECURITY};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -236,11 +236,18 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
     // those) carries no cookie, so a shared cache between the shop and the browser
     // may keep it and never hands one visitor's cookie to the next: the page's own
     // `/api/me` call gives the visitor its cookie.
+    // An answer that sets the cookie is this visitor's alone: one that says
+    // nothing of caching is marked so, or a shared cache could keep it, cookie
+    // and all, and assign it a freshness of its own.
     if let Some(token) = issued
         && !is_shared(&resp)
         && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, https))
     {
         resp.headers_mut().append(SET_COOKIE, cookie);
+        if !resp.headers().contains_key(CACHE_CONTROL) {
+            resp.headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+        }
     }
     if https {
         resp.headers_mut()
@@ -252,7 +259,7 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
 /// Whether `resp` says it is the same for everyone (`Cache-Control: public`).
 fn is_shared(resp: &Response) -> bool {
     resp.headers()
-        .get_all(axum::http::header::CACHE_CONTROL)
+        .get_all(CACHE_CONTROL)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))

@@ -229,6 +229,15 @@ async fn a_client_that_never_returns_cookies_creates_no_session() {
                     !shared,
                     "{path}: a cookie is offered"
                 );
+                if !shared {
+                    // What sets a cookie is this visitor's alone: no shared cache
+                    // may keep it.
+                    let control = resp.headers()["cache-control"].to_str().unwrap();
+                    assert!(
+                        control.contains("no-store") || control.contains("private"),
+                        "{path}: {control}"
+                    );
+                }
             }
         }
         assert!(
