@@ -64,6 +64,15 @@ impl CartOf {
             None => CartOf::Session(token.clone()),
         }
     }
+
+    /// The token the cart scripts keep a session's bookkeeping by ('' for an
+    /// account's cart, which has none).
+    fn script_token(&self) -> &str {
+        match self {
+            CartOf::Session(token) => token.expose(),
+            CartOf::Account(_) => "",
+        }
+    }
 }
 
 impl From<&SessionToken> for CartOf {
@@ -196,10 +205,7 @@ impl Carts {
     ) -> Result<LineChange, CacheError> {
         let cart = cart.into();
         let change = LineChange::from_count(count, self.max_quantity)?;
-        let token = match &cart {
-            CartOf::Session(token) => token.expose(),
-            CartOf::Account(_) => "",
-        };
+        let token = cart.script_token();
         let mut conn = self.conn.clone();
         match change {
             LineChange::Set(q) => {
@@ -259,10 +265,7 @@ impl Carts {
     ) -> Result<u64, CacheError> {
         let cart = cart.into();
         let mut call = self.invoke(&scripts::CART_TAKE, &cart);
-        call.arg(match &cart {
-            CartOf::Session(token) => token.expose(),
-            CartOf::Account(_) => "",
-        });
+        call.arg(cart.script_token());
         for (item, quantity) in ordered {
             call.arg(*item).arg(*quantity);
         }
@@ -291,9 +294,9 @@ impl Carts {
     }
 
     /// Merges the cart of session `token` (logged in as `user`: a login moved
-    /// the guest's cart to it) into the user's cart, then empties it; see the
-    /// module documentation. Once per session: a second call adds nothing.
-    /// Returns the lines left out for want of room in the account's cart.
+    /// the guest's cart to it) into the user's cart, see [`Carts::merge_lines`]:
+    /// once per session and lines, a second call adds nothing. Returns the lines
+    /// left out for want of room in the account's cart.
     pub async fn merge_into_account(
         &self,
         token: &SessionToken,

@@ -197,12 +197,29 @@ async fn update(
 /// between the steps; if it fails again, the next read tries again), else the
 /// session's.
 pub(crate) async fn cart_of(state: &AppState, session: &Session) -> Result<CartOf, WebError> {
-    if let Some(user) = session.user
-        && let Err(error) = state.carts.merge_into_account(&session.token, user).await
-    {
-        Cause::redis(&error, "a guest's cart could not join the account's yet").log();
+    if let Some(user) = session.user {
+        finish_merge(state, &session.token, user, None).await;
     }
     Ok(CartOf::of(&session.token, session.user))
+}
+
+/// Merges into `user`'s cart what the session's own cart still holds (`read`,
+/// when already read; else read now): a merge its login left undone. A failure
+/// is logged, not the request's: the next cart read tries again.
+pub(crate) async fn finish_merge(
+    state: &AppState,
+    token: &SessionToken,
+    user: shop_cache::domain::UserId,
+    read: Option<&[(ItemId, shop_cache::cart::Quantity)]>,
+) {
+    let merged = match read {
+        Some([]) => return,
+        Some(lines) => state.carts.merge_lines(token, user, lines).await,
+        None => state.carts.merge_into_account(token, user).await,
+    };
+    if let Err(error) = merged {
+        Cause::redis(&error, "a guest's cart could not join the account's yet").log();
+    }
 }
 
 /// A first line in a cart of a session not logged in starts a cart the cleaner

@@ -125,12 +125,7 @@ async fn me(
     // after merging what the session's own cart still holds (a merge its login
     // left undone).
     if let Some(user) = session.user {
-        if !cart.is_empty()
-            && let Err(error) = state.carts.merge_lines(&session.token, user, &cart).await
-        {
-            crate::error::Cause::redis(&error, "a guest's cart could not join the account's yet")
-                .log();
-        }
+        crate::cart::finish_merge(&state, &session.token, user, Some(&cart)).await;
         cart = state.carts.get(CartOf::Account(user)).await?;
     }
     let recent =
