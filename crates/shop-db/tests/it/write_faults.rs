@@ -487,7 +487,9 @@ async fn clean_write_connections_are_reused_not_reopened() {
                 .await
         );
     }
-    // pg_stat_database counts a session when it ends; allow the pool's own churn.
+    // pg_stat_database counts a session when it ends; allow the pools' own churn
+    // (a full CI run on this 2-core machine once saw 3: a connection replaced
+    // under load). Not reusing clean connections would open one per checkout, 50.
     let opened = sessions().await - before;
-    assert!(opened <= 2, "50 checkouts opened {opened} new connections");
+    assert!(opened <= 8, "50 checkouts opened {opened} new connections");
 }
