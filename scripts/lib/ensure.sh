@@ -74,3 +74,13 @@ ensure_browser() {
     fi
     apt_install chromium chromium-driver
 }
+
+# The edge tests and `scripts/run --edge` run Varnish 7 with the xkey vmod.
+ensure_varnish() {
+    if command -v varnishd >/dev/null 2>&1 || [ -x /usr/sbin/varnishd ]; then
+        if ls /usr/lib/*/varnish/vmods/libvmod_xkey.so >/dev/null 2>&1; then
+            return
+        fi
+    fi
+    apt_install varnish varnish-modules
+}

@@ -60,6 +60,14 @@ impl SaleParts {
         }
     }
 
+    /// These parts, their purges also sent to the edges in front.
+    pub fn with_edges(mut self, edges: Option<shop_page_cache::EdgePurger>) -> Self {
+        if let Some(edges) = edges {
+            self.pages = self.pages.with_edges(edges);
+        }
+        self
+    }
+
     /// Where buys are decided.
     pub fn flash(&self) -> &FlashSales {
         &self.flash

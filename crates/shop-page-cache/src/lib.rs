@@ -72,6 +72,7 @@
 //! # Ok(()) }
 //! ```
 
+mod edge_purge;
 mod event;
 mod generation;
 mod key;
@@ -82,6 +83,9 @@ mod stored;
 mod tag;
 pub mod tier;
 
+pub use edge_purge::{
+    EDGE_PURGE_TIMEOUT, EdgePurgeError, EdgePurger, MAX_PURGE_HEADER_BYTES, XKEY_PURGE,
+};
 pub use event::PageEvent;
 pub use generation::{Generation, PurgesSeen};
 pub use key::{PageKey, PageRequest};

@@ -127,6 +127,9 @@ pub struct PageStore {
     generation: Generation,
     /// The purges this process has seen.
     purges_seen: PurgesSeen,
+    /// The edge caches in front of the shop a purge also reaches
+    /// ([`PageStore::with_edges`]).
+    edges: Option<crate::EdgePurger>,
 }
 
 impl PageStore {
@@ -146,6 +149,7 @@ impl PageStore {
             origin: u64::from_be_bytes(origin),
             generation: Generation::default(),
             purges_seen: PurgesSeen::default(),
+            edges: None,
         }
     }
 
@@ -289,6 +293,12 @@ impl PageStore {
     /// default).
     pub fn with_stale(mut self, grace: StaleGrace) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// The same store, its purges also sent to `edges` (before they return).
+    pub fn with_edges(mut self, edges: crate::EdgePurger) -> Self {
+        self.edges = Some(edges);
         self
     }
 
@@ -481,8 +491,9 @@ impl PageStore {
     }
 
     /// Purges every page showing any of `tags`, on every web server (they share
-    /// this Redis): once it returns, none of those pages is served from here again
-    /// until rendered afresh. Returns how many pages it purged. Call it after the
+    /// this Redis) and at the edges ([`PageStore::with_edges`]): once it returns,
+    /// none of those pages is served from here or there again until rendered
+    /// afresh. Returns how many pages it purged. Call it after the
     /// change is committed to the database.
     pub async fn purge(&self, tags: &[PageTag]) -> Result<u64, CacheError> {
         if tags.is_empty() {
@@ -534,6 +545,16 @@ impl PageStore {
         }
         self.purges_seen.bump();
         self.publish(&events).await?;
+        // Then the edges in front: a page they keep is as stale as one here.
+        if let Some(edges) = &self.edges {
+            edges
+                .purge(tags)
+                .await
+                .map_err(|error| CacheError::Source {
+                    what: "edge cache purge",
+                    source: Box::new(error),
+                })?;
+        }
         Ok(pages.len() as u64)
     }
 

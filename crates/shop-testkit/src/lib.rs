@@ -10,15 +10,19 @@
 //! [`SqliteWriteLock`] holds a SQLite file's write lock as another process would.
 //! [`RunningExample`] runs a crate's example program against a test's Redis.
 //! [`SmallDisk`] is a tmpfs of a few megabytes to fill up, for disk-full drills.
+//! [`TestVarnish`] runs a private `varnishd` with the shop's VCL in front of a
+//! test's web servers.
 
 mod database;
 mod example;
 mod redis_cluster;
 mod redis_server;
 mod small_disk;
+mod varnish;
 
 pub use database::{SqliteWalPin, SqliteWriteLock, TestDb};
 pub use example::{Reply, RunningExample};
 pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;
 pub use small_disk::SmallDisk;
+pub use varnish::{SHOP_VCL, TestVarnish, VARNISHD_ENV};

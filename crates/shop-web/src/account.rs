@@ -41,7 +41,7 @@ async fn account(State(state): State<AppState>, session: Session) -> Result<Resp
             .collect(),
     };
     Ok((
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         templates::render(&page)?,
     )
         .into_response())

@@ -42,7 +42,7 @@ async fn admin_only(state: &AppState, session: &Session, id: ItemId) -> Result<(
 fn page(status: StatusCode, page: &AdminItemPage) -> Result<Response, WebError> {
     Ok((
         status,
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         templates::render(page)?,
     )
         .into_response())

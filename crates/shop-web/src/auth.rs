@@ -320,7 +320,7 @@ async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
         key: SessionToken::generate().expose().to_owned(),
     };
     Ok((
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         templates::render(&page)?,
     )
         .into_response())
@@ -334,7 +334,7 @@ async fn signup_form(Query(q): Query<Next>) -> Result<Response, WebError> {
         key: SessionToken::generate().expose().to_owned(),
     };
     Ok((
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         templates::render(&page)?,
     )
         .into_response())

@@ -161,7 +161,7 @@ async fn listing(
     if !keep {
         resp.headers_mut().insert(
             axum::http::header::CACHE_CONTROL,
-            axum::http::HeaderValue::from_static("no-store"),
+            axum::http::HeaderValue::from_static(crate::PERSONAL),
         );
     }
     resp.extensions_mut().insert(PageTags(tags));

@@ -87,7 +87,7 @@ async fn cart_page(
 
 /// A personal page: never stored by a cache.
 fn no_store(status: StatusCode, body: impl IntoResponse) -> Response {
-    (status, [(header::CACHE_CONTROL, "no-store")], body).into_response()
+    (status, [(header::CACHE_CONTROL, crate::PERSONAL)], body).into_response()
 }
 
 /// What a change since the confirmed page means, in a sentence naming the item.

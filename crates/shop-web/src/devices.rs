@@ -155,7 +155,7 @@ async fn list(State(state): State<AppState>, session: Session) -> Result<Respons
         })
         .collect();
     Ok((
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         Json(json!({ "sessions": list })),
     )
         .into_response())
@@ -216,7 +216,7 @@ async fn password_form(session: Session) -> Result<Response, WebError> {
         return Ok(log_in_first("/account/password"));
     }
     Ok((
-        [(header::CACHE_CONTROL, "no-store")],
+        [(header::CACHE_CONTROL, crate::PERSONAL)],
         templates::render(&PasswordPage { message: None })?,
     )
         .into_response())

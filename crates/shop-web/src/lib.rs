@@ -12,6 +12,11 @@
 //! listener of their own.
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].
 
+/// The `Cache-Control` of every answer that is one visitor's own (a cart, an
+/// account, `/api/me`, a form, an answer to a POST, admin and ops pages): no
+/// cache between the shop and the browser may keep it, nor the browser itself.
+pub const PERSONAL: &str = "private, no-store";
+
 pub mod account;
 pub mod admin;
 pub mod assets;
@@ -114,6 +119,9 @@ pub struct WebConfig {
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
+    /// The edge caches in front of the shop every purge also reaches (none:
+    /// only the shop's own caches).
+    pub edge_purger: Option<shop_page_cache::EdgePurger>,
     /// The item of the demo sale `shop serve` starts on a new shop, if it does:
     /// the sale page marks that item's sale as a demo.
     pub demo_sale: Option<shop_cache::domain::ItemId>,
@@ -155,6 +163,7 @@ impl Default for WebConfig {
             cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
             uncached_per_address: uncached::DEFAULT_UNCACHED_PER_ADDRESS,
             trust_forwarded_for: false,
+            edge_purger: None,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
             session_lifetimes: shop_cache::session::Lifetimes::default(),
@@ -270,6 +279,10 @@ impl AppState {
                 let top = top_items.clone();
                 move |item| top.contains(item)
             });
+        let pages = match config.edge_purger.clone() {
+            Some(edges) => pages.with_edges(edges),
+            None => pages,
+        };
         let tier = (config.page_tier_bytes > 0)
             .then(|| page_cache::PageTier::new(config.page_tier_bytes, &pages));
         let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);

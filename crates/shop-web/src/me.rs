@@ -14,6 +14,11 @@
 //! behind as an item page's is: the call waits for the read anyway, and this is
 //! the request of a page view that refuses a session past its lifetime and hands
 //! out the new cookie.
+//!
+//! Behind an edge cache the page's script names the page's item
+//! (`/api/me?item=42`, when the edge says it served the page): the session
+//! layer counts that view here ([`crate::views`]) once this call found the item
+//! ([`ItemFound`]); a value that is no item id is refused (400).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +38,7 @@ use shop_cache::session::Holdings;
 use crate::AppState;
 use crate::error::WebError;
 use crate::session::Session;
+use crate::views::{ItemFound, NamedView};
 
 /// The path of the per-user call.
 pub const PATH: &str = "/api/me";
@@ -108,7 +114,21 @@ async fn me(
     State(state): State<AppState>,
     session: Session,
     holdings: Option<Extension<Holdings>>,
+    named: Option<Extension<NamedView>>,
+    uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
+    crate::views::named_item(uri.query()).map_err(WebError::bad_request)?;
+    // The item the page's script named: counted (by the session layer) if it
+    // can be viewed, as its page would have answered 200.
+    let found = match named {
+        Some(Extension(NamedView(item))) => {
+            crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &[item])
+                .await?
+                .first()
+                .is_some_and(|item| !item.retired)
+        }
+        None => false,
+    };
     let name = match session.user {
         Some(id) => state.user_names.name(&state.db, id).await?,
         None => None,
@@ -151,5 +171,9 @@ async fn me(
             .map(|item| &*item.json)
             .collect(),
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+    let mut resp = ([(header::CACHE_CONTROL, crate::PERSONAL)], Json(body)).into_response();
+    if found {
+        resp.extensions_mut().insert(ItemFound);
+    }
+    Ok(resp)
 }

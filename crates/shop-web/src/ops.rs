@@ -199,7 +199,10 @@ async fn ops(State(state): State<AppState>, session: Session) -> Result<Response
         ]),
     };
     Ok((
-        [(header::CACHE_CONTROL, "no-store"), (header::REFRESH, "5")],
+        [
+            (header::CACHE_CONTROL, crate::PERSONAL),
+            (header::REFRESH, "5"),
+        ],
         templates::render(&page)?,
     )
         .into_response())

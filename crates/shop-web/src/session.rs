@@ -21,7 +21,9 @@
 //!   this layer writes every session `Set-Cookie`, outside any cached response,
 //!   and never on a page marked `Cache-Control: public` (the page cache's pages,
 //!   the same for everyone): a new visitor's cookie then comes with the page's
-//!   `/api/me` call.
+//!   `/api/me` call. Any answer that says nothing of caching is sent
+//!   `Cache-Control: private, no-store`: the visitors' routes are personal
+//!   unless a page says it is shared.
 //! - It is mounted on the visitors' routes only: probes and static files never
 //!   create sessions (`/metrics` is not on the visitors' router at all).
 //! - If Redis fails, the request goes on as a guest (logged, counted): pages that do
@@ -225,8 +227,17 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
             COOKIE_NAME
         },
     );
-    let (mut resp, mut issued) = match state.views.as_ref().and_then(|v| v.of(&req)) {
-        Some(view) => crate::views::serve(state, view, presented, https, req, next).await,
+    let (mut resp, mut issued) = match state.views.as_ref() {
+        Some(views) => match (views.of(&req), state.holdings_on) {
+            (Some(view), _) => crate::views::serve(state, view, presented, https, req, next).await,
+            (None, Some(path)) => match views.named(&req, path) {
+                Some(view) => {
+                    crate::views::serve_named(state, view, presented, https, req, next).await
+                }
+                None => run_identified(state, presented, https, req, next).await,
+            },
+            (None, None) => run_identified(state, presented, https, req, next).await,
+        },
         None => run_identified(state, presented, https, req, next).await,
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
@@ -236,18 +247,19 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
     // those) carries no cookie, so a shared cache between the shop and the browser
     // may keep it and never hands one visitor's cookie to the next: the page's own
     // `/api/me` call gives the visitor its cookie.
-    // An answer that sets the cookie is this visitor's alone: one that says
-    // nothing of caching is marked so, or a shared cache could keep it, cookie
-    // and all, and assign it a freshness of its own.
     if let Some(token) = issued
         && !is_shared(&resp)
         && let Ok(cookie) = HeaderValue::from_str(&cookie(&token, https))
     {
         resp.headers_mut().append(SET_COOKIE, cookie);
-        if !resp.headers().contains_key(CACHE_CONTROL) {
-            resp.headers_mut()
-                .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
-        }
+    }
+    // Every other answer of the visitors' routes is this visitor's (a cart, an
+    // account, a form, an answer to a POST): one that says nothing of caching is
+    // marked so, or a shared cache could keep it and assign it a freshness of
+    // its own. (A 304 only confirms what the browser holds.)
+    if resp.status() != StatusCode::NOT_MODIFIED && !resp.headers().contains_key(CACHE_CONTROL) {
+        resp.headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static(crate::PERSONAL));
     }
     if https {
         resp.headers_mut()
@@ -273,6 +285,18 @@ pub(crate) async fn run_identified(
     state: &SessionLayer,
     presented: Option<SessionToken>,
     https: bool,
+    req: Request,
+    next: Next,
+) -> (Response, Option<SessionToken>) {
+    run_touched(state, presented, Touch::request(), https, req, next).await
+}
+
+/// [`run_identified`], the presented token's session touched with `touch`.
+pub(crate) async fn run_touched(
+    state: &SessionLayer,
+    presented: Option<SessionToken>,
+    touch: Touch,
+    https: bool,
     mut req: Request,
     next: Next,
 ) -> (Response, Option<SessionToken>) {
@@ -286,7 +310,7 @@ pub(crate) async fn run_identified(
         }
         Some(token) => {
             let (session, renewed, holdings) =
-                identify_with(state, token, Touch::request(), https, read).await;
+                identify_with(state, token, touch, https, read).await;
             let issued = renewed.then(|| session.token.clone());
             (session, issued, holdings)
         }

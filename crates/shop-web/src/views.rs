@@ -15,6 +15,16 @@
 //!   round trip; without it, it is sent at the same time as the page's own lookup,
 //!   with the item in the history, and the answer then counts the view or takes
 //!   the item out of the history again.
+//! - Behind an edge cache (Varnish with `deploy/varnish/shop.vcl`) the item page's
+//!   HTML mostly never reaches the shop: the edge tells its own fetches apart
+//!   ([`FROM_EDGE`], not counted here) and tells the page's script it served the
+//!   page (`Server-Timing: edge`), and the script's per-user call names the item
+//!   (`/api/me?item=42`, [`named_item`]): that call counts the view, with the
+//!   session's touch it makes anyway ([`serve_named`]). A page the shop served
+//!   itself was counted at its own request, and its script names no item: each
+//!   view is counted once, wherever the HTML came from. A crawler that runs no
+//!   script counts as above when the shop serves it the page, and not at all
+//!   when the edge does.
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -23,7 +33,40 @@ use axum::response::Response;
 use shop_cache::domain::ItemId;
 use shop_cache::session::{SessionToken, Touch, Touched};
 
-use crate::session::{Session, SessionLayer, identify, run_identified, session_error};
+use crate::session::{Session, SessionLayer, identify, run_identified, run_touched, session_error};
+
+/// The request header by which the edge says a request is its own fetch of a
+/// public page (the browser's cookie removed): such a request counts no view
+/// here, as the page's script names the item to `/api/me` instead. The edge
+/// removes the header from what clients send; a client that sends it to the
+/// shop directly only keeps its own view from being counted.
+pub const FROM_EDGE: &str = "shop-edge";
+
+/// A request extension: the item view the per-user call names
+/// ([`named_item`]), for the handler to say whether that item can be viewed
+/// (by answering with [`ItemFound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedView(pub ItemId);
+
+/// A response extension of the per-user call: the item its request named exists
+/// and is for sale, so its view counts.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemFound;
+
+/// The item a per-user call's query names (`item=<id>`): `Ok(None)` for none,
+/// `Err` for a value that is no item id.
+pub fn named_item(query: Option<&str>) -> Result<Option<ItemId>, String> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    match form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "item") {
+        None => Ok(None),
+        Some((_, value)) => value
+            .parse::<ItemId>()
+            .map(Some)
+            .map_err(|_| format!("item must be an item id, not {value:?}")),
+    }
+}
 
 /// Which requests are item-page views, and how their touch is written.
 #[derive(Debug, Clone, Copy)]
@@ -51,17 +94,71 @@ pub enum View {
 }
 
 impl ItemViews {
-    /// The view `req` is, if it is one.
+    /// The view `req` is, if it is one (an edge's own fetch is none).
     pub fn of(&self, req: &Request) -> Option<View> {
-        if req.method() != Method::GET {
+        if req.method() != Method::GET || req.headers().contains_key(FROM_EDGE) {
             return None;
         }
         let item = (self.item_of)(req.uri().path())?;
-        Some(match says_it_is_a_bot(req.headers()) {
+        Some(View::by(req, item))
+    }
+
+    /// The view a per-user call (`GET path?item=<id>`) names, if it names one.
+    pub fn named(&self, req: &Request, path: &str) -> Option<View> {
+        if req.method() != Method::GET || req.uri().path() != path {
+            return None;
+        }
+        let item = named_item(req.uri().query()).ok()??;
+        Some(View::by(req, item))
+    }
+}
+
+impl View {
+    /// The view of `item` by the client of `req`.
+    fn by(req: &Request, item: ItemId) -> Self {
+        match says_it_is_a_bot(req.headers()) {
             true => View::Bot(item),
             false => View::Shopper(item),
-        })
+        }
     }
+}
+
+/// Serves a per-user call that names the item of a page the edge served
+/// ([`ItemViews::named`]) and counts that view, as the page's own request would
+/// have: a visitor's session touch puts it in the history ahead of the answer
+/// ([`Touch::view_ahead`]), and the view is counted once the handler found the
+/// item ([`ItemFound`]), or taken out of the history again.
+pub(crate) async fn serve_named(
+    state: &SessionLayer,
+    view: View,
+    presented: Option<SessionToken>,
+    https: bool,
+    mut req: Request,
+    next: Next,
+) -> (Response, Option<SessionToken>) {
+    let (item, ahead) = match view {
+        View::Shopper(item) => (item, presented.clone()),
+        View::Bot(item) => (item, None),
+    };
+    req.extensions_mut().insert(NamedView(item));
+    let touch = match ahead {
+        Some(_) => Touch::request().view_ahead(item),
+        None => Touch::request(),
+    };
+    let (resp, issued) = run_touched(state, presented, touch, https, req, next).await;
+    let found = resp.status() == StatusCode::OK && resp.extensions().get::<ItemFound>().is_some();
+    match ahead {
+        // Still the visitor's session (not refused as past its lifetime): the
+        // touch put the item in its history.
+        Some(token) if issued.is_none() => {
+            if let Err(error) = state.sessions.settle_view(&token, item, found).await {
+                session_error(state, &error);
+            }
+        }
+        _ if found => state.sessions.count_view(item),
+        _ => {}
+    }
+    (resp, issued)
 }
 
 /// Serves an item page's request and counts its view (see the module

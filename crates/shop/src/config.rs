@@ -1,6 +1,6 @@
 //! The shop's configuration. The settings of its long-running processes are one
 //! typed struct, [`Settings`], in sections (`server`, `web`, `redis`, `database`,
-//! `workers`), layered: flags beat environment variables (`SHOP_*`, `REDIS_URL`,
+//! `workers`, `edge`), layered: flags beat environment variables (`SHOP_*`, `REDIS_URL`,
 //! `DATABASE_URL`), which beat a TOML settings file (`--config FILE`), which beats
 //! the compiled-in defaults.
 //!
@@ -15,6 +15,7 @@
 //! print their password.
 
 mod cli;
+mod edge;
 mod file;
 mod secret;
 mod settings;
@@ -22,6 +23,7 @@ mod settings;
 mod tests;
 
 pub use cli::*;
+pub use edge::EdgeSettings;
 pub use file::parse;
 pub use secret::{SecretUrl, redact_url};
 pub use settings::*;

@@ -12,8 +12,10 @@ use crate::{PageStore, PageTag};
 /// [`MAX_SURROGATE_KEY_BYTES`].
 pub const SURROGATE_KEY: HeaderName = HeaderName::from_static("surrogate-key");
 
-/// The most tags a page's `Surrogate-Key` names (a page with more names the first
-/// ones: an edge keeps it until its TTL for a change to the others).
+/// The most tags a page's `Surrogate-Key` names. A page with more (or more
+/// bytes of them) could not be purged at the edge by every tag it shows, so it is
+/// not marked for shared caches at all (`Cache-Control: no-cache`): the edge asks
+/// the shop every time, and the shop's own cache still serves it.
 pub const MAX_SURROGATE_KEYS: usize = 64;
 
 /// The most bytes of a page's `Surrogate-Key`.
@@ -23,9 +25,14 @@ pub const MAX_SURROGATE_KEY_BYTES: usize = 1_024;
 /// the browser: `Cache-Control: public, max-age=0` (a browser revalidates with
 /// its ETag), `s-maxage` the page TTL, `stale-while-revalidate` and
 /// `stale-if-error` this cache's own windows (RFC 5861), and its tags in
-/// `Surrogate-Key` (capped: [`MAX_SURROGATE_KEYS`], [`MAX_SURROGATE_KEY_BYTES`]).
-/// The session layer sends no `Set-Cookie` on such a page.
+/// `Surrogate-Key` (within [`MAX_SURROGATE_KEYS`] and [`MAX_SURROGATE_KEY_BYTES`];
+/// a page whose tags do not fit is marked `no-cache` instead). The session layer
+/// sends no `Set-Cookie` on a page marked `public`.
 pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[PageTag]) {
+    let Some(keys) = surrogate_keys(tags) else {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return;
+    };
     let grace = store.grace();
     let control = format!(
         "public, max-age=0, s-maxage={}, stale-while-revalidate={}, stale-if-error={}",
@@ -36,20 +43,39 @@ pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[Pa
     if let Ok(value) = HeaderValue::from_str(&control) {
         headers.insert(header::CACHE_CONTROL, value);
     }
-    let mut keys = String::new();
-    for tag in tags.iter().take(MAX_SURROGATE_KEYS) {
-        let tag = tag.as_str();
-        if keys.len() + tag.len() + 1 > MAX_SURROGATE_KEY_BYTES {
-            break;
-        }
-        if !keys.is_empty() {
-            keys.push(' ');
-        }
-        keys.push_str(tag);
-    }
     if !keys.is_empty()
         && let Ok(value) = HeaderValue::from_str(&keys)
     {
         headers.insert(SURROGATE_KEY, value);
+    }
+}
+
+/// The tags as one `Surrogate-Key` value, or `None` if they do not fit in it.
+fn surrogate_keys(tags: &[PageTag]) -> Option<String> {
+    if tags.len() > MAX_SURROGATE_KEYS {
+        return None;
+    }
+    let keys = tags
+        .iter()
+        .map(PageTag::as_str)
+        .collect::<Vec<_>>()
+        .join(" ");
+    (keys.len() <= MAX_SURROGATE_KEY_BYTES).then_some(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_that_do_not_fit_are_no_surrogate_key_at_all() {
+        let tags = |n: u64| (0..n).map(PageTag::item).collect::<Vec<_>>();
+        assert_eq!(surrogate_keys(&tags(3)).as_deref(), Some("i0 i1 i2"));
+        assert!(surrogate_keys(&tags(MAX_SURROGATE_KEYS as u64)).is_some());
+        assert_eq!(surrogate_keys(&tags(MAX_SURROGATE_KEYS as u64 + 1)), None);
+        let long: Vec<PageTag> = (0..40)
+            .map(|n| PageTag::new(&format!("{n:0>30}")))
+            .collect();
+        assert_eq!(surrogate_keys(&long), None, "over the bytes");
     }
 }

@@ -277,7 +277,7 @@ async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
     app.db.grant_admin("ada").await.unwrap();
     let page = app.get("/admin/items/3", Some(&admin)).await;
     assert_eq!(page.status(), StatusCode::OK);
-    assert_eq!(page.headers()["cache-control"], "no-store");
+    assert_eq!(page.headers()["cache-control"], "private, no-store");
     assert!(text(page).await.contains(&before.title));
     assert_eq!(
         app.get("/admin/items/999", Some(&admin)).await.status(),

@@ -132,3 +132,106 @@ async fn a_cart_change_a_retirement_and_a_logout_show_at_the_next_call() {
     assert!(ids(&me).is_empty(), "{me}");
     stop.cancel();
 }
+
+/// The ranking's count of `item` (`viewed:` counts down).
+async fn views(app: &TestApp, item: u64) -> f64 {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(app.keys.item_views())
+        .arg(item)
+        .query_async(&mut app.redis.conn().await)
+        .await
+        .unwrap();
+    -score.unwrap_or(0.0)
+}
+
+/// `/api/me?item=N` (what the page's script sends when an edge served the page),
+/// with `cookie` and `agent`.
+async fn me_naming(
+    app: &TestApp,
+    item: &str,
+    cookie: Option<&str>,
+    agent: &str,
+) -> axum::response::Response {
+    let mut req = axum::http::Request::get(format!("/api/me?item={item}"))
+        .header(axum::http::header::USER_AGENT, agent);
+    if let Some(cookie) = cookie {
+        req = req.header(axum::http::header::COOKIE, cookie);
+    }
+    app.send(req.body(axum::body::Body::empty()).unwrap()).await
+}
+
+const BROWSER: &str =
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36";
+
+#[tokio::test]
+async fn the_item_a_pages_script_names_is_one_view_if_its_page_would_show() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+
+    // A visitor: in the ranking and in the history, once.
+    let resp = me_naming(&app, "3", Some(&cookie), BROWSER).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["cache-control"], "private, no-store");
+    let me = shop_testapp::json(resp).await;
+    assert_eq!(me["recently_viewed"][0]["id"], 3, "{me}");
+    app.flush_views().await;
+    assert_eq!(views(&app, 3).await, 1.0);
+
+    // A visitor without a cookie yet (its first page): the ranking only, and
+    // the cookie comes with the answer.
+    let first = me_naming(&app, "4", None, BROWSER).await;
+    assert!(shop_testapp::cookie_of(&first).is_some());
+    // A bot: the ranking only.
+    let bot = me_naming(&app, "4", Some(&cookie), "Googlebot/2.1").await;
+    assert_eq!(bot.status(), 200);
+    app.flush_views().await;
+    assert_eq!(views(&app, 4).await, 2.0);
+    let me = app.me(&cookie).await;
+    assert!(
+        me["recently_viewed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["id"] != 4),
+        "a bot's view is in no history: {me}"
+    );
+
+    // An item that does not exist, or is retired: no view, not in the history.
+    let retired = ItemId::new(5).unwrap();
+    app.state.catalogue().retire(retired).await.unwrap();
+    for item in ["5", "999999"] {
+        let resp = me_naming(&app, item, Some(&cookie), BROWSER).await;
+        assert_eq!(resp.status(), 200);
+    }
+    app.flush_views().await;
+    assert_eq!(views(&app, 5).await, 0.0);
+    assert_eq!(views(&app, 999_999).await, 0.0);
+    let history: Vec<u64> = app.me(&cookie).await["recently_viewed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(history, vec![3]);
+
+    // Something that is no item id: refused, nothing counted.
+    let bad = me_naming(&app, "kettle", Some(&cookie), BROWSER).await;
+    assert_eq!(bad.status(), 400);
+
+    // The page's own request, served by the shop, counts; one the edge fetched
+    // for its cache (`Shop-Edge`) does not: its script will name the item.
+    let page = app.get("/items/6", Some(&cookie)).await;
+    assert_eq!(page.status(), 200);
+    let fetched = app
+        .send(
+            axum::http::Request::get("/items/7")
+                .header("shop-edge", "1")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(fetched.status(), 200);
+    app.flush_views().await;
+    assert_eq!(views(&app, 6).await, 1.0);
+    assert_eq!(views(&app, 7).await, 0.0);
+}

@@ -30,7 +30,7 @@ async fn only_admins_see_the_operations_page() {
     assert!(!app.db.grant_admin("nobody").await.unwrap());
     let resp = app.get("/ops", Some(&user)).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-store");
+    assert_eq!(resp.headers()[header::CACHE_CONTROL], "private, no-store");
     assert!(text(resp).await.contains("<h1>Operations</h1>"));
 }
 

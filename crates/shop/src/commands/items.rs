@@ -34,6 +34,10 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         &keys,
         DEFAULT_TTL,
     );
+    let pages = match args.edge.purger() {
+        Some(edges) => pages.with_edges(edges),
+        None => pages,
+    };
     let rows = RowCache::new(conn.clone(), keys.clone());
     let ranking = Analytics::new(conn.clone(), keys.clone());
     let sales = FlashSales::new(conn, keys);
@@ -192,8 +196,8 @@ fn explain(error: CatalogueError) -> anyhow::Error {
         CatalogueError::NotPurged { items, .. } => {
             let ids: Vec<String> = items.iter().map(ToString::to_string).collect();
             anyhow::Error::new(error).context(format!(
-                "the change is saved, but old pages may be served until Redis is back: \
-                 then run `shop items purge {}`",
+                "the change is saved, but old pages may be served until they are purged: \
+                 once Redis and the edge caches answer, run `shop items purge {}`",
                 ids.join(" ")
             ))
         }

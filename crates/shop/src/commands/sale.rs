@@ -16,6 +16,7 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             refresh,
             redis,
             database,
+            edge,
         } => {
             let (conn, keys) = connect_redis(&redis).await?;
             let db = connect_db(&database).await?;
@@ -27,7 +28,7 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
                 end: start + minutes * 60,
             };
             let cache = crate::connect::connect_configured_cache(&redis).await?;
-            let parts = sale::SaleParts::new(&conn, cache, &keys);
+            let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
             started(
                 id,
                 sale::start(&parts.stores(&db), id, sale, refresh).await?,

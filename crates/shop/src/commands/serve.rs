@@ -155,6 +155,7 @@ async fn serve_with(
         redis,
         database,
         workers,
+        edge,
     } = &args.settings;
     let start = async {
         let (conn, keys) = connect_redis_at(redis_url, redis).await?;
@@ -172,6 +173,7 @@ async fn serve_with(
     };
     let config = WebConfig {
         session_lifetimes: workers.lifetimes(),
+        edge_purger: edge.purger(),
         demo_sale,
         ..WebConfig::from(web)
     };

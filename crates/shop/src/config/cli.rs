@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use shop_cache::domain::ItemId;
 use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 
+use super::edge::EdgeSettings;
 use super::settings::{DatabaseSettings, RedisSettings, Settings, WorkerSettings};
 
 /// The web tier of an online retailer, with its hot state in Redis.
@@ -290,6 +291,9 @@ pub struct ItemsArgs {
     /// Database settings.
     #[command(flatten)]
     pub database: DatabaseSettings,
+    /// The edge caches a purge reaches.
+    #[command(flatten)]
+    pub edge: EdgeSettings,
 }
 
 /// The catalogue subcommands.
@@ -399,5 +403,8 @@ pub enum SaleCommand {
         /// Database settings.
         #[command(flatten)]
         database: DatabaseSettings,
+        /// The edge caches the sale page's purge reaches.
+        #[command(flatten)]
+        edge: EdgeSettings,
     },
 }

@@ -16,6 +16,8 @@ use shop_cache::session_cleaner::{
 use shop_db::flash::DEFAULT_PER_USER_LIMIT;
 use shop_page_cache as page_cache;
 
+use super::edge::EdgeSettings;
+
 use super::file::toml_error;
 use super::secret::{SecretUrl, redact_url};
 
@@ -40,6 +42,9 @@ pub struct Settings {
     /// The background daemons.
     #[command(flatten, next_help_heading = "Daemons")]
     pub workers: WorkerSettings,
+    /// The edge caches in front.
+    #[command(flatten, next_help_heading = "Edge")]
+    pub edge: EdgeSettings,
 }
 
 /// The HTTP server's settings (`[server]`).
@@ -557,6 +562,8 @@ impl From<&WebSettings> for shop_web::WebConfig {
                 ..Default::default()
             },
             trust_forwarded_for: web.trust_forwarded_for,
+            // The [edge] section's (`EdgeSettings::purger`), set by `serve`.
+            edge_purger: None,
             event_streams: shop_web::event_streams::StreamLimits {
                 total: web.max_event_streams as usize,
                 per_address: web.max_event_streams_per_address as usize,

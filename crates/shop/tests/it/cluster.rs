@@ -500,3 +500,19 @@ async fn account_carts_follow_the_shopper_on_a_cluster() {
     crate::account_cart::account_carts_follow_the_shopper(&addr);
     assert!(stop(child).success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_varnish_on_a_cluster() {
+    let shop = ClusterShop::seeded("30");
+    let ranking = shop_cache::keys::Keys::cluster("").item_views().to_owned();
+    let views = async |item: u64| {
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(&ranking)
+            .arg(item)
+            .query_async(&mut shop.cluster.conn().await)
+            .await
+            .unwrap();
+        -score.unwrap_or(0.0)
+    };
+    crate::edge::behind_the_edge(|| shop.command(), views).await;
+}

@@ -8,6 +8,7 @@ mod cluster;
 mod defaults;
 mod drills;
 mod e2e;
+mod edge;
 mod flash_e2e;
 mod items;
 mod load;

@@ -1,0 +1,121 @@
+vcl 4.1;
+
+# The shop behind Varnish 7 with the xkey vmod (Debian: varnish, varnish-modules).
+#
+# - Public pages (item pages, listings, the sale page, insights, static files)
+#   are the same bytes for everyone: they are cached whatever cookie the browser
+#   sends. The cookie is removed from those requests only, and the origin is told
+#   the request came through the edge (`Shop-Edge: 1`), so it leaves the view
+#   count to the page's own `/api/me?item=` call; answers say so to the page's
+#   script (`Server-Timing: edge`).
+# - Everything else passes, cookie and all: /cart, /account, /api/me, forms,
+#   admin, ops, every POST.
+# - What is kept, and for how long, is the origin's word: only an answer marked
+#   `Cache-Control: public`, for its `s-maxage`; served stale for its
+#   `stale-while-revalidate` while it is fetched again, and for its
+#   `stale-if-error` while the web servers are down (a probe says so).
+#   A `Set-Cookie` is never kept nor handed on from a public page's fetch.
+# - `Surrogate-Key` (the page's tags) is indexed by xkey; `PURGE /` with
+#   `xkey-purge: <tags>`, from the `purgers` ACL only, drops every page with any
+#   of them (the shop sends it: `--edge-purge-url`).
+#
+# The site's own part, the web servers, their probe and the purgers' ACL, is in
+# `site.vcl` beside this file (an example is in the repository; `scripts/run
+# --edge` and the tests write their own). It must define `sub shop_backend`
+# (sets `req.backend_hint`) and `acl purgers`.
+
+import std;
+import xkey;
+
+include "site.vcl";
+
+sub vcl_recv {
+    call shop_backend;
+    if (req.method == "PURGE") {
+        if (client.ip !~ purgers) {
+            return (synth(403, "Forbidden"));
+        }
+        if (!req.http.xkey-purge) {
+            return (synth(400, "PURGE needs xkey-purge: the tags to purge"));
+        }
+        set req.http.n-gone = xkey.purge(req.http.xkey-purge);
+        return (synth(200, "Purged " + req.http.n-gone));
+    }
+    # Only this edge says a request came through the edge.
+    unset req.http.Shop-Edge;
+    if (req.restarts > 0 && req.http.Shop-Refetch) {
+        # Past its stale-while-revalidate: a stale page is not served to a
+        # client while the web servers answer (see vcl_hit).
+        set req.grace = 0s;
+    }
+    if (req.method != "GET" && req.method != "HEAD") {
+        return (pass);
+    }
+    if (req.url ~ "^/(items(/[0-9]+)?|c/[^/?]+|flash|api/items/[0-9]+/insights)(\?.*)?$"
+        || req.url ~ "^/static/"
+        || req.url ~ "^/favicon\.ico$") {
+        unset req.http.Cookie;
+        unset req.http.Authorization;
+        set req.url = std.querysort(req.url);
+        set req.http.Shop-Edge = "1";
+        return (hash);
+    }
+    return (pass);
+}
+
+sub vcl_hit {
+    # Past the page's stale-while-revalidate, and the web servers are up: fetch
+    # it now rather than serve it stale (its stale-if-error is for when they are
+    # down).
+    if (obj.ttl <= 0s
+        && obj.ttl + std.duration(obj.http.Shop-Swr, 0s) <= 0s
+        && std.healthy(req.backend_hint)
+        && req.restarts == 0) {
+        set req.http.Shop-Refetch = "1";
+        return (restart);
+    }
+}
+
+sub vcl_backend_response {
+    if (!bereq.http.Shop-Edge) {
+        return (deliver);
+    }
+    # A public page's fetch went without the browser's cookie: a cookie the
+    # origin hands out here is no visitor's, and is never kept nor handed on.
+    unset beresp.http.Set-Cookie;
+    if (beresp.http.Cache-Control !~ "(^|,)\s*public\s*(,|$)") {
+        # Not the same for everyone: not kept (hit-for-miss for a while).
+        set beresp.uncacheable = true;
+        set beresp.ttl = 10s;
+        return (deliver);
+    }
+    # The TTL is the answer's s-maxage (Varnish reads it); the grace windows:
+    set beresp.http.Shop-Swr = regsub(beresp.http.Cache-Control,
+        "^.*stale-while-revalidate=([0-9]+).*$", "\1s");
+    if (beresp.http.Shop-Swr !~ "^[0-9]+s$") {
+        set beresp.http.Shop-Swr = "0s";
+    }
+    set beresp.grace = std.duration(regsub(beresp.http.Cache-Control,
+        "^.*stale-if-error=([0-9]+).*$", "\1s"), 0s);
+    if (beresp.grace < std.duration(beresp.http.Shop-Swr, 0s)) {
+        set beresp.grace = std.duration(beresp.http.Shop-Swr, 0s);
+    }
+    if (beresp.http.Surrogate-Key) {
+        set beresp.http.xkey = beresp.http.Surrogate-Key;
+    }
+    return (deliver);
+}
+
+sub vcl_deliver {
+    if (req.http.Shop-Edge) {
+        # Tells the page's script that the shop did not count this view.
+        if (obj.hits > 0) {
+            set resp.http.Server-Timing = "edge;desc=hit";
+        } else {
+            set resp.http.Server-Timing = "edge;desc=miss";
+        }
+    }
+    unset resp.http.xkey;
+    unset resp.http.Shop-Swr;
+    unset resp.http.Surrogate-Key;
+}
