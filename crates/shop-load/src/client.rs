@@ -21,6 +21,10 @@ pub struct Reply {
     pub body: Bytes,
     /// The body was sent gzip-compressed (`Content-Encoding: gzip`).
     pub gzip: bool,
+    /// An edge cache in front of the shop served it (it says so in
+    /// `Server-Timing: edge`), from its cache or not: the page's script then
+    /// names the item in its `/api/me` call, as the shop's own script does.
+    pub from_edge: bool,
 }
 
 impl Reply {
@@ -134,12 +138,20 @@ impl Conn {
             .headers()
             .get(hyper::header::CONTENT_ENCODING)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let from_edge = resp
+            .headers()
+            .get_all("server-timing")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|metric| metric.trim().split(';').next() == Some("edge"));
         let body = resp.into_body().collect().await?.to_bytes();
         Ok(Reply {
             status,
             session_cookie,
             body,
             gzip,
+            from_edge,
         })
     }
 }

@@ -294,7 +294,12 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
                 match config.mix.page_parts && action.is_page() && reply.status < 400 {
                     true => {
                         tally.part(Part::Html, sent.elapsed().as_micros() as u64);
-                        let mut parts = vec![(Part::Me, "/api/me".to_owned())];
+                        // A page the edge served: its script names the item.
+                        let me = match path.strip_prefix("/items/") {
+                            Some(id) if reply.from_edge => format!("/api/me?item={id}"),
+                            _ => "/api/me".to_owned(),
+                        };
+                        let mut parts = vec![(Part::Me, me)];
                         // An item page that does not carry its insights: its
                         // script asks for them.
                         if let Some(id) = path.strip_prefix("/items/")

@@ -721,3 +721,71 @@ async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
     assert!(stop(server).success());
     drop(driver);
 }
+
+/// Item `item`'s count in the ranking (`viewed:` counts down).
+async fn views_of(shop: &shop_testapp::TestApp, item: u64) -> f64 {
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg("viewed:")
+        .arg(item)
+        .query_async(&mut shop.redis.conn().await)
+        .await
+        .unwrap();
+    -score.unwrap_or(0.0)
+}
+
+/// Waits until item `item` has been counted `n` times, then checks it stays so
+/// for ten flush intervals (a second count would arrive within them).
+async fn counted(shop: &shop_testapp::TestApp, item: u64, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while views_of(shop, item).await < n {
+        assert!(
+            Instant::now() < deadline,
+            "view {n} of item {item} never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let settled = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < settled {
+        assert_eq!(views_of(shop, item).await, n, "item {item} counted twice");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_the_edge_served_is_counted_once_by_its_script() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = seeded(20).await;
+    let port = shop_testkit::TestVarnish::free_port();
+    let purge_url = format!("http://127.0.0.1:{port}/");
+    let (server, addr) = shop.serve(&["--edge-purge-url", &purge_url]);
+    let varnish = shop_testkit::TestVarnish::start_on(port, &[&addr]);
+    let (client, _profile) = chromium(&driver).await;
+    let edge = format!("http://{}", varnish.addr());
+
+    // The first page gives the browser its cookie through its /api/me call.
+    client.goto(&format!("{edge}/items/4")).await.unwrap();
+    wait_text(&client, "#cart-count", |t| !t.is_empty()).await;
+    counted(&shop, 4, 1.0).await;
+    // Again: the edge's copy this time, counted by the page's script with the
+    // session, so it is in the history the next page shows.
+    client.goto(&format!("{edge}/items/4")).await.unwrap();
+    counted(&shop, 4, 2.0).await;
+    client.goto(&format!("{edge}/items/5")).await.unwrap();
+    counted(&shop, 5, 1.0).await;
+    wait_text(&client, "#recent", |t| t.contains("4")).await;
+    // The same browser at the shop itself (cookies do not depend on the port):
+    // the page's own request counts, its script names nothing.
+    client
+        .goto(&format!("http://{addr}/items/4"))
+        .await
+        .unwrap();
+    wait_text(&client, "#cart-count", |t| !t.is_empty()).await;
+    counted(&shop, 4, 3.0).await;
+    screenshot(&client, "edge-item.png").await;
+
+    client.close().await.unwrap();
+    drop(varnish);
+    assert!(stop(server).success());
+}
