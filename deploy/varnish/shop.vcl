@@ -56,7 +56,13 @@ sub vcl_recv {
         || req.url ~ "^/favicon\.ico$") {
         unset req.http.Cookie;
         unset req.http.Authorization;
-        set req.url = std.querysort(req.url);
+        # One object per page: a query the shop does not read (`?x=<random>`)
+        # neither makes a new object nor reaches the shop. Listings read `after`.
+        if (req.url ~ "^/(items|c/[^/?]+)\?" && req.url ~ "[?&]after=") {
+            set req.url = regsub(req.url, "^([^?]*)\?(.*&)?(after=[^&]*).*$", "\1?\3");
+        } else {
+            set req.url = regsub(req.url, "\?.*$", "");
+        }
         set req.http.Shop-Edge = "1";
         return (hash);
     }
@@ -77,6 +83,10 @@ sub vcl_hit {
 }
 
 sub vcl_backend_response {
+    if (beresp.status >= 500 && bereq.is_bgfetch) {
+        # A failed refresh keeps the stale copy (its grace), not the error.
+        return (abandon);
+    }
     if (!bereq.http.Shop-Edge) {
         return (deliver);
     }

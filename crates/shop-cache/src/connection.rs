@@ -52,10 +52,11 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::CacheError;
 use cluster::CLUSTER_RETRY_WAIT;
-use slots::{run_parts, split_by_slot};
+use slots::{first_key, run_parts, split_by_slot};
 
 mod breaker;
 mod cluster;
+mod nodes;
 mod pool;
 mod slots;
 #[cfg(test)]
@@ -65,6 +66,7 @@ pub use breaker::BACKOFF;
 use breaker::Breaker;
 pub use cluster::CLUSTER_RETRIES;
 use cluster::ClusterHandle;
+pub use nodes::TOPOLOGY_EVERY;
 pub use pool::DEFAULT_POOL;
 use pool::NodePool;
 
@@ -89,6 +91,36 @@ pub struct RedisConn {
     /// counts (a profile of the cached view found clones of the handle's parts,
     /// one count each, among its costs).
     shared: Arc<Shared>,
+    /// How long one command of this handle (not of its other clones) may take
+    /// before it fails and counts against its node ([`RedisConn::with_budget`]);
+    /// none: the connection's own time-out.
+    budget: Option<Duration>,
+}
+
+/// What a command that missed its handle's budget fails with (an I/O error, so
+/// that its node's breaker counts it: the node did not answer in time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("redis did not answer within the request's budget")]
+pub struct BudgetExceeded;
+
+impl BudgetExceeded {
+    /// Is `e` a budget miss?
+    pub(crate) fn is(e: &redis::RedisError) -> bool {
+        crate::error::carries::<BudgetExceeded>(e)
+    }
+}
+
+/// Runs `call` within `budget`, if any.
+async fn within<T>(
+    budget: Option<Duration>,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    match budget {
+        None => call.await,
+        Some(budget) => tokio::time::timeout(budget, call)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other(BudgetExceeded).into())),
+    }
 }
 
 /// What every clone of a [`RedisConn`] shares besides the connection.
@@ -109,6 +141,31 @@ enum Inner {
 }
 
 impl RedisConn {
+    /// A clone whose commands fail once they take longer than `budget` (a
+    /// request's Redis work: a page lookup, a session touch, a cart), counted
+    /// against their node: on one node the handle's breaker opens, on a cluster
+    /// the breaker of the node serving the command's key, and the commands that
+    /// node serves fail at once until a probe gets through, while the other
+    /// nodes' go on. The command itself may still run when the node wakes up
+    /// (it was sent): callers treat a budget miss as "not known to be done".
+    /// Other clones keep their own time-out (daemons, commands).
+    pub fn with_budget(&self, budget: Duration) -> RedisConn {
+        RedisConn {
+            budget: Some(budget),
+            ..self.clone()
+        }
+    }
+
+    /// The nodes failing fast now (breaker open): `host:port` of a cluster's
+    /// primaries, or `redis` for a one-node handle.
+    pub fn failing_nodes(&self) -> Vec<String> {
+        match &self.inner {
+            Inner::Node(_) if self.is_failing_fast() => vec!["redis".to_owned()],
+            Inner::Node(_) => Vec::new(),
+            Inner::Cluster(handle) => handle.nodes.failing(),
+        }
+    }
+
     /// How many times a cluster connection that stopped answering was replaced.
     pub fn cluster_rebuilds(&self) -> u64 {
         match &self.inner {
@@ -213,6 +270,7 @@ pub async fn connect_pooled(
             subscribe_to: vec![url.to_owned()],
             sent: AtomicU64::new(0),
         }),
+        budget: None,
     })
 }
 
@@ -244,12 +302,14 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
             last_rebuild_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             rebuilds: AtomicU64::new(0),
+            nodes: Arc::default(),
         })),
         shared: Arc::new(Shared {
             breaker: Breaker::new(BACKOFF),
             subscribe_to: urls,
             sent: AtomicU64::new(0),
         }),
+        budget: None,
     })
 }
 
@@ -270,12 +330,18 @@ impl ConnectionLike for RedisConn {
             match &mut self.inner {
                 Inner::Node(pool) => {
                     let admitted = self.shared.breaker.admit()?;
-                    let result = pool.pick().req_packed_command(cmd).await;
+                    let result = within(self.budget, pool.pick().req_packed_command(cmd)).await;
                     admitted.record(result.as_ref().err());
                     result
                 }
                 Inner::Cluster(handle) => {
-                    let result = handle.conn().req_packed_command(cmd).await;
+                    let mut conn = handle.conn();
+                    let node = first_key(cmd).and_then(|key| handle.breaker_of(key, &conn));
+                    let admitted = node.as_deref().map(Breaker::admit).transpose()?;
+                    let result = within(self.budget, conn.req_packed_command(cmd)).await;
+                    if let Some(admitted) = admitted {
+                        admitted.record(result.as_ref().err());
+                    }
                     handle.record(&result);
                     result
                 }
@@ -296,10 +362,11 @@ impl ConnectionLike for RedisConn {
             match &mut self.inner {
                 Inner::Node(pool) => {
                     let admitted = self.shared.breaker.admit()?;
-                    let result = pool
-                        .pick()
-                        .req_packed_commands(pipeline, offset, count)
-                        .await;
+                    let result = within(
+                        self.budget,
+                        pool.pick().req_packed_commands(pipeline, offset, count),
+                    )
+                    .await;
                     admitted.record(result.as_ref().err());
                     result
                 }
@@ -311,10 +378,23 @@ impl ConnectionLike for RedisConn {
                         split_by_slot(pipeline)
                     };
                     let mut inner = handle.conn();
-                    let result = match parts {
-                        None => inner.req_packed_commands(pipeline, offset, count).await,
-                        Some(parts) => run_parts(&inner, parts, count).await,
-                    };
+                    // Held to its first key's node (a pipeline split over several
+                    // nodes answers when the slowest does).
+                    let node = pipeline
+                        .cmd_iter()
+                        .find_map(first_key)
+                        .and_then(|key| handle.breaker_of(key, &inner));
+                    let admitted = node.as_deref().map(Breaker::admit).transpose()?;
+                    let result = within(self.budget, async {
+                        match parts {
+                            None => inner.req_packed_commands(pipeline, offset, count).await,
+                            Some(parts) => run_parts(&inner, parts, count).await,
+                        }
+                    })
+                    .await;
+                    if let Some(admitted) = admitted {
+                        admitted.record(result.as_ref().err());
+                    }
                     handle.record(&result);
                     result
                 }

@@ -51,20 +51,26 @@ impl FailingFast {
         redis::RedisError::from(std::io::Error::other(FailingFast))
     }
 
-    /// Is `e` such an error? (redis-rs keeps the `io::Error` behind an `Arc`, which
-    /// is what its `source()` shows.)
+    /// Is `e` such an error?
     fn is(e: &redis::RedisError) -> bool {
-        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-        let Some(source) = std::error::Error::source(e) else {
-            return false;
-        };
-        let io = match source.downcast_ref::<Shared>() {
-            Some(shared) => shared.downcast_ref::<std::io::Error>(),
-            None => source.downcast_ref::<std::io::Error>(),
-        };
-        io.and_then(|io| io.get_ref())
-            .is_some_and(|inner| inner.is::<FailingFast>())
+        carries::<FailingFast>(e)
     }
+}
+
+/// Is `e` an I/O error made of a `T` (as the connection makes its own errors)?
+/// redis-rs keeps the `io::Error` behind an `Arc`, which is what its `source()`
+/// shows.
+pub(crate) fn carries<T: std::error::Error + 'static>(e: &redis::RedisError) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let Some(source) = std::error::Error::source(e) else {
+        return false;
+    };
+    let io = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref::<std::io::Error>(),
+        None => source.downcast_ref::<std::io::Error>(),
+    };
+    io.and_then(|io| io.get_ref())
+        .is_some_and(|inner| inner.is::<T>())
 }
 
 impl From<redis::RedisError> for CacheError {

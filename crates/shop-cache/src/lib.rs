@@ -38,7 +38,9 @@ pub mod testing;
 mod clock;
 pub mod connection;
 
-pub use connection::{RedisConn, connect, connect_cluster, connect_pooled, connect_with};
+pub use connection::{
+    BudgetExceeded, RedisConn, connect, connect_cluster, connect_pooled, connect_with,
+};
 pub use error::CacheError;
 /// The identifiers shared with the SQL layer.
 pub use shop_domain as domain;

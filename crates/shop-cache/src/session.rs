@@ -184,6 +184,16 @@ impl Sessions {
         }
     }
 
+    /// The same sessions (and this process's batches) over another handle of the
+    /// same Redis: the view flusher writes with the connection's own time-out,
+    /// not a request's budget ([`RedisConn::with_budget`]).
+    pub fn over(&self, conn: RedisConn) -> Self {
+        Self {
+            conn,
+            ..self.clone()
+        }
+    }
+
     /// The same sessions expiring after `lifetimes` (the defaults unless set).
     pub fn with_lifetimes(mut self, lifetimes: Lifetimes) -> Self {
         self.lifetimes = lifetimes;

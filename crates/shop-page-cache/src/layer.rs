@@ -293,10 +293,16 @@ impl Shared {
     where
         S: Service<Request, Response = Response, Error = Infallible>,
     {
+        let purges = self.store.purges_seen().get();
         let mut resp = call(inner, req).await;
         if storable(&resp) {
             let tags = take_tags(&mut resp, item);
             edge::mark_shared(&self.store, resp.headers_mut(), &tags);
+            // A purge seen during the render: the page may be old, and an edge
+            // whose copy that purge already dropped must not keep it.
+            if self.store.purges_seen().get() != purges {
+                edge::mark_unshared(resp.headers_mut());
+            }
         }
         resp
     }
@@ -549,8 +555,14 @@ impl Shared {
         }
         // Served from what was stored, so a hit and a miss look the same; if that
         // fails (it cannot, the page was just built), fall back to the handler's bytes.
-        let resp =
+        let mut resp =
             serve(&page, ask).unwrap_or_else(|_| Response::from_parts(parts, Body::from(bytes)));
+        // Refused because a purge came after its render began (or not known to be
+        // fresh): the edge must not keep it either, or it would serve it for a TTL
+        // after the purge that already passed it by.
+        if !stored {
+            edge::mark_unshared(resp.headers_mut());
+        }
         // Handed to the requests waiting on this render only if it was stored: a
         // page refused because a purge came after its render began may be old, and
         // a request that arrived after the purge must not get it.

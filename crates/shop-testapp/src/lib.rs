@@ -49,6 +49,7 @@ pub enum RedisWaits {
 #[derive(Debug, Clone)]
 pub struct TestAppBuilder {
     config: WebConfig,
+    redis_budget: Duration,
     waits: RedisWaits,
     items: u64,
     catalogue_seed: u64,
@@ -59,6 +60,13 @@ impl TestAppBuilder {
     /// The router's settings (default: [`WebConfig::default`]).
     pub fn config(mut self, config: WebConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// How long one Redis command of a request may take (default:
+    /// [`TEST_REDIS_BUDGET`], whatever the config says).
+    pub fn redis_budget(mut self, budget: Duration) -> Self {
+        self.redis_budget = budget;
         self
     }
 
@@ -94,7 +102,8 @@ impl TestAppBuilder {
     }
 
     /// A shop on `test_db` (SQLite or PostgreSQL).
-    pub async fn start_on(self, test_db: TestDb) -> TestApp {
+    pub async fn start_on(mut self, test_db: TestDb) -> TestApp {
+        self.config.redis_budget = self.redis_budget;
         let redis = TestRedis::start();
         let conn = match self.waits {
             RedisWaits::Quick => {
@@ -188,6 +197,7 @@ impl TestApp {
     pub fn builder() -> TestAppBuilder {
         TestAppBuilder {
             config: WebConfig::default(),
+            redis_budget: TEST_REDIS_BUDGET,
             waits: RedisWaits::Quick,
             items: ITEMS,
             catalogue_seed: 1,
@@ -383,8 +393,15 @@ pub fn cart_version_in(page: &str) -> Option<String> {
     Some(rest.split('"').next()?.to_owned())
 }
 
-/// `program` with no shop setting from the environment (`SHOP_*`, `REDIS_URL`,
-/// `DATABASE_URL`), no input, and its output piped.
+/// How long one Redis command of a request may take in tests (the shop's default
+/// is 100 ms): the tests share two cores with each other, and a command held up
+/// that long by the machine, not by Redis, would fail a request that the test is
+/// not about. The stall drills set the shop's own budget.
+pub const TEST_REDIS_BUDGET: Duration = Duration::from_secs(1);
+
+/// `program` (the `shop` binary) with no shop setting from the environment
+/// (`SHOP_*`, `REDIS_URL`, `DATABASE_URL`) but the tests' Redis budget
+/// ([`TEST_REDIS_BUDGET`], which a flag overrides), no input, and its output piped.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     for (name, _) in std::env::vars() {
@@ -392,6 +409,10 @@ pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
             cmd.env_remove(name);
         }
     }
+    cmd.env(
+        "SHOP_REDIS_BUDGET_MS",
+        TEST_REDIS_BUDGET.as_millis().to_string(),
+    );
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

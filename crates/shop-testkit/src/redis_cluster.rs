@@ -184,6 +184,17 @@ impl TestRedisCluster {
         }
     }
 
+    /// Stops one node with SIGSTOP (a stall: its connections stay open, nothing
+    /// answers; past the cluster's node time-out its replica takes over).
+    pub fn pause(&self, node: usize) {
+        crate::redis_server::signal(self.nodes[node].child.as_ref(), "-STOP");
+    }
+
+    /// Lets a [`TestRedisCluster::pause`]d node go on (SIGCONT).
+    pub fn resume(&self, node: usize) {
+        crate::redis_server::signal(self.nodes[node].child.as_ref(), "-CONT");
+    }
+
     /// Waits until the cluster serves every slot again after [`TestRedisCluster::kill`]:
     /// every live node says `cluster_state:ok` and, in its `CLUSTER NODES`, every slot
     /// belongs to a live node not flagged as failing. (Just after a kill the nodes still

@@ -84,6 +84,17 @@ impl TestRedis {
         let _ = std::fs::remove_file(self.socket());
     }
 
+    /// Stops the server with SIGSTOP, as a fork stall, a slow command or a noisy
+    /// neighbour would: its connections stay open and nothing answers.
+    pub fn pause(&self) {
+        signal(self.child.as_ref(), "-STOP");
+    }
+
+    /// Lets a [`TestRedis::pause`]d server go on (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.child.as_ref(), "-CONT");
+    }
+
     /// Starts a new, empty server on the same socket (after [`TestRedis::kill`]), to
     /// test that clients reconnect when Redis comes back.
     pub fn restart(&mut self) {
@@ -101,6 +112,17 @@ impl TestRedis {
             Ok(child) => self.child = Some(child),
             Err(error) => panic!("{error}"),
         }
+    }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `child`, if it runs.
+pub(crate) fn signal(child: Option<&Child>, signal: &str) {
+    if let Some(child) = child {
+        let sent = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill {signal} {}", child.id());
     }
 }
 

@@ -4,7 +4,9 @@
 //! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
 //! (`"down"` too while Redis does not answer): which part failed is for the
 //! operators, on the internal listener ([`crate::internal_router`]), whose
-//! `/healthz` answers `{"status": .., "redis": true|false, "database": ..}`. The
+//! `/healthz` answers `{"status": .., "redis": true|false, "redis_failing_nodes":
+//! [..], "database": ..}` (the nodes, `host:port` on a cluster, whose commands
+//! fail at once now after one missed a request's budget). The
 //! database's states:
 //! - `"ok"`: the database answers reads (`SELECT 1` on the read pool) and a write
 //!   commits now ([`shop_db::Db::probe_write`]: a one-row update on the write
@@ -198,6 +200,9 @@ async fn healthz_detailed(State(state): State<AppState>) -> Response {
         json!({
             "status": status(redis, database),
             "redis": redis,
+            // The Redis nodes failing fast now (one missed a request's budget:
+            // its commands fail at once until a probe answers).
+            "redis_failing_nodes": state.redis.failing_nodes(),
             "database": database.as_str(),
         }),
     )

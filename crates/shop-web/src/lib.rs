@@ -17,6 +17,10 @@
 /// cache between the shop and the browser may keep it, nor the browser itself.
 pub const PERSONAL: &str = "private, no-store";
 
+/// How long one Redis command of a request may take by default
+/// ([`WebConfig::redis_budget`]).
+pub const DEFAULT_REDIS_BUDGET: Duration = Duration::from_millis(100);
+
 pub mod account;
 pub mod admin;
 pub mod assets;
@@ -119,6 +123,11 @@ pub struct WebConfig {
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
+    /// How long one Redis command of a request may take before the request goes
+    /// on without it (a guest session, a page from the tier or the database, a
+    /// 503 for a write), counted against its node
+    /// ([`shop_cache::RedisConn::with_budget`]).
+    pub redis_budget: Duration,
     /// The edge caches in front of the shop every purge also reaches (none:
     /// only the shop's own caches).
     pub edge_purger: Option<shop_page_cache::EdgePurger>,
@@ -163,6 +172,7 @@ impl Default for WebConfig {
             cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
             uncached_per_address: uncached::DEFAULT_UNCACHED_PER_ADDRESS,
             trust_forwarded_for: false,
+            redis_budget: DEFAULT_REDIS_BUDGET,
             edge_purger: None,
             demo_sale: None,
             event_streams: event_streams::StreamLimits::default(),
@@ -271,6 +281,9 @@ impl AppState {
         keys: Keys,
         config: WebConfig,
     ) -> Self {
+        // Every part below serves requests: each Redis command within the budget.
+        let conn = conn.with_budget(config.redis_budget);
+        let cache = cache.map(|cache| cache.with_budget(config.redis_budget));
         let top_items = TopItems::new(conn.clone(), keys.clone(), config.rank_limit);
         let pages = PageStore::in_cache_or_state(cache, conn.clone(), &keys, config.page_ttl)
             .ranked(keys.item_views(), config.rank_limit)

@@ -12,6 +12,12 @@ use redis::RedisError;
 /// instead of a timeout per request.
 pub const BACKOFF: Duration = Duration::from_millis(250);
 
+/// How many budget misses in a row (no command answered in between) open the
+/// breaker: one slow answer on a busy machine is not a stalled node, and a node
+/// that stalls misses this many within its first budget (requests keep coming).
+/// A refused or dropped connection opens it at once.
+pub const MISSES_TO_OPEN: u64 = 3;
+
 /// The breaker's state, shared by every clone of a handle.
 #[derive(Debug)]
 pub(super) struct Breaker {
@@ -29,6 +35,11 @@ pub(super) struct Breaker {
     pub(super) backoff: Duration,
     pub(super) trips: AtomicU64,
     pub(super) fast_failures: AtomicU64,
+    /// Budget misses since a command last answered.
+    pub(super) misses: AtomicU64,
+    /// The node it guards, for the log (a cluster's per-node breakers); none for
+    /// a one-node handle's.
+    pub(super) node: Option<String>,
 }
 
 /// A command let through. Only commands admitted while the breaker was closed, in
@@ -47,6 +58,16 @@ impl Admitted<'_> {
     /// Learns from the command's outcome.
     pub(super) fn record(self, error: Option<&RedisError>) {
         let b = self.breaker;
+        if let Some(e) = error
+            && !self.probe
+            && super::BudgetExceeded::is(e)
+            && b.misses.fetch_add(1, Ordering::AcqRel) + 1 < MISSES_TO_OPEN
+        {
+            return;
+        }
+        if error.is_none() {
+            b.misses.store(0, Ordering::Release);
+        }
         match error {
             Some(e) if unreachable(e) => {
                 let until = b.now_ms() + b.backoff.as_millis() as u64;
@@ -66,6 +87,7 @@ impl Admitted<'_> {
                     b.trips.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         error = %e,
+                        node = b.node.as_deref().unwrap_or("redis"),
                         "redis unreachable; failing fast, probing every {:?}",
                         b.backoff
                     );
@@ -74,7 +96,10 @@ impl Admitted<'_> {
             _ if self.probe => {
                 b.open_until_ms.store(0, Ordering::Release);
                 b.generation.fetch_add(1, Ordering::AcqRel);
-                tracing::info!("redis answers again");
+                tracing::info!(
+                    node = b.node.as_deref().unwrap_or("redis"),
+                    "redis answers again"
+                );
             }
             _ => {}
         }
@@ -99,7 +124,20 @@ impl Breaker {
             backoff,
             trips: AtomicU64::new(0),
             fast_failures: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            node: None,
         }
+    }
+
+    /// The same breaker, naming the node it guards in its log lines.
+    pub(super) fn naming(mut self, node: &str) -> Self {
+        self.node = Some(node.to_owned());
+        self
+    }
+
+    /// Whether it fails commands at once now (or lets only a probe through).
+    pub(super) fn is_open(&self) -> bool {
+        self.open_until_ms.load(Ordering::Acquire) != 0
     }
 
     pub(super) fn now_ms(&self) -> u64 {

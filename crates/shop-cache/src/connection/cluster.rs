@@ -35,12 +35,23 @@ pub(super) struct ClusterHandle {
     pub(super) last_rebuild_ms: AtomicU64,
     pub(super) epoch: Instant,
     pub(super) rebuilds: AtomicU64,
+    /// A breaker per primary, found by the slot map.
+    pub(super) nodes: Arc<super::nodes::NodeBreakers>,
 }
 
 /// The least time between two rebuilds of a cluster connection.
 pub(super) const CLUSTER_REBUILD_EVERY: Duration = Duration::from_secs(1);
 
 impl ClusterHandle {
+    /// The breaker of the node serving `key` (none until the slot map is known).
+    pub(super) fn breaker_of(
+        &self,
+        key: &[u8],
+        conn: &ClusterConnection,
+    ) -> Option<Arc<super::breaker::Breaker>> {
+        self.nodes.of(super::nodes::slot_of(key), conn)
+    }
+
     pub(super) fn conn(&self) -> ClusterConnection {
         self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
     }

@@ -50,6 +50,13 @@ pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[Pa
     }
 }
 
+/// Takes back [`mark_shared`] from a page that may be old (a purge came while
+/// it was rendered): `Cache-Control: no-cache`, no `Surrogate-Key`.
+pub(crate) fn mark_unshared(headers: &mut HeaderMap) {
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.remove(SURROGATE_KEY);
+}
+
 /// The tags as one `Surrogate-Key` value, or `None` if they do not fit in it.
 fn surrogate_keys(tags: &[PageTag]) -> Option<String> {
     if tags.len() > MAX_SURROGATE_KEYS {

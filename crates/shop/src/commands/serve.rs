@@ -201,7 +201,7 @@ async fn serve_with(
     // loses none.
     let flush_stop = CancellationToken::new();
     let flusher = tokio::spawn(shop_cache::daemon::run(
-        ViewFlusher::new(state.sessions.clone()),
+        ViewFlusher::new(state.sessions.over(conn.clone())),
         flush_stop.clone(),
     ));
     // Every serving process reads the sales for its own sale pages; stopped at the

@@ -228,6 +228,13 @@ pub struct WebSettings {
     /// believed. Without it, behind a proxy every client shares the proxy's limits.
     #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
+    /// Milliseconds one Redis command of a request may take: past it the request
+    /// goes on without that node (a guest session, the page from the tier or the
+    /// database, 503 for a write) and the node fails fast until a probe answers.
+    #[arg(long, env = "SHOP_REDIS_BUDGET_MS",
+          default_value_t = shop_web::DEFAULT_REDIS_BUDGET.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub redis_budget_ms: u64,
     /// Seconds a cached page is kept.
     #[arg(long, env = "SHOP_PAGE_TTL", default_value_t = page_cache::DEFAULT_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -562,6 +569,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
                 ..Default::default()
             },
             trust_forwarded_for: web.trust_forwarded_for,
+            redis_budget: Duration::from_millis(web.redis_budget_ms),
             // The [edge] section's (`EdgeSettings::purger`), set by `serve`.
             edge_purger: None,
             event_streams: shop_web::event_streams::StreamLimits {

@@ -19,17 +19,17 @@ use shop_testapp::TestApp;
 
 /// One request a probe made.
 #[derive(Debug, Clone)]
-struct Sample {
+pub(crate) struct Sample {
     /// Which probe: "page", "cart", "inventory", "checkout", "buy".
-    kind: &'static str,
+    pub(crate) kind: &'static str,
     /// When it started, from the drill's start.
-    at: Duration,
-    took: Duration,
-    status: u16,
+    pub(crate) at: Duration,
+    pub(crate) took: Duration,
+    pub(crate) status: u16,
 }
 
 /// Percentile of latencies in milliseconds.
-fn pct(samples: &[&Sample], p: f64) -> f64 {
+pub(crate) fn pct(samples: &[&Sample], p: f64) -> f64 {
     if samples.is_empty() {
         return 0.0;
     }
@@ -39,13 +39,18 @@ fn pct(samples: &[&Sample], p: f64) -> f64 {
     ms[i]
 }
 
-fn select<'a>(all: &'a [Sample], kind: &str, from: Duration, to: Duration) -> Vec<&'a Sample> {
+pub(crate) fn select<'a>(
+    all: &'a [Sample],
+    kind: &str,
+    from: Duration,
+    to: Duration,
+) -> Vec<&'a Sample> {
     all.iter()
         .filter(|s| s.kind == kind && s.at >= from && s.at < to)
         .collect()
 }
 
-fn summary(all: &[Sample], kind: &str, from: Duration, to: Duration) -> String {
+pub(crate) fn summary(all: &[Sample], kind: &str, from: Duration, to: Duration) -> String {
     let s = select(all, kind, from, to);
     let mut statuses: Vec<(u16, usize)> = Vec::new();
     for x in &s {
@@ -66,7 +71,7 @@ fn summary(all: &[Sample], kind: &str, from: Duration, to: Duration) -> String {
 
 /// One drill: its clock, `shop load` in the background, and the probes, each
 /// recording its answers until the drill ends.
-struct Drill {
+pub(crate) struct Drill {
     start: Instant,
     end_at: Duration,
     addr: String,
@@ -78,8 +83,12 @@ struct Drill {
 impl Drill {
     /// Starts the clock, and `shop load` against `addr` until `end_at`.
     fn start(shop: &TestApp, addr: &str, end_at: Duration) -> Self {
+        Self::start_with(shop.shop(), addr, end_at)
+    }
+
+    /// [`Drill::start`] with `cmd`, the `shop` command of the shop under test.
+    pub(crate) fn start_with(mut cmd: Command, addr: &str, end_at: Duration) -> Self {
         let start = Instant::now();
-        let mut cmd: Command = shop.shop();
         cmd.args([
             "load",
             "--target",
@@ -106,7 +115,7 @@ impl Drill {
 
     /// A probe thread: calls `send` (with the shop's address and a counter), then
     /// sleeps `pause`, until the drill ends, recording each answer.
-    fn probe(
+    pub(crate) fn probe(
         &mut self,
         kind: &'static str,
         pause: Duration,
@@ -132,17 +141,17 @@ impl Drill {
     }
 
     /// Time on the drill's clock.
-    fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.start.elapsed()
     }
 
     /// Sleeps until `at` on the drill's clock.
-    fn sleep_until(&self, at: Duration) {
+    pub(crate) fn sleep_until(&self, at: Duration) {
         thread::sleep(at.saturating_sub(self.elapsed()));
     }
 
     /// Waits for the probes and the load to end: every sample, and the load's report.
-    fn finish(self) -> (Vec<Sample>, String) {
+    pub(crate) fn finish(self) -> (Vec<Sample>, String) {
         for p in self.probes {
             p.join().unwrap();
         }

@@ -14,6 +14,7 @@ mod items;
 mod load;
 mod row_cache;
 mod serve_limits;
+mod stall;
 mod work;
 
 use std::process::Command;

@@ -1,0 +1,205 @@
+//! A Redis node that stalls under load (`SIGSTOP` for 3 s, as a fork for a
+//! snapshot, a slow command or a noisy neighbour does), on one node and on a
+//! cluster (there a primary, whose replica takes over past the test cluster's 1 s
+//! node time-out): requests keep answering within about the request budget
+//! (`--redis-budget-ms`, 100 ms) instead of the connection's 2 s time-out, item
+//! pages stay 200, and what a shopper was told was saved is there afterwards.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shop_testkit::TestRedisCluster;
+
+use crate::drills::{Drill, Sample, pct, select, summary};
+use crate::e2e::{Binary, request, seed, seeded, serve, stop};
+
+/// One cart write a probe made: the line, the count it set, and the answer.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    item: u64,
+    count: u64,
+    status: u16,
+}
+
+/// The cart `/api/me` shows `cookie`, once the shop reads it again.
+fn cart_after(addr: &str, cookie: &str) -> Vec<(u64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let me = request(addr, "GET", "/api/me", Some(cookie), None);
+        if me.status == 200 {
+            let me: serde_json::Value = serde_json::from_str(&me.body).unwrap();
+            return me["cart"]["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| (l["item"].as_u64().unwrap(), l["quantity"].as_u64().unwrap()))
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cart never came back: {}",
+            me.status
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The drill against the shop at `addr` (`shop` its command): `stall` stops a
+/// node 3 s in, `wake` lets it go 3 s later.
+fn stalled_node(shop: Command, addr: &str, stall: impl FnOnce(), wake: impl FnOnce()) {
+    let cookie = request(addr, "GET", "/api/me", None, None)
+        .session_cookie()
+        .expect("a cookie");
+    for i in 1..=20 {
+        assert_eq!(
+            request(addr, "GET", &format!("/items/{i}"), Some(&cookie), None).status,
+            200
+        );
+    }
+    let (stall_at, wake_at, end_at) = (
+        Duration::from_secs(3),
+        Duration::from_secs(6),
+        Duration::from_secs(9),
+    );
+    let mut drill = Drill::start_with(shop, addr, end_at);
+    for p in 0..2u64 {
+        let cookie = cookie.clone();
+        drill.probe("page", Duration::from_millis(5), move |a, n| {
+            let path = format!("/items/{}", 1 + (n + p * 7) % 20);
+            request(a, "GET", &path, Some(&cookie), None)
+        });
+    }
+    let me_cookie = cookie.clone();
+    drill.probe("me", Duration::from_millis(5), move |a, _| {
+        request(a, "GET", "/api/me", Some(&me_cookie), None)
+    });
+    let writes: Arc<Mutex<Vec<Write>>> = Arc::default();
+    let (cart_cookie, log) = (cookie.clone(), writes.clone());
+    drill.probe("cart", Duration::from_millis(10), move |a, n| {
+        let (item, count) = (1 + n % 4, 1 + n % 9);
+        let form = format!("item={item}&count={count}");
+        let reply = request(a, "POST", "/cart", Some(&cart_cookie), Some(&form));
+        log.lock().unwrap().push(Write {
+            item,
+            count,
+            status: reply.status,
+        });
+        reply
+    });
+
+    drill.sleep_until(stall_at);
+    stall();
+    drill.sleep_until(wake_at);
+    wake();
+    let (all, _report) = drill.finish();
+
+    // What started inside the stall, less a margin at each end.
+    let during = (
+        stall_at + Duration::from_millis(300),
+        wake_at - Duration::from_millis(300),
+    );
+    println!("DRILL a Redis node stalled {stall_at:?}..{wake_at:?}");
+    for kind in ["page", "me", "cart"] {
+        println!(
+            "  before  {}",
+            summary(&all, kind, Duration::ZERO, stall_at)
+        );
+        println!("  stalled {}", summary(&all, kind, during.0, during.1));
+        println!("  after   {}", summary(&all, kind, wake_at, end_at));
+    }
+    let pages: Vec<&Sample> = select(&all, "page", during.0, during.1);
+    assert!(!pages.is_empty());
+    assert!(
+        all.iter()
+            .filter(|s| s.kind == "page")
+            .all(|s| s.status == 200),
+        "item pages are served throughout"
+    );
+    // Within the budget, not the 2 s time-out: a request makes a few Redis calls,
+    // each bounded by 100 ms, then fails fast on the node's open breaker (a wide
+    // margin for a debug build on two shared cores).
+    for kind in ["page", "me", "cart"] {
+        let stalled = select(&all, kind, during.0, during.1);
+        assert!(!stalled.is_empty(), "{kind}: no request during the stall");
+        let slowest = pct(&stalled, 1.0);
+        assert!(slowest < 1_000.0, "{kind}: {slowest} ms during the stall");
+    }
+    let statuses_ok = all.iter().all(|s| matches!(s.status, 200 | 303 | 503));
+    assert!(statuses_ok, "only 200, 303 or 503");
+
+    // Nothing a shopper was told was saved is lost: each line holds the count of
+    // its last write answered 303, or of a later write that was refused (503) yet
+    // reached the node before it stalled and ran when it woke.
+    let writes = writes.lock().unwrap().clone();
+    let cart = cart_after(addr, &cookie);
+    for item in 1..=4u64 {
+        let mine: Vec<&Write> = writes.iter().filter(|w| w.item == item).collect();
+        let last_saved = mine.iter().rposition(|w| w.status == 303);
+        let allowed: Vec<u64> = match last_saved {
+            Some(i) => mine[i..]
+                .iter()
+                .enumerate()
+                .filter(|(j, w)| *j == 0 || w.status != 303)
+                .map(|(_, w)| w.count)
+                .collect(),
+            None => mine.iter().map(|w| w.count).collect(),
+        };
+        let now = cart.iter().find(|(i, _)| *i == item).map(|(_, q)| *q);
+        match (now, last_saved) {
+            (Some(q), _) => assert!(allowed.contains(&q), "item {item}: {q} not in {allowed:?}"),
+            (None, Some(_)) => panic!("item {item}: a saved line is gone"),
+            (None, None) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_costs_the_budget_not_seconds() {
+    let shop = seeded(200).await;
+    let (child, addr) = shop.serve(&[
+        "--uncached-per-address",
+        "10000000",
+        "--redis-budget-ms",
+        "100",
+    ]);
+    stalled_node(
+        shop.shop(),
+        &addr,
+        || shop.redis.pause(),
+        || shop.redis.resume(),
+    );
+    assert!(stop(child).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
+    let cluster = TestRedisCluster::start();
+    let db = shop_testkit::TestDb::sqlite();
+    let cwd = tempfile::tempdir().unwrap();
+    let command = || {
+        let mut cmd = crate::shop();
+        cmd.current_dir(cwd.path())
+            .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
+            .env("DATABASE_URL", db.url());
+        cmd
+    };
+    seed(command(), "200");
+    let (child, addr) = serve(
+        command(),
+        &[
+            "--uncached-per-address",
+            "10000000",
+            "--redis-budget-ms",
+            "100",
+        ],
+    );
+    let primary = cluster.primaries()[0];
+    stalled_node(
+        command(),
+        &addr,
+        || cluster.pause(primary),
+        || cluster.resume(primary),
+    );
+    assert!(stop(child).success());
+}
