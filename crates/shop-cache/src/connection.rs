@@ -22,16 +22,19 @@
 //! Every clone of a [`RedisConn`] shares one breaker, so the session layer, the page
 //! cache and the carts learn together that Redis is down.
 //!
-//! On a cluster there is no breaker: a cluster is not down as a whole when one node
-//! is, and failing every command fast because one primary is failing over would turn
-//! a partial outage of a few seconds into a total one. The cluster client's own
-//! retries (a few, short: [`CLUSTER_RETRIES`]) wait for the replica's promotion. A
-//! dead node refuses connections, so its commands fail fast by themselves; a node
-//! that is stalled or cut off without a reset costs each command to it the 2 s
-//! time-out (measured: 4 s per item page with every node stopped by `SIGSTOP`). A
-//! per-node breaker fixed that but, over redis-rs's failover handling, turned some
-//! failovers into long runs of errors; it is the open item here. A cluster
-//! connection whose commands time out is rebuilt (see `ClusterHandle`).
+//! A stall (a node that neither answers nor closes its connections: a fork, a
+//! slow command) costs each command the 2 s time-out. The request path therefore
+//! uses a handle with a budget ([`RedisConn::with_budget`], 100 ms in the shop):
+//! a command past it fails, and [`MISSES_TO_OPEN`] misses in a row open
+//! the breaker as an unreachable Redis does.
+//!
+//! On a cluster the breaker is per primary (`nodes.rs`): a command's first key
+//! gives its slot, the cluster's slot map (read every [`TOPOLOGY_EVERY`]) its node.
+//! A cluster is not down as a whole when one node is, so only the commands the
+//! failing node serves fail fast; after a failover its slots are the replica's at
+//! the next map read. The cluster client's own retries (a few, short:
+//! [`CLUSTER_RETRIES`]) wait for the replica's promotion. A cluster connection
+//! whose commands time out is rebuilt (see `ClusterHandle`).
 //!
 //! Pipelines on a cluster: redis-rs sends a pipeline to one node and refuses one
 //! whose commands hash to different slots. The shop's pipelines are not
@@ -62,8 +65,8 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
-pub use breaker::BACKOFF;
 use breaker::Breaker;
+pub use breaker::{BACKOFF, MISSES_TO_OPEN};
 pub use cluster::CLUSTER_RETRIES;
 use cluster::ClusterHandle;
 pub use nodes::TOPOLOGY_EVERY;

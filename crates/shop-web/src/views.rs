@@ -20,7 +20,7 @@
 //!   ([`FROM_EDGE`], not counted here) and tells the page's script it served the
 //!   page (`Server-Timing: edge`), and the script's per-user call names the item
 //!   (`/api/me?item=42`, [`named_item`]): that call counts the view, with the
-//!   session's touch it makes anyway ([`serve_named`]). A page the shop served
+//!   session's touch it makes anyway. A page the shop served
 //!   itself was counted at its own request, and its script names no item: each
 //!   view is counted once, wherever the HTML came from. A crawler that runs no
 //!   script counts as above when the shop serves it the page, and not at all

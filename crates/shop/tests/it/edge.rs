@@ -76,7 +76,13 @@ pub async fn behind_the_edge(shop: impl Fn() -> Command, views: impl AsyncFn(u64
     let stranger = request(&edge, "GET", "/items/3", None, None);
     assert!(edge_hit(&stranger));
     // A query the shop does not read is the same page (no new object at the edge).
-    assert!(edge_hit(&request(&edge, "GET", "/items/3?x=12345", None, None)));
+    assert!(edge_hit(&request(
+        &edge,
+        "GET",
+        "/items/3?x=12345",
+        None,
+        None
+    )));
     for reply in pages.iter().chain([&stranger]) {
         assert_eq!(
             reply.header("set-cookie"),
