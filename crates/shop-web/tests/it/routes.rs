@@ -98,7 +98,7 @@ async fn operators_data_is_only_on_the_internal_router() {
     let detailed = json(app.internal_get("/healthz").await).await;
     assert_eq!(
         detailed,
-        serde_json::json!({"status": "ok", "redis": true, "database": "ok"})
+        serde_json::json!({"status": "ok", "redis": true, "redis_failing_nodes": [], "database": "ok"})
     );
     // Nothing else is served there: no pages, no sessions.
     let resp = app.internal_get("/").await;

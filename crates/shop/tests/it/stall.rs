@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use shop_testkit::TestRedisCluster;
 
 use crate::drills::{Drill, Sample, pct, select, summary};
-use crate::e2e::{Binary, request, seed, seeded, serve, stop};
+use crate::e2e::{Binary, request, seed, seeded, serve_with_metrics, stop};
 
 /// One cart write a probe made: the line, the count it set, and the answer.
 #[derive(Debug, Clone, Copy)]
@@ -45,9 +45,36 @@ fn cart_after(addr: &str, cookie: &str) -> Vec<(u64, u64)> {
     }
 }
 
-/// The drill against the shop at `addr` (`shop` its command): `stall` stops a
-/// node 3 s in, `wake` lets it go 3 s later.
-fn stalled_node(shop: Command, addr: &str, stall: impl FnOnce(), wake: impl FnOnce()) {
+/// Waits (2 s at most) until the operators' `/healthz` at `internal` names
+/// `node` among the Redis nodes failing fast.
+fn health_names(internal: &str, node: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let health = request(internal, "GET", "/healthz", None, None);
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(&health.body)
+            && json["redis_failing_nodes"]
+                .as_array()
+                .is_some_and(|nodes| nodes.iter().any(|n| n == node))
+        {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The drill against the shop at `addr` (`shop` its command, `internal` its
+/// operators' listener): `stall` stops a node 3 s in, `wake` lets it go 3 s
+/// later; the health check names `node` meanwhile.
+fn stalled_node(
+    shop: Command,
+    (addr, internal): (&str, &str),
+    node: &str,
+    stall: impl FnOnce(),
+    wake: impl FnOnce(),
+) {
     let cookie = request(addr, "GET", "/api/me", None, None)
         .session_cookie()
         .expect("a cookie");
@@ -90,9 +117,11 @@ fn stalled_node(shop: Command, addr: &str, stall: impl FnOnce(), wake: impl FnOn
 
     drill.sleep_until(stall_at);
     stall();
+    let named = health_names(internal, node);
     drill.sleep_until(wake_at);
     wake();
     let (all, _report) = drill.finish();
+    assert!(named, "/healthz never named {node} while it stalled");
 
     // What started inside the stall, less a margin at each end.
     let during = (
@@ -154,18 +183,23 @@ fn stalled_node(shop: Command, addr: &str, stall: impl FnOnce(), wake: impl FnOn
     }
 }
 
+/// The shop's own budget (the tests' default is longer), and no per-address
+/// limit on uncached work (every probe is this machine).
+const STALL_FLAGS: [&str; 4] = [
+    "--uncached-per-address",
+    "10000000",
+    "--redis-budget-ms",
+    "100",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_costs_the_budget_not_seconds() {
     let shop = seeded(200).await;
-    let (child, addr) = shop.serve(&[
-        "--uncached-per-address",
-        "10000000",
-        "--redis-budget-ms",
-        "100",
-    ]);
+    let (child, addr, internal) = serve_with_metrics(shop.shop(), &STALL_FLAGS);
     stalled_node(
         shop.shop(),
-        &addr,
+        (&addr, &internal),
+        "redis",
         || shop.redis.pause(),
         || shop.redis.resume(),
     );
@@ -185,19 +219,12 @@ async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
         cmd
     };
     seed(command(), "200");
-    let (child, addr) = serve(
-        command(),
-        &[
-            "--uncached-per-address",
-            "10000000",
-            "--redis-budget-ms",
-            "100",
-        ],
-    );
+    let (child, addr, internal) = serve_with_metrics(command(), &STALL_FLAGS);
     let primary = cluster.primaries()[0];
     stalled_node(
         command(),
-        &addr,
+        (&addr, &internal),
+        &cluster.addrs()[primary],
         || cluster.pause(primary),
         || cluster.resume(primary),
     );
