@@ -3,7 +3,8 @@
 //! cluster (there a primary, whose replica takes over past the test cluster's 1 s
 //! node time-out): requests keep answering within about the request budget
 //! (`--redis-budget-ms`, 100 ms) instead of the connection's 2 s time-out, item
-//! pages stay 200, and what a shopper was told was saved is there afterwards.
+//! pages stay 200, and what a shopper was told was saved is there afterwards:
+//! every cart line saved, every checkout placed once (retried with its key).
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use shop_testkit::TestRedisCluster;
 
 use crate::drills::{Drill, Sample, pct, select, summary};
-use crate::e2e::{Binary, request, seed, seeded, serve_with_metrics, stop};
+use crate::e2e::{Binary, checkout_form, log_in, request, seed, seeded, serve_with_metrics, stop};
 
 /// One cart write a probe made: the line, the count it set, and the answer.
 #[derive(Debug, Clone, Copy)]
@@ -68,9 +69,9 @@ fn health_names(internal: &str, node: &str) -> bool {
 /// The drill against the shop at `addr` (`shop` its command, `internal` its
 /// operators' listener): `stall` stops a node 3 s in, `wake` lets it go 3 s
 /// later; the health check names `node` meanwhile.
-fn stalled_node(
+async fn stalled_node(
     shop: Command,
-    (addr, internal): (&str, &str),
+    (addr, internal, db_url): (&str, &str, &str),
     node: &str,
     stall: impl FnOnce(),
     wake: impl FnOnce(),
@@ -115,6 +116,34 @@ fn stalled_node(
         reply
     });
 
+    // alice checks out one unit of item 11 over and over: a checkout answered
+    // 503 is sent again with the same key (the cart page's form does) until it
+    // is answered otherwise, putting the unit back into the cart first.
+    let buyer = log_in(addr, "alice");
+    let placed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let orders = placed.clone();
+    drill.probe("checkout", Duration::from_millis(20), move |a, n| {
+        let key = format!("stall-{n}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let add = request(a, "POST", "/cart", Some(&buyer), Some("item=11&count=1"));
+            if add.status == 303 {
+                let form = checkout_form(a, &buyer, &key);
+                let reply = request(a, "POST", "/checkout", Some(&buyer), Some(&form));
+                if reply.status != 503 {
+                    if reply.status == 303
+                        && reply.header("location").as_deref() == Some("/account")
+                    {
+                        orders.lock().unwrap().push(key);
+                    }
+                    return reply;
+                }
+            }
+            assert!(Instant::now() < deadline, "checkout {key} never answered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+
     drill.sleep_until(stall_at);
     stall();
     let named = health_names(internal, node);
@@ -129,7 +158,7 @@ fn stalled_node(
         wake_at - Duration::from_millis(300),
     );
     println!("DRILL a Redis node stalled {stall_at:?}..{wake_at:?}");
-    for kind in ["page", "me", "cart"] {
+    for kind in ["page", "me", "cart", "checkout"] {
         println!(
             "  before  {}",
             summary(&all, kind, Duration::ZERO, stall_at)
@@ -154,8 +183,30 @@ fn stalled_node(
         let slowest = pct(&stalled, 1.0);
         assert!(slowest < 1_000.0, "{kind}: {slowest} ms during the stall");
     }
-    let statuses_ok = all.iter().all(|s| matches!(s.status, 200 | 303 | 503));
+    let statuses_ok = all
+        .iter()
+        .filter(|s| s.kind != "checkout")
+        .all(|s| matches!(s.status, 200 | 303 | 503));
     assert!(statuses_ok, "only 200, 303 or 503");
+
+    // Each checkout placed once, whatever the stall did to its first tries:
+    // as many orders as keys answered "placed", one unit each.
+    let placed = placed.lock().unwrap().clone();
+    assert!(!placed.is_empty());
+    let db = shop_db::Db::connect(db_url).await.unwrap();
+    let alice = db
+        .check_password("alice", "alice-password")
+        .await
+        .unwrap()
+        .unwrap();
+    let orders = db.orders_of(alice, 10_000).await.unwrap();
+    println!(
+        "  {} checkouts placed, {} orders",
+        placed.len(),
+        orders.len()
+    );
+    assert_eq!(orders.len(), placed.len(), "one order per checkout placed");
+    assert!(orders.iter().all(|o| o.units == 1), "one unit each");
 
     // Nothing a shopper was told was saved is lost: each line holds the count of
     // its last write answered 303, or of a later write that was refused (503) yet
@@ -198,11 +249,12 @@ async fn a_stalled_redis_costs_the_budget_not_seconds() {
     let (child, addr, internal) = serve_with_metrics(shop.shop(), &STALL_FLAGS);
     stalled_node(
         shop.shop(),
-        (&addr, &internal),
+        (&addr, &internal, shop.test_db.url()),
         "redis",
         || shop.redis.pause(),
         || shop.redis.resume(),
-    );
+    )
+    .await;
     assert!(stop(child).success());
 }
 
@@ -223,10 +275,11 @@ async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
     let primary = cluster.primaries()[0];
     stalled_node(
         command(),
-        (&addr, &internal),
+        (&addr, &internal, db.url()),
         &cluster.addrs()[primary],
         || cluster.pause(primary),
         || cluster.resume(primary),
-    );
+    )
+    .await;
     assert!(stop(child).success());
 }
