@@ -93,8 +93,10 @@ sub vcl_backend_response {
     # A public page's fetch went without the browser's cookie: a cookie the
     # origin hands out here is no visitor's, and is never kept nor handed on.
     unset beresp.http.Set-Cookie;
-    if (beresp.http.Cache-Control !~ "(^|,)\s*public\s*(,|$)") {
-        # Not the same for everyone: not kept (hit-for-miss for a while).
+    if (beresp.http.Cache-Control !~ "(^|,)\s*public\s*(,|$)"
+        || beresp.http.Cache-Control ~ "no-cache|no-store|private") {
+        # Not the same for everyone, or to be asked for every time: not kept
+        # (hit-for-miss for a while).
         set beresp.uncacheable = true;
         set beresp.ttl = 10s;
         return (deliver);

@@ -37,16 +37,29 @@ impl Generation {
 /// catalogue data kept in process (the search results) is good while this count
 /// is what it was when the copy was read.
 #[derive(Debug, Clone, Default)]
-pub struct PurgesSeen(Arc<AtomicU64>);
+pub struct PurgesSeen(Arc<[AtomicU64; 2]>);
 
 impl PurgesSeen {
     /// The count now: read it before reading what is kept.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.0[0].load(Ordering::Acquire)
     }
 
-    /// One more purge seen.
+    /// One more purge seen, or purges maybe missed (a lost subscription).
     pub fn bump(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.0[0].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The purges themselves seen (this process's and the events of others'),
+    /// not counting a subscription's loss or start: what an edge cache was sent
+    /// ([`crate::EdgePurger`] goes from the purging process itself).
+    pub fn purges(&self) -> u64 {
+        self.0[1].load(Ordering::Acquire)
+    }
+
+    /// One more purge seen (counted in [`PurgesSeen::get`] too).
+    pub fn bump_purge(&self) {
+        self.0[1].fetch_add(1, Ordering::AcqRel);
+        self.bump();
     }
 }

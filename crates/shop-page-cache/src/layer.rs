@@ -293,14 +293,14 @@ impl Shared {
     where
         S: Service<Request, Response = Response, Error = Infallible>,
     {
-        let purges = self.store.purges_seen().get();
+        let purges = self.store.purges_seen().purges();
         let mut resp = call(inner, req).await;
         if storable(&resp) {
             let tags = take_tags(&mut resp, item);
             edge::mark_shared(&self.store, resp.headers_mut(), &tags);
             // A purge seen during the render: the page may be old, and an edge
             // whose copy that purge already dropped must not keep it.
-            if self.store.purges_seen().get() != purges {
+            if self.store.purges_seen().purges() != purges {
                 edge::mark_unshared(resp.headers_mut());
             }
         }

@@ -543,7 +543,7 @@ impl PageStore {
         if events.is_empty() {
             events.push(PageEvent::Purged(Vec::new()));
         }
-        self.purges_seen.bump();
+        self.purges_seen.bump_purge();
         self.publish(&events).await?;
         // Then the edges in front: a page they keep is as stale as one here.
         if let Some(edges) = &self.edges {

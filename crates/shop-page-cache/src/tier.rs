@@ -259,7 +259,7 @@ impl PageTier {
                 for key in keys {
                     self.pages.invalidate(key);
                 }
-                self.purges_seen.bump();
+                self.purges_seen.bump_purge();
             }
             PageEvent::Stored { key, .. } => self.pages.invalidate(key),
             PageEvent::Generation(since) => {

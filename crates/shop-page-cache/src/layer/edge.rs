@@ -14,8 +14,8 @@ pub const SURROGATE_KEY: HeaderName = HeaderName::from_static("surrogate-key");
 
 /// The most tags a page's `Surrogate-Key` names. A page with more (or more
 /// bytes of them) could not be purged at the edge by every tag it shows, so it is
-/// not marked for shared caches at all (`Cache-Control: no-cache`): the edge asks
-/// the shop every time, and the shop's own cache still serves it.
+/// marked `Cache-Control: public, no-cache`: the edge asks the shop every time,
+/// and the shop's own cache still serves it.
 pub const MAX_SURROGATE_KEYS: usize = 64;
 
 /// The most bytes of a page's `Surrogate-Key`.
@@ -26,11 +26,14 @@ pub const MAX_SURROGATE_KEY_BYTES: usize = 1_024;
 /// its ETag), `s-maxage` the page TTL, `stale-while-revalidate` and
 /// `stale-if-error` this cache's own windows (RFC 5861), and its tags in
 /// `Surrogate-Key` (within [`MAX_SURROGATE_KEYS`] and [`MAX_SURROGATE_KEY_BYTES`];
-/// a page whose tags do not fit is marked `no-cache` instead). The session layer
+/// a page whose tags do not fit is marked `public, no-cache` instead). The session layer
 /// sends no `Set-Cookie` on a page marked `public`.
 pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[PageTag]) {
     let Some(keys) = surrogate_keys(tags) else {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(SHARED_NO_CACHE),
+        );
         return;
     };
     let grace = store.grace();
@@ -50,10 +53,19 @@ pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[Pa
     }
 }
 
-/// Takes back [`mark_shared`] from a page that may be old (a purge came while
-/// it was rendered): `Cache-Control: no-cache`, no `Surrogate-Key`.
+/// What a page the same for everyone says when no shared cache may keep it
+/// without asking (it may be old, or could not be purged by all its tags):
+/// still the same for everyone (no cookie on it), revalidated on every use.
+pub(crate) const SHARED_NO_CACHE: &str = "public, no-cache";
+
+/// Takes back [`mark_shared`]'s freshness from a page that may be old (a purge
+/// came while it was rendered):
+/// [`SHARED_NO_CACHE`], no `Surrogate-Key`.
 pub(crate) fn mark_unshared(headers: &mut HeaderMap) {
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(SHARED_NO_CACHE),
+    );
     headers.remove(SURROGATE_KEY);
 }
 
