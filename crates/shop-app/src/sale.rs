@@ -62,9 +62,7 @@ impl SaleParts {
 
     /// These parts, their purges also sent to the edges in front.
     pub fn with_edges(mut self, edges: Option<shop_page_cache::EdgePurger>) -> Self {
-        if let Some(edges) = edges {
-            self.pages = self.pages.with_edges(edges);
-        }
+        self.pages = self.pages.with_edges(edges);
         self
     }
 

@@ -296,9 +296,10 @@ impl PageStore {
         self
     }
 
-    /// The same store, its purges also sent to `edges` (before they return).
-    pub fn with_edges(mut self, edges: crate::EdgePurger) -> Self {
-        self.edges = Some(edges);
+    /// The same store, its purges also sent to `edges`, if any (before they
+    /// return).
+    pub fn with_edges(mut self, edges: Option<crate::EdgePurger>) -> Self {
+        self.edges = edges;
         self
     }
 

@@ -291,11 +291,8 @@ impl AppState {
             .with_top({
                 let top = top_items.clone();
                 move |item| top.contains(item)
-            });
-        let pages = match config.edge_purger.clone() {
-            Some(edges) => pages.with_edges(edges),
-            None => pages,
-        };
+            })
+            .with_edges(config.edge_purger.clone());
         let tier = (config.page_tier_bytes > 0)
             .then(|| page_cache::PageTier::new(config.page_tier_bytes, &pages));
         let flash = FlashSales::new(conn.clone(), keys.clone()).with_hold(config.flash_hold);

@@ -188,6 +188,17 @@ impl SessionLayer {
         self
     }
 
+    /// The item view `req` is: an item page's, or the one its per-user call
+    /// names (see [`crate::views`]).
+    fn view_of(&self, req: &Request) -> Option<Viewed> {
+        let views = self.views.as_ref()?;
+        if let Some(view) = views.of(req) {
+            return Some(Viewed::Page(view));
+        }
+        let path = self.holdings_on?;
+        views.named(req, path).map(Viewed::Named)
+    }
+
     /// Whether `req` came over HTTPS, as far as the shop can know.
     fn https(&self, req: &Request) -> bool {
         self.secure_cookies
@@ -199,6 +210,14 @@ impl SessionLayer {
                     .and_then(|v| v.rsplit(',').next())
                     .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https")))
     }
+}
+
+/// How a request views an item ([`SessionLayer::view_of`]).
+enum Viewed {
+    /// It asks for the item's page.
+    Page(crate::views::View),
+    /// It is the per-user call of a page the edge served, naming its item.
+    Named(crate::views::View),
 }
 
 /// The session layer's middleware; see the module documentation.
@@ -227,17 +246,13 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
             COOKIE_NAME
         },
     );
-    let (mut resp, mut issued) = match state.views.as_ref() {
-        Some(views) => match (views.of(&req), state.holdings_on) {
-            (Some(view), _) => crate::views::serve(state, view, presented, https, req, next).await,
-            (None, Some(path)) => match views.named(&req, path) {
-                Some(view) => {
-                    crate::views::serve_named(state, view, presented, https, req, next).await
-                }
-                None => run_identified(state, presented, https, req, next).await,
-            },
-            (None, None) => run_identified(state, presented, https, req, next).await,
-        },
+    let (mut resp, mut issued) = match state.view_of(&req) {
+        Some(Viewed::Page(view)) => {
+            crate::views::serve(state, view, presented, https, req, next).await
+        }
+        Some(Viewed::Named(view)) => {
+            crate::views::serve_named(state, view, presented, https, req, next).await
+        }
         None => run_identified(state, presented, https, req, next).await,
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {

@@ -33,11 +33,8 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         conn.clone(),
         &keys,
         DEFAULT_TTL,
-    );
-    let pages = match args.edge.purger() {
-        Some(edges) => pages.with_edges(edges),
-        None => pages,
-    };
+    )
+    .with_edges(args.edge.purger());
     let rows = RowCache::new(conn.clone(), keys.clone());
     let ranking = Analytics::new(conn.clone(), keys.clone());
     let sales = FlashSales::new(conn, keys);
