@@ -71,6 +71,17 @@ impl Keys {
         }
     }
 
+    /// String: the number of the last view-count call of the ranking that process
+    /// `writer` applied (so a call sent again after a lost answer counts once);
+    /// beside `viewed:` (its slot on a cluster), expiring.
+    pub fn ranking_writer(&self, writer: &str) -> String {
+        let tag = match self.0.layout {
+            Layout::Book => "",
+            Layout::Cluster { .. } => "{views}:",
+        };
+        format!("{}view-writer:{tag}{writer}", self.0.prefix)
+    }
+
     /// String: the server time (unix seconds) of the last rescale of `viewed:`, so
     /// several workers rescale once per interval.
     pub fn views_rescaled(&self) -> &str {

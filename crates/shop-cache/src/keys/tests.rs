@@ -29,6 +29,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.cart(&t), "cart:AAAAAAAAAAAAAAAAAAAAAA");
     assert_eq!(k.item_views(), "viewed:");
     assert_eq!(k.views_rescaled(), "rescaled:");
+    assert_eq!(k.ranking_writer("w1"), "view-writer:w1");
     let i = ItemId::new(3).unwrap();
     assert_eq!(k.viewers(i, 2958), "viewers:3:2958");
     assert_eq!(k.buyers(i, 2958), "buyers:3:2958");
@@ -59,6 +60,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
         k.named("x"),
         k.slotted("n:", "t", "i1"),
         k.views_rescaled().to_owned(),
+        k.ranking_writer("w1"),
         k.viewers(i, 1),
         k.buyers(i, 1),
         k.bought().to_owned(),
@@ -129,6 +131,8 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
     }
     // rescale: the ranking and its marker.
     assert_eq!(tag(k.views_rescaled()), tag(k.item_views()));
+    // a view flush: the ranking and its writer's last call.
+    assert_eq!(tag(&k.ranking_writer("w1")), tag(k.item_views()));
     // record_order: the popularity beside the number of orders.
     assert_eq!(tag(k.bought()), tag(k.orders()));
     // record_order, per item.

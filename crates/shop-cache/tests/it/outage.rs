@@ -98,3 +98,41 @@ fn tempfile_path() -> String {
         .display()
         .to_string()
 }
+
+/// A view flush whose answer was lost while Redis stalled (its call timed out,
+/// yet ran when Redis woke) is sent again and counted once, not twice.
+#[tokio::test]
+async fn a_view_flush_whose_answer_was_lost_in_a_stall_counts_once() {
+    let server = TestRedis::start();
+    let conn = shop_cache::connect(&server.url())
+        .await
+        .unwrap()
+        .with_budget(Duration::from_millis(100));
+    let sessions = Sessions::new(conn, keys());
+    let t = SessionToken::generate();
+    let item = ItemId::new(5).unwrap();
+    for _ in 0..3 {
+        sessions
+            .touch(&t, Touch::request().view(item))
+            .await
+            .unwrap();
+    }
+    server.pause();
+    let lost = sessions.flush_views().await;
+    server.resume();
+    assert!(lost.is_err(), "a stalled Redis answers nothing");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sessions.flush_views().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Redis never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sessions.pending_views(), 0);
+    let mut raw = shop_cache::connect(&server.url()).await.unwrap();
+    let views: f64 = redis::AsyncCommands::zscore(&mut raw, keys().item_views(), 5)
+        .await
+        .unwrap();
+    assert_eq!(views, -3.0, "counted once");
+}

@@ -120,9 +120,88 @@ pub(super) const MAX_PENDING_VIEWERS: usize = 200_000;
 /// Nothing else: the session, its history and the page itself were written by the
 /// touch script. A graceful stop flushes ([`ViewFlusher`] runs one last step), so
 /// it loses nothing; a flush that fails keeps its views for the next one.
+///
+/// Written at most once: each call that adds to the ranking carries this
+/// process's number for it, and the script skips a number it has applied
+/// ([`RankingCalls`]). A call whose answer was lost (a time-out while the node
+/// stalled, a step dropped at shutdown) may still run later; it is sent again with
+/// the same number, never merged into newer counts, so it counts once whichever
+/// copy runs first.
 #[derive(Debug, Default)]
 pub(in crate::session) struct ViewBatch {
     pub(super) pending: Mutex<PendingViews>,
+    pub(super) ranking: tokio::sync::Mutex<RankingCalls>,
+}
+
+/// How long Redis remembers the last ranking call a process applied: far longer
+/// than any outage a call in doubt can be retried after (a restarted process is a
+/// new writer, so the keys are one per process started in that time).
+pub(super) const RANKING_MARK_TTL: Duration = Duration::from_secs(86_400);
+
+/// This process's ranking calls: who writes them, the last number given, and the
+/// call whose answer was lost, if any (sent again, with its number, before any
+/// newer one). Calls go one at a time, in order, so a number at most the last
+/// applied is one applied already.
+#[derive(Debug)]
+pub(in crate::session) struct RankingCalls {
+    writer: String,
+    last: u64,
+    in_doubt: Option<RankingCall>,
+}
+
+impl Default for RankingCalls {
+    fn default() -> Self {
+        Self {
+            writer: SessionToken::generate().expose().to_owned(),
+            last: 0,
+            in_doubt: None,
+        }
+    }
+}
+
+/// Counts for the ranking, and their number.
+#[derive(Debug, Clone)]
+pub(super) struct RankingCall {
+    number: u64,
+    counts: Vec<(ItemId, u64)>,
+}
+
+impl RankingCalls {
+    /// Sends the call in doubt until Redis has answered it.
+    async fn send(&mut self, conn: &RedisConn, keys: &Keys) -> Result<(), CacheError> {
+        let Some(call) = &self.in_doubt else {
+            return Ok(());
+        };
+        let mut script = scripts::COUNT_VIEWS.prepare_invoke();
+        script
+            .key(keys.item_views())
+            .key(keys.ranking_writer(&self.writer))
+            .arg(call.number)
+            .arg(RANKING_MARK_TTL.as_secs());
+        for (item, count) in &call.counts {
+            script.arg(item.get()).arg(*count);
+        }
+        script.invoke_async::<i64>(&mut conn.clone()).await?;
+        self.in_doubt = None;
+        Ok(())
+    }
+
+    /// Gives `counts` the next number and sends them (kept in doubt until
+    /// answered).
+    async fn add(
+        &mut self,
+        counts: Vec<(ItemId, u64)>,
+        conn: &RedisConn,
+        keys: &Keys,
+    ) -> Result<(), CacheError> {
+        debug_assert!(self.in_doubt.is_none());
+        self.last += 1;
+        self.in_doubt = Some(RankingCall {
+            number: self.last,
+            counts,
+        });
+        self.send(conn, keys).await
+    }
 }
 
 #[derive(Debug, Default)]
@@ -160,36 +239,43 @@ impl ViewBatch {
     }
 
     pub(super) async fn flush(&self, conn: &RedisConn, keys: &Keys) -> Result<u64, CacheError> {
-        let taken = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        if taken.items.is_empty() {
+        // One flush's ranking calls at a time, in order.
+        let mut ranking = self.ranking.lock().await;
+        let mut taken =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if taken.items.is_empty() && ranking.in_doubt.is_none() {
             return Ok(0);
         }
+        // The counts leave the batch: sent below, or put back unsent.
+        let counts: Vec<(ItemId, u64)> = taken
+            .items
+            .iter_mut()
+            .filter(|(_, seen)| seen.count > 0)
+            .map(|(item, seen)| (*item, std::mem::take(&mut seen.count)))
+            .collect();
+        let views: u64 = counts.iter().map(|(_, count)| count).sum();
         // Put back unless written: on an error, and also when this future is dropped
         // mid-write (the daemon loop drops a step in flight at shutdown; the views
         // were then lost before its last step could write them).
         let mut unwritten = Unwritten {
             into: self,
             views: Some(taken),
+            counts,
         };
+        // The ranking: one key, so its counts go in few calls, one at a time; the
+        // call in doubt first.
+        ranking.send(conn, keys).await?;
+        while !unwritten.counts.is_empty() {
+            let rest = unwritten
+                .counts
+                .split_off(unwritten.counts.len().min(VIEW_CHUNK));
+            let chunk = std::mem::replace(&mut unwritten.counts, rest);
+            ranking.add(chunk, conn, keys).await?;
+        }
+        drop(ranking);
         let batch = unwritten.views.as_ref().expect("just set");
         let window = crate::insights::current_window();
         let ttl = crate::insights::WINDOW_TTL.as_secs();
-        let views: u64 = batch.items.values().map(|seen| seen.count).sum();
-        // The ranking: one key, so its counts go in few calls.
-        let counts: Vec<(ItemId, u64)> = batch
-            .items
-            .iter()
-            .map(|(item, seen)| (*item, seen.count))
-            .collect();
-        let ranking = counts.chunks(VIEW_CHUNK).map(|chunk| {
-            let mut call = scripts::COUNT_VIEWS.prepare_invoke();
-            call.key(keys.item_views());
-            for (item, count) in chunk {
-                call.arg(item.get()).arg(*count);
-            }
-            let mut conn = conn.clone();
-            async move { call.invoke_async::<i64>(&mut conn).await }.boxed()
-        });
         // The viewers: one key per item, so one call per item on a cluster (each
         // its own slot) and a chunk of items per call on one node.
         let seen: Vec<(ItemId, &[SessionToken])> = batch
@@ -222,9 +308,8 @@ impl ViewBatch {
             let mut conn = conn.clone();
             async move { call.invoke_async::<i64>(&mut conn).await }.boxed()
         });
-        // On an error the guard keeps the views for the next flush. (Part of them
-        // may have been written before it failed; counting those again is the
-        // lesser error.)
+        // On an error the guard keeps the viewers for the next flush (adding a
+        // viewer again changes nothing).
         // A few calls in flight at a time (see `flush_touches`); on a cluster, where
         // each item's viewers are a call of their own to its node, more.
         let in_flight = if one_slot {
@@ -232,7 +317,7 @@ impl ViewBatch {
         } else {
             4 * FLUSH_IN_FLIGHT
         };
-        let calls: Vec<_> = ranking.chain(viewers).collect();
+        let calls: Vec<_> = viewers.collect();
         let written: Vec<Result<i64, redis::RedisError>> = futures::stream::iter(calls)
             .buffer_unordered(in_flight)
             .collect()
@@ -244,9 +329,15 @@ impl ViewBatch {
         Ok(views)
     }
 
-    pub(super) fn merge_back(&self, batch: PendingViews) {
+    pub(super) fn merge_back(&self, batch: PendingViews, counts: Vec<(ItemId, u64)>) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (item, count) in counts {
+            pending.items.entry(item).or_default().count += count;
+        }
         for (item, seen) in batch.items {
+            if seen.count == 0 && seen.viewers.is_empty() {
+                continue;
+            }
             let room = MAX_PENDING_VIEWERS.saturating_sub(pending.viewers);
             let entry = pending.items.entry(item).or_default();
             entry.count += seen.count;
@@ -257,16 +348,21 @@ impl ViewBatch {
     }
 }
 
-/// Views taken out of the batch for a write, put back when dropped unless written.
+/// Views taken out of the batch for a write, put back when dropped unless written:
+/// the viewers, and the ranking's counts not yet given to a call.
 pub(super) struct Unwritten<'a> {
     pub(super) into: &'a ViewBatch,
     pub(super) views: Option<PendingViews>,
+    pub(super) counts: Vec<(ItemId, u64)>,
 }
 
 impl Drop for Unwritten<'_> {
     fn drop(&mut self) {
+        let counts = std::mem::take(&mut self.counts);
         if let Some(views) = self.views.take() {
-            self.into.merge_back(views);
+            self.into.merge_back(views, counts);
+        } else if !counts.is_empty() {
+            self.into.merge_back(PendingViews::default(), counts);
         }
     }
 }
