@@ -36,7 +36,8 @@ const mePromise = (async function () {
 (async function () {
   const me = await mePromise;
   if (!me) return;
-  document.getElementById('cart-count').textContent = me.cart.count;
+  // Degraded: the cart is not known right now; the count stays as it was.
+  if (!me.degraded) document.getElementById('cart-count').textContent = me.cart.count;
   const who = document.getElementById('who');
   if (me.user) {
     who.textContent = '';

@@ -21,7 +21,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn account(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user()? else {
         return Ok(log_in_first("/account"));
     };
     let name = state.db.user_name(user).await?.unwrap_or_default();

@@ -197,10 +197,11 @@ async fn update(
 /// between the steps; if it fails again, the next read tries again), else the
 /// session's.
 pub(crate) async fn cart_of(state: &AppState, session: &Session) -> Result<CartOf, WebError> {
-    if let Some(user) = session.user {
+    let user = session.known_user()?;
+    if let Some(user) = user {
         finish_merge(state, &session.token, user, None).await;
     }
-    Ok(CartOf::of(&session.token, session.user))
+    Ok(CartOf::of(&session.token, user))
 }
 
 /// Merges into `user`'s cart what the session's own cart still holds (`read`,
@@ -231,7 +232,7 @@ async fn new_cart_allowed(
     peer: Option<std::net::IpAddr>,
     headers: &HeaderMap,
 ) -> Result<(), WebError> {
-    if session.user.is_some() || !state.carts.is_empty(&session.token).await? {
+    if session.known_user()?.is_some() || !state.carts.is_empty(&session.token).await? {
         return Ok(());
     }
     let Some(address) = client_address(peer, headers, state.config.trust_forwarded_for) else {
@@ -258,7 +259,7 @@ async fn checkout(
         Some(text) => CartVersion::parse(text).map_err(|e| WebError::bad_request(e.to_string()))?,
         None => CartVersion::default(),
     };
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user()? else {
         if wants_json(&headers) {
             return Err(WebError::unauthorized());
         }

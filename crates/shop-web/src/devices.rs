@@ -167,7 +167,7 @@ async fn end_one(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user()? else {
         return Ok(not_logged_in(&headers));
     };
     // Ids are 24 hex characters; anything else is no session of anyone's.
@@ -192,7 +192,7 @@ async fn end_others(
     session: Session,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user()? else {
         return Ok(not_logged_in(&headers));
     };
     let ended = state
@@ -212,7 +212,7 @@ fn done(headers: &HeaderMap, body: serde_json::Value, back: &str) -> Response {
 }
 
 async fn password_form(session: Session) -> Result<Response, WebError> {
-    if session.user.is_none() {
+    if session.known_user()?.is_none() {
         return Ok(log_in_first("/account/password"));
     }
     Ok((
@@ -229,7 +229,7 @@ async fn change_password(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user()? else {
         return Ok(not_logged_in(&headers));
     };
     let refuse = |status: StatusCode, code: &'static str, message: &str| {

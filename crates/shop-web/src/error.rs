@@ -134,7 +134,7 @@ impl WebError {
     }
 
     /// 503: a store is down; try again.
-    fn unavailable() -> Self {
+    pub(crate) fn unavailable() -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",

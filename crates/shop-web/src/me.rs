@@ -13,7 +13,10 @@
 //! cart is the account's, in the user's slot). The touch is not written
 //! behind as an item page's is: the call waits for the read anyway, and this is
 //! the request of a page view that refuses a session past its lifetime and hands
-//! out the new cookie.
+//! out the new cookie. While the session store cannot answer (down, or a node
+//! stalled past the request's budget), the answer is a guest's marked
+//! `"degraded": true` (no cart, no history known), not an error: every page
+//! goes on working.
 //!
 //! Behind an edge cache the page's script names the page's item
 //! (`/api/me?item=42`, when the edge says it served the page): the session
@@ -31,12 +34,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use shop_cache::CacheError;
 use shop_cache::cart::CartOf;
 use shop_cache::domain::UserId;
 use shop_cache::session::Holdings;
 
 use crate::AppState;
-use crate::error::WebError;
+use crate::error::{Cause, WebError};
 use crate::session::Session;
 use crate::views::{ItemFound, NamedView};
 
@@ -90,6 +94,10 @@ struct Me<'a> {
     user: Option<User<'a>>,
     cart: Cart,
     recently_viewed: Vec<&'a RawValue>,
+    /// The session store could not answer in time: the cart and the history are
+    /// not known (shown empty), the visitor is treated as a guest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    degraded: bool,
 }
 
 #[derive(Serialize)]
@@ -133,20 +141,33 @@ async fn me(
         Some(id) => state.user_names.name(&state.db, id).await?,
         None => None,
     };
-    // Read with the touch; read now only where the layer could not (it failed).
+    // Read with the touch; read now only where the layer did not. A Redis that
+    // cannot answer now (down, or stalled past the request's budget) makes this a
+    // guest's answer marked `degraded`, not an error: the page goes on.
+    let mut degraded = session.store_failed;
     let Holdings { mut cart, viewed } = match holdings {
         Some(Extension(holdings)) => holdings,
-        None => Holdings {
-            cart: state.carts.get(&session.token).await?,
-            viewed: state.sessions.recently_viewed(&session.token).await?,
+        None if degraded => Holdings::default(),
+        None => match read_holdings(&state, &session).await {
+            Ok(holdings) => holdings,
+            Err(error) => {
+                degraded = unavailable(error)?;
+                Holdings::default()
+            }
         },
     };
     // Logged in: the account's cart (one more round trip, in the user's slot),
     // after merging what the session's own cart still holds (a merge its login
     // left undone).
-    if let Some(user) = session.user {
+    if let Some(user) = session.user.filter(|_| !degraded) {
         crate::cart::finish_merge(&state, &session.token, user, Some(&cart)).await;
-        cart = state.carts.get(CartOf::Account(user)).await?;
+        cart = match state.carts.get(CartOf::Account(user)).await {
+            Ok(cart) => cart,
+            Err(error) => {
+                degraded = unavailable(error)?;
+                Vec::new()
+            }
+        };
     }
     let recent =
         crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed).await?;
@@ -170,10 +191,32 @@ async fn me(
             .filter(|item| !item.retired)
             .map(|item| &*item.json)
             .collect(),
+        degraded,
     };
     let mut resp = ([(header::CACHE_CONTROL, crate::PERSONAL)], Json(body)).into_response();
     if found {
         resp.extensions_mut().insert(ItemFound);
     }
     Ok(resp)
+}
+
+/// The cart and history of a session whose touch did not read them.
+async fn read_holdings(state: &AppState, session: &Session) -> Result<Holdings, CacheError> {
+    Ok(Holdings {
+        cart: state.carts.get(&session.token).await?,
+        viewed: state.sessions.recently_viewed(&session.token).await?,
+    })
+}
+
+/// `Ok(true)` (logged) for a Redis that cannot answer now; the error otherwise.
+fn unavailable(error: CacheError) -> Result<bool, WebError> {
+    if !error.is_unavailable() {
+        return Err(error.into());
+    }
+    Cause::redis(
+        &error,
+        "session store unavailable; /api/me answers as for a guest",
+    )
+    .log();
+    Ok(true)
 }

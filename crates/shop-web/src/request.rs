@@ -86,7 +86,7 @@ pub async fn admins_only(
     page: &str,
 ) -> Result<(), axum::response::Response> {
     use axum::response::IntoResponse;
-    let Some(user) = session.user else {
+    let Some(user) = session.known_user().map_err(IntoResponse::into_response)? else {
         return Err(log_in_first(page));
     };
     match state.db.is_admin(user).await {

@@ -75,6 +75,11 @@ pub struct Session {
     /// The request came over HTTPS (configured, or a trusted proxy said so): the
     /// cookies a handler sets get `Secure` and the `__Host-` prefix.
     pub https: bool,
+    /// The session store did not answer (Redis down, or stalled past the
+    /// request's budget): the visitor is served as a guest where a guest's page
+    /// does, but who they are is not known, so what needs the user (or writes
+    /// the session's state) answers 503, never "log in".
+    pub store_failed: bool,
 }
 
 impl Session {
@@ -84,12 +89,22 @@ impl Session {
             token,
             user: None,
             https,
+            store_failed: false,
         }
     }
 
-    /// The logged-in user, or 401.
+    /// The logged-in user, or 401 (503 while the store cannot say).
     pub fn require_user(&self) -> Result<UserId, WebError> {
-        self.user.ok_or_else(WebError::unauthorized)
+        self.known_user()?.ok_or_else(WebError::unauthorized)
+    }
+
+    /// The logged-in user or none; 503 (with `Retry-After`) while the session
+    /// store cannot say which.
+    pub fn known_user(&self) -> Result<Option<UserId>, WebError> {
+        if self.store_failed {
+            return Err(WebError::unavailable());
+        }
+        Ok(self.user)
     }
 }
 
@@ -388,13 +403,18 @@ async fn identify_with(
                 user: touched.user(),
                 token,
                 https,
+                store_failed: false,
             },
             false,
             holdings,
         ),
         Err(error) => {
             session_error(state, &error);
-            (Session::guest(token, https), false, None)
+            let session = Session {
+                store_failed: true,
+                ..Session::guest(token, https)
+            };
+            (session, false, None)
         }
     }
 }

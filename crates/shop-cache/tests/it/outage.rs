@@ -136,3 +136,37 @@ async fn a_view_flush_whose_answer_was_lost_in_a_stall_counts_once() {
         .unwrap();
     assert_eq!(views, -3.0, "counted once");
 }
+
+/// A lock taken while Redis stalled (the answer given up on, the `SET` run when
+/// Redis woke) is let go by itself once Redis answers: it does not refuse its key
+/// for its whole time (a cart's checkout, half a minute).
+#[tokio::test]
+async fn a_lock_whose_take_went_unanswered_is_let_go_when_redis_wakes() {
+    let server = TestRedis::start();
+    let conn = shop_cache::connect(&server.url())
+        .await
+        .unwrap()
+        .with_budget(Duration::from_millis(100));
+    let key = "lock-under-test".to_owned();
+    let ttl = Duration::from_secs(30);
+    server.pause();
+    let taken = shop_cache::lock::take(&conn, key.clone(), ttl).await;
+    server.resume();
+    assert!(taken.is_err(), "a stalled Redis answers nothing");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match shop_cache::lock::take(&conn, key.clone(), ttl).await {
+            Ok(Some(lock)) => {
+                shop_cache::lock::release(&conn, lock).await.unwrap();
+                break;
+            }
+            Ok(None) | Err(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the lock nobody holds still refuses its key"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

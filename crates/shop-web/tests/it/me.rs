@@ -235,3 +235,49 @@ async fn the_item_a_pages_script_names_is_one_view_if_its_page_would_show() {
     assert_eq!(views(&app, 6).await, 1.0);
     assert_eq!(views(&app, 7).await, 0.0);
 }
+
+/// While Redis stalls (here stopped, as a fork or a noisy neighbour stops it),
+/// `/api/me` answers within the request's budget as for a guest, marked
+/// `degraded`, instead of an error; once Redis is back, the shopper again.
+#[tokio::test]
+async fn a_stalled_session_store_answers_as_for_a_guest_marked_degraded() {
+    let app = TestApp::builder()
+        .redis_budget(Duration::from_millis(100))
+        .start()
+        .await;
+    let cookie = app.logged_in("ivy").await;
+    let cart = app
+        .post("/cart", Some(&cookie), "item=3&count=2", false)
+        .await;
+    assert_eq!(cart.status(), 303);
+    let before = app.me(&cookie).await;
+    assert_eq!(before["user"]["name"], "ivy");
+    assert_eq!(before["cart"]["count"], 2);
+    assert!(before.get("degraded").is_none(), "{before}");
+
+    app.redis.pause();
+    let started = Instant::now();
+    let resp = app.get("/api/me", Some(&cookie)).await;
+    let took = started.elapsed();
+    let status = resp.status();
+    let stalled = shop_testapp::json(resp).await;
+    app.redis.resume();
+    assert_eq!(status, 200, "{stalled}");
+    assert_eq!(stalled["degraded"], true, "{stalled}");
+    assert!(stalled["user"].is_null(), "{stalled}");
+    assert_eq!(stalled["cart"]["count"], 0);
+    // A few calls of 100 ms at most (a wide margin on two shared cores).
+    assert!(took < Duration::from_secs(2), "{took:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let me = app.me(&cookie).await;
+        if me.get("degraded").is_none() {
+            assert_eq!(me["user"]["name"], "ivy");
+            assert_eq!(me["cart"]["count"], 2, "nothing lost");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never recovered: {me}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

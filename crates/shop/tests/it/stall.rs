@@ -4,7 +4,8 @@
 //! node time-out): requests keep answering within about the request budget
 //! (`--redis-budget-ms`, 100 ms) instead of the connection's 2 s time-out, item
 //! pages stay 200, and what a shopper was told was saved is there afterwards:
-//! every cart line saved, every checkout placed once (retried with its key).
+//! every cart line saved, every checkout placed once (retried with its key), every
+//! flash buy bought once or given back; `/api/me` answers as for a guest.
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 use shop_testkit::TestRedisCluster;
 
 use crate::drills::{Drill, Sample, pct, select, summary};
-use crate::e2e::{Binary, checkout_form, log_in, request, seed, seeded, serve_with_metrics, stop};
+use crate::e2e::{
+    Binary, checkout_form, log_in, request, request_with, seed, seeded, serve_with_metrics, stop,
+};
 
 /// One cart write a probe made: the line, the count it set, and the answer.
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +147,38 @@ async fn stalled_node(
         }
     });
 
+    // bob buys one unit of the flash sale's item 1 with a new key each time; a
+    // buy answered 503 (Redis could not decide, or the order's reservation is
+    // pending) is sent again with its key until it has a final answer.
+    let flash_buyer = log_in(addr, "bob");
+    let finals: Arc<Mutex<Vec<(String, u16, serde_json::Value)>>> = Arc::default();
+    let buys = finals.clone();
+    drill.probe("flash", Duration::from_millis(20), move |a, n| {
+        let key = format!("flash-{n}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let headers = [
+                ("Idempotency-Key", key.as_str()),
+                ("Accept", "application/json"),
+            ];
+            let reply = request_with(
+                a,
+                "POST",
+                "/api/flash/1/buy",
+                Some(&flash_buyer),
+                None,
+                &headers,
+            );
+            if reply.status != 503 {
+                let body = serde_json::from_str(&reply.body).unwrap_or_default();
+                buys.lock().unwrap().push((key, reply.status, body));
+                return reply;
+            }
+            assert!(Instant::now() < deadline, "buy {key} never answered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+
     drill.sleep_until(stall_at);
     stall();
     let named = health_names(internal, node);
@@ -158,7 +193,7 @@ async fn stalled_node(
         wake_at - Duration::from_millis(300),
     );
     println!("DRILL a Redis node stalled {stall_at:?}..{wake_at:?}");
-    for kind in ["page", "me", "cart", "checkout"] {
+    for kind in ["page", "me", "cart", "checkout", "flash"] {
         println!(
             "  before  {}",
             summary(&all, kind, Duration::ZERO, stall_at)
@@ -185,9 +220,17 @@ async fn stalled_node(
     }
     let statuses_ok = all
         .iter()
-        .filter(|s| s.kind != "checkout")
+        .filter(|s| !["checkout", "flash"].contains(&s.kind))
         .all(|s| matches!(s.status, 200 | 303 | 503));
     assert!(statuses_ok, "only 200, 303 or 503");
+    // The per-user call answers as for a guest while its store stalls, never an
+    // error.
+    let me_failed: Vec<u16> = all
+        .iter()
+        .filter(|s| s.kind == "me" && s.status != 200)
+        .map(|s| s.status)
+        .collect();
+    assert!(me_failed.is_empty(), "/api/me answered {me_failed:?}");
 
     // Each checkout placed once, whatever the stall did to its first tries:
     // as many orders as keys answered "placed", one unit each.
@@ -206,7 +249,53 @@ async fn stalled_node(
         orders.len()
     );
     assert_eq!(orders.len(), placed.len(), "one order per checkout placed");
+    // And checkouts go on after it: no hold the stall left behind refuses them.
+    let after = select(&all, "checkout", wake_at + Duration::from_secs(1), end_at);
+    assert!(
+        after.iter().any(|s| s.status == 303),
+        "no checkout placed after the stall: {:?}",
+        after.iter().map(|s| s.status).collect::<Vec<_>>()
+    );
     assert!(orders.iter().all(|o| o.units == 1), "one unit each");
+
+    // Each flash buy bought once or not at all: an order per "bought", none for
+    // a buy whose reservation expired unrecorded, and every unit not ordered is
+    // back on sale once the reconciler has settled what the stall left pending.
+    let finals = finals.lock().unwrap().clone();
+    let mut bought: Vec<i64> = Vec::new();
+    for (key, status, body) in &finals {
+        match (status, body["outcome"].as_str()) {
+            (200, Some("bought")) => bought.push(body["order_id"].as_i64().unwrap()),
+            (409, Some("expired")) => {}
+            other => panic!("buy {key}: {other:?} {body}"),
+        }
+    }
+    let answered = bought.len();
+    bought.sort_unstable();
+    bought.dedup();
+    assert_eq!(bought.len(), answered, "an order per buy");
+    let item = shop_cache::domain::ItemId::new(1).unwrap();
+    let ordered = db.units_ordered(item).await.unwrap();
+    println!(
+        "  {} flash buys, {answered} bought, {ordered} units ordered",
+        finals.len()
+    );
+    assert_eq!(ordered, answered as i64, "one unit per buy answered bought");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sale = request(addr, "GET", "/api/flash/1", None, None);
+        let stock = serde_json::from_str::<serde_json::Value>(&sale.body)
+            .ok()
+            .and_then(|s| s["stock"].as_i64());
+        if stock == Some(SALE_STOCK - ordered) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "units left in limbo: stock {stock:?}, {ordered} ordered of {SALE_STOCK}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Nothing a shopper was told was saved is lost: each line holds the count of
     // its last write answered 303, or of a later write that was refused (503) yet
@@ -234,18 +323,51 @@ async fn stalled_node(
     }
 }
 
-/// The shop's own budget (the tests' default is longer), and no per-address
-/// limit on uncached work (every probe is this machine).
-const STALL_FLAGS: [&str; 4] = [
+/// The shop's own budget (the tests' default is longer), no per-address limit
+/// on uncached work (every probe is this machine), and a flash sale one buyer
+/// may buy from as often as the drill does, whose pending units are settled a
+/// second after they were reserved.
+const STALL_FLAGS: [&str; 10] = [
     "--uncached-per-address",
     "10000000",
     "--redis-budget-ms",
     "100",
+    "--flash-hold",
+    "1",
+    "--flash-limit",
+    "1000000",
+    "--flash-buys-per-minute",
+    "1000000",
 ];
+
+/// Units of the drill's flash sale (of item 1): more than it buys.
+const SALE_STOCK: i64 = 100_000;
+
+/// Starts the drill's flash sale with `shop`.
+fn start_sale(mut shop: Command) {
+    let out = shop
+        .args([
+            "sale",
+            "start",
+            "1",
+            "--stock",
+            &SALE_STOCK.to_string(),
+            "--price-cents",
+            "100",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_costs_the_budget_not_seconds() {
     let shop = seeded(200).await;
+    start_sale(shop.shop());
     let (child, addr, internal) = serve_with_metrics(shop.shop(), &STALL_FLAGS);
     stalled_node(
         shop.shop(),
@@ -271,6 +393,7 @@ async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
         cmd
     };
     seed(command(), "200");
+    start_sale(command());
     let (child, addr, internal) = serve_with_metrics(command(), &STALL_FLAGS);
     let primary = cluster.primaries()[0];
     stalled_node(
