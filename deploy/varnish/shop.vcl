@@ -2,9 +2,9 @@ vcl 4.1;
 
 # The shop behind Varnish 7 with the xkey vmod (Debian: varnish, varnish-modules).
 #
-# - Public pages (item pages, listings, the sale page, insights, static files)
-#   are the same bytes for everyone: they are cached whatever cookie the browser
-#   sends. The cookie is removed from those requests only, and the origin is told
+# - Public pages (item pages, listings, the sale page, insights, static files,
+#   product pictures) are the same bytes for everyone: they are cached whatever
+#   cookie the browser sends. The cookie is removed from those requests only, and the origin is told
 #   the request came through the edge (`Shop-Edge: 1`), so it leaves the view
 #   count to the page's own `/api/me?item=` call; answers say so to the page's
 #   script (`Server-Timing: edge`).
@@ -53,6 +53,7 @@ sub vcl_recv {
     }
     if (req.url ~ "^/(items(/[0-9]+)?|c/[^/?]+|flash|api/items/[0-9]+/insights)(\?.*)?$"
         || req.url ~ "^/static/"
+        || req.url ~ "^/pictures/"
         || req.url ~ "^/favicon\.ico$") {
         unset req.http.Cookie;
         unset req.http.Authorization;

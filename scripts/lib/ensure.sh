@@ -84,3 +84,46 @@ ensure_varnish() {
     fi
     apt_install varnish varnish-modules
 }
+
+# npm install -g, as root directly; otherwise print the command and fail.
+npm_install_global() {
+    if ! command -v npm >/dev/null 2>&1; then
+        apt_install nodejs npm
+    fi
+    if [ "$(id -u)" -ne 0 ] && [ ! -w "$(npm root -g)" ]; then
+        say "missing: $*. Install them with:"
+        say "    sudo npm install -g $*"
+        exit 1
+    fi
+    say "installing $* (npm install -g)"
+    npm install -g --no-fund --no-audit --loglevel=error "$@" >/dev/null
+}
+
+# scripts/audit-pages: headless Chromium (Debian's), Lighthouse 12 and the Nu Html
+# Checker (vnu-jar, which runs on Java).
+ensure_chromium() {
+    command -v chromium >/dev/null 2>&1 || apt_install chromium
+}
+
+ensure_lighthouse() {
+    local version
+    version="$(lighthouse --version 2>/dev/null || true)"
+    if [ "${version%%.*}" != 12 ]; then
+        npm_install_global lighthouse@12
+    fi
+    command -v lighthouse >/dev/null 2>&1 || { say "lighthouse still missing"; exit 1; }
+}
+
+# Sets VNU_JAR (the path of vnu.jar) unless it is set already.
+ensure_vnu() {
+    command -v java >/dev/null 2>&1 || apt_install default-jre-headless
+    if [ -n "${VNU_JAR:-}" ]; then
+        [ -f "$VNU_JAR" ] || { say "VNU_JAR=$VNU_JAR is not a file"; exit 1; }
+        return
+    fi
+    if ! command -v npm >/dev/null 2>&1 || [ ! -f "$(npm root -g)/vnu-jar/build/dist/vnu.jar" ]; then
+        npm_install_global vnu-jar
+    fi
+    VNU_JAR="$(npm root -g)/vnu-jar/build/dist/vnu.jar"
+    [ -f "$VNU_JAR" ] || { say "vnu.jar still missing"; exit 1; }
+}

@@ -4,19 +4,42 @@
 // everyone and cached whole.
 const money = c => '$' + (c / 100).toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2});
 const when = s => new Date(s * 1000).toLocaleTimeString();
+// "1:02:03" or "2:03" from seconds.
+const clock = s => {
+  const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, sec = Math.floor(s) % 60;
+  const two = n => String(n).padStart(2, '0');
+  return h ? h + ':' + two(m) + ':' + two(sec) : m + ':' + two(sec);
+};
+const sales = new Map();
 function show(li, sale) {
   const stock = li.querySelector('.stock');
   const buy = li.querySelector('.buy');
-  if (!sale) { stock.textContent = 'not on sale'; buy.disabled = true; return; }
+  sales.set(li.dataset.item, sale);
+  if (!sale) { stock.textContent = 'not on sale'; buy.disabled = true; tick(li); return; }
   const now = Date.now() / 1000;
   const open = sale.start <= now && now < sale.end;
   li.querySelector('.price').textContent =
     money(sale.price_cents) + ' (was ' + money(Number(li.dataset.priceCents)) + ')';
   stock.textContent = sale.stock > 0 ? sale.stock + ' left' : 'sold out';
   li.dataset.stock = sale.stock;
+  // The bar: what is left of the units the sale had when the page was drawn.
+  const units = Math.max(Number(li.dataset.units) || 0, sale.stock, 1);
+  li.querySelector('.stock-bar .left').style.width = (100 * sale.stock / units) + '%';
+  li.querySelector('.stock-bar').setAttribute('aria-label', sale.stock + ' of ' + units + ' left');
   li.querySelector('.window').textContent =
     now < sale.start ? 'starts ' + when(sale.start) : (open ? 'ends ' + when(sale.end) : 'ended');
   buy.disabled = !(open && sale.stock > 0);
+  tick(li);
+}
+// The countdown to the sale's start or end, every second.
+function tick(li) {
+  const sale = sales.get(li.dataset.item);
+  const countdown = li.querySelector('.countdown');
+  if (!sale) { countdown.textContent = ''; return; }
+  const now = Date.now() / 1000;
+  countdown.textContent = now < sale.start ? 'starts in ' + clock(sale.start - now)
+    : now < sale.end ? 'ends in ' + clock(sale.end - now) : 'ended';
+  if (now >= sale.end) li.querySelector('.buy').disabled = true;
 }
 async function buy(li) {
   const key = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
@@ -33,8 +56,8 @@ for (const li of items) {
 function follow() {
   const events = new EventSource('/api/flash/events');
   events.onmessage = e => {
-    const sales = new Map(JSON.parse(e.data).map(s => [String(s.item_id), s]));
-    for (const li of items) show(li, sales.get(li.dataset.item));
+    const latest = new Map(JSON.parse(e.data).map(s => [String(s.item_id), s]));
+    for (const li of items) show(li, latest.get(li.dataset.item));
   };
   events.onerror = () => {
     for (const li of items) li.querySelector('.stock').textContent = 'reconnecting…';
@@ -45,4 +68,7 @@ function follow() {
     }
   };
 }
-if (items.length > 0) follow();
+if (items.length > 0) {
+  follow();
+  setInterval(() => { for (const li of items) tick(li); }, 1000);
+}

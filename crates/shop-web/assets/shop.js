@@ -4,7 +4,14 @@ function fillItemLinks(ul, items) {
     const li = document.createElement('li');
     const a = document.createElement('a');
     a.href = '/items/' + item.id;
-    a.textContent = item.title;
+    if (item.picture) {
+      const img = document.createElement('img');
+      img.src = item.picture;
+      img.alt = '';
+      img.width = img.height = 48;
+      a.appendChild(img);
+    }
+    a.append(item.title);
     li.appendChild(a);
     ul.appendChild(li);
   }

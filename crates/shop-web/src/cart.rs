@@ -65,11 +65,13 @@ async fn cart_page(
             let item = by_id.get(id)?;
             // At the item's price now; a retired item is shown, not counted.
             let line = item.shown_line(qty.get());
-            total += line.price_cents.unwrap_or(0) * i64::from(qty.get());
+            let line_total = line.price_cents.unwrap_or(0) * i64::from(qty.get());
+            total += line_total;
             shown.push(line);
             Some(CartLineView {
                 item: ItemView::from(item),
                 quantity: qty.get(),
+                total: templates::money(line_total),
                 available: !item.retired,
             })
         })

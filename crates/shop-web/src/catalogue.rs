@@ -14,8 +14,11 @@ use crate::page_cache::{self, PageCacheConfig};
 use crate::request::{BadRequest, ItemPath};
 use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
 
-/// How many items the home page lists.
-const HOME_ITEMS: u64 = 24;
+/// How many of the most viewed items the home page shows.
+const MOST_VIEWED: u64 = 12;
+
+/// How many featured items the home page shows (a few of every department).
+const FEATURED: u32 = 16;
 
 /// The home page and the item pages (behind the page cache).
 pub fn router(state: AppState) -> Router {
@@ -28,22 +31,36 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
-    // The ranking lives in Redis; if it is unavailable, show the first items instead.
-    let ids: Vec<ItemId> = match state.analytics.top(HOME_ITEMS).await {
-        Ok(top) if !top.is_empty() => top.into_iter().map(|(id, _)| id).collect(),
-        Ok(_) => Vec::new(),
+    // The ranking lives in Redis; if it is unavailable, the page goes without it.
+    let ids: Vec<ItemId> = match state.analytics.top(MOST_VIEWED).await {
+        Ok(top) => top.into_iter().map(|(id, _)| id).collect(),
         Err(error) => {
-            Cause::redis(&error, "no view ranking; listing the first items").log();
-            (1..=HOME_ITEMS)
-                .filter_map(|n| ItemId::new(n).ok())
-                .collect()
+            Cause::redis(
+                &error,
+                "no view ranking; the home page shows featured items only",
+            )
+            .log();
+            Vec::new()
         }
     };
-    let mut items = state.db.items(&ids).await?;
-    items.retain(|item| !item.retired);
+    let mut most_viewed = state.db.items(&ids).await?;
+    most_viewed.retain(|item| !item.retired);
+    // A few of every department (its first items), so even a new shop, where
+    // nothing has been viewed yet, opens on products.
+    let categories = state.db.categories().await?;
+    let each = FEATURED
+        .div_ceil(categories.len().max(1) as u32)
+        .clamp(1, 4);
+    let mut featured = Vec::new();
+    for category in categories.iter().take(FEATURED as usize) {
+        featured.extend(state.db.items_page(Some(category), None, each).await?);
+    }
+    featured.retain(|item| !most_viewed.iter().any(|seen| seen.id == item.id));
+    featured.truncate(FEATURED as usize);
     let page = HomePage {
-        items: items.iter().map(ItemView::from).collect(),
-        categories: CategoryLink::all(&state.db.categories().await?),
+        most_viewed: most_viewed.iter().map(ItemView::from).collect(),
+        featured: featured.iter().map(ItemView::from).collect(),
+        categories: CategoryLink::all(&categories),
     };
     Ok(templates::render(&page)?.into_response())
 }
@@ -77,11 +94,24 @@ async fn item(
             (None, None)
         }
     };
+    // Out of stock only when its inventory says so (a flash sale sold it out).
+    let in_stock = state
+        .db
+        .inventory_row(id)
+        .await?
+        .is_none_or(|row| row.stock > 0);
     let page = ItemPage {
         item: ItemView::from(&item),
+        category_href: CategoryLink::all(std::slice::from_ref(&item.category))
+            .pop()
+            .map(|link| link.href)
+            .unwrap_or_default(),
         category: item.category.clone(),
         description: item.description.clone(),
         max_quantity: state.carts.max_quantity(),
+        stock: if in_stock { "In stock" } else { "Out of stock" },
+        stock_class: if in_stock { "in-stock" } else { "out-of-stock" },
+        picture_size: crate::pictures::SIZE,
         insights,
     };
     let mut resp = templates::render(&page)?.into_response();

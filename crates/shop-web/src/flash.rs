@@ -183,7 +183,17 @@ async fn buy(
 }
 
 async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
-    let ids = state.db.sale_items(unix_now()).await?;
+    let now = unix_now();
+    let ids = state.db.sale_items(now).await?;
+    // The units each sale has as the page is drawn (a purge at its start draws
+    // it anew), the full length of the page's stock bar.
+    let units: std::collections::HashMap<_, _> = state
+        .db
+        .sales(now)
+        .await?
+        .into_iter()
+        .map(|(id, sale)| (id, sale.stock))
+        .collect();
     // Purged when a sale starts, or an item on it changes.
     let mut tags: Vec<_> = ids.iter().map(|id| page_tags::item(*id)).collect();
     tags.push(page_tags::sales());
@@ -196,6 +206,8 @@ async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {
         .map(|item| SaleItem {
             demo: state.config.demo_sale == Some(item.id),
             id: item.id.get(),
+            picture: crate::pictures::url(&item.category, item.id.get()),
+            units: units.get(&item.id).copied().unwrap_or(0),
             title: item.title,
             price_cents: item.price_cents,
         })

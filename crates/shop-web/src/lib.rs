@@ -42,6 +42,7 @@ pub mod me;
 pub mod metrics;
 pub mod ops;
 pub mod page_cache;
+pub mod pictures;
 pub mod purged_copy;
 pub mod request;
 pub mod search_cache;
@@ -517,6 +518,7 @@ pub fn router(state: AppState) -> Router {
     let operations = Router::new()
         .merge(health::router(state.clone()))
         .merge(assets::router())
+        .merge(pictures::router())
         .route_layer(timed());
     let app = visitors
         .merge(operations)

@@ -30,6 +30,8 @@ pub struct ItemView {
     pub title: String,
     /// The price, formatted.
     pub price: String,
+    /// Its picture's URL (versioned, immutable: [`crate::pictures`]).
+    pub picture: String,
 }
 
 impl From<&Item> for ItemView {
@@ -38,6 +40,7 @@ impl From<&Item> for ItemView {
             id: item.id.get(),
             title: item.title.clone(),
             price: money(item.price_cents),
+            picture: crate::pictures::url(&item.category, item.id.get()),
         }
     }
 }
@@ -81,8 +84,10 @@ impl CategoryLink {
 #[derive(Template)]
 #[template(path = "home.html")]
 pub struct HomePage {
-    /// The most viewed items.
-    pub items: Vec<ItemView>,
+    /// The most viewed items (none in a new shop).
+    pub most_viewed: Vec<ItemView>,
+    /// A few of every department, not among the most viewed.
+    pub featured: Vec<ItemView>,
     /// The departments.
     pub categories: Vec<CategoryLink>,
 }
@@ -144,10 +149,18 @@ pub struct ItemPage {
     pub item: ItemView,
     /// Its department.
     pub category: String,
+    /// Its department's listing.
+    pub category_href: String,
     /// Its description.
     pub description: String,
     /// The most of it a cart line may hold.
     pub max_quantity: u32,
+    /// "In stock" or "Out of stock".
+    pub stock: &'static str,
+    /// `in-stock` or `out-of-stock`, for the style.
+    pub stock_class: &'static str,
+    /// The picture's width and height on the page.
+    pub picture_size: u32,
     /// Its insights as `/api/items/{id}/insights` answers them, escaped for a
     /// script data block (see [`crate::insights::inline_json`]); none when they
     /// could not be read.
@@ -160,6 +173,8 @@ pub struct CartLineView {
     pub item: ItemView,
     /// How many.
     pub quantity: u32,
+    /// The line's price (quantity x unit price), formatted.
+    pub total: String,
     /// False for a retired item: shown as no longer available, not in the total.
     pub available: bool,
 }
@@ -344,6 +359,10 @@ pub struct SaleItem {
     pub title: String,
     /// Its regular price in cents.
     pub price_cents: i64,
+    /// Its picture's URL.
+    pub picture: String,
+    /// Units the sale started with (for the stock bar), when known.
+    pub units: i64,
     /// The demo sale `shop serve` started (marked as such on the page).
     pub demo: bool,
 }

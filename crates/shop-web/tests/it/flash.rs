@@ -607,7 +607,7 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     let title = shop.db.item(item(1)).await.unwrap().unwrap().title;
     assert!(html.contains(&title), "the title is in the shell");
     assert!(
-        html.contains("/static/flash.js"),
+        html.contains(&shop_web::assets::FLASH_JS.url()),
         "stock comes from the script"
     );
 

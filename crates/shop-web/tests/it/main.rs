@@ -20,4 +20,5 @@ mod page_cache;
 mod page_tier;
 mod routes;
 mod sessions;
+mod storefront;
 mod uncached;

@@ -520,13 +520,29 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     let (client, _profile) = chromium(&driver).await;
     let base = format!("http://{addr}");
 
-    // Home: the departments and "all items", nothing viewed yet.
+    // Home: the departments and "all items", and, though nothing has been
+    // viewed yet, product cards with their pictures, each drawn and shown.
     client.goto(&base).await.unwrap();
-    assert!(
-        text_of(&client, "main")
+    let cards = client
+        .find_all(Locator::Css("#featured li.card"))
+        .await
+        .unwrap();
+    assert!(cards.len() >= 8, "{} product cards", cards.len());
+    for card in &cards[..4] {
+        let picture = card.find(Locator::Css("img")).await.unwrap();
+        let shown: bool = client
+            .execute(
+                "return arguments[0].complete && arguments[0].naturalWidth > 0",
+                vec![serde_json::to_value(&picture).unwrap()],
+            )
             .await
-            .contains("Nothing has been viewed yet")
-    );
+            .unwrap()
+            .as_bool()
+            .unwrap();
+        assert!(shown, "a card's picture is drawn");
+        assert!(!card.text().await.unwrap().trim().is_empty());
+    }
+    screenshot(&client, "home.png").await;
     click(&client, "main nav.categories a[href=\"/items\"]").await;
     wait_path(&client, "/items").await;
     wait_text(&client, "h1", |t| t == "All items").await;

@@ -1,0 +1,141 @@
+//! Product pictures with no file from outside: an SVG the shop draws from an
+//! item's department and id (a department's glyph on colours picked by its id).
+//!
+//! The picture is a pure function of its URL (`/pictures/v1/<department>/<id>.svg`):
+//! it reads no database and no Redis, and never changes, so it is served
+//! `Cache-Control: public, max-age=31536000, immutable`. A change of department
+//! changes the URL; a change of the drawing changes [`DRAWING`]. Nothing of the
+//! URL is written into the picture (the department is only hashed), so a made-up
+//! URL draws a harmless picture and stores nothing.
+
+use axum::Router;
+use axum::extract::Path;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::assets::fnv1a as fnv;
+use crate::error::WebError;
+use crate::templates::url_encode;
+
+/// The drawing's version, in every picture URL: bumped when the drawing changes.
+pub const DRAWING: &str = "v1";
+
+/// The size pages show a picture at on the item page, in CSS pixels (cards and
+/// cart lines show it smaller; the picture is a vector).
+pub const SIZE: u32 = 320;
+
+/// How pictures are cached: a year, never revalidated (the URL changes instead).
+pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The longest department name a picture URL may carry.
+const MAX_DEPARTMENT: usize = 100;
+
+/// The picture routes.
+pub fn router() -> Router {
+    Router::new().route("/pictures/{drawing}/{department}/{file}", get(picture))
+}
+
+/// The URL of the picture of item `id` of `department`.
+pub fn url(department: &str, id: u64) -> String {
+    format!("/pictures/{DRAWING}/{}/{id}.svg", url_encode(department))
+}
+
+async fn picture(
+    Path((drawing, department, file)): Path<(String, String, String)>,
+) -> Result<Response, WebError> {
+    let id = file
+        .strip_suffix(".svg")
+        .and_then(|id| id.parse::<u64>().ok())
+        .filter(|id| *id > 0 && drawing == DRAWING && department.len() <= MAX_DEPARTMENT)
+        .ok_or_else(|| WebError::not_found("there is no such picture"))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, IMMUTABLE),
+        ],
+        draw(&department, id),
+    )
+        .into_response())
+}
+
+/// The glyph of a department (the demo catalogue's; any other gets a parcel),
+/// as SVG path data on a 100x100 grid centred at 50,50.
+fn glyph(department: &str) -> &'static str {
+    match department {
+        // A mug.
+        "kitchen" => {
+            "M30 35h34v30a10 10 0 0 1-10 10H40a10 10 0 0 1-10-10zM64 42h6a8 8 0 0 1 0 16h-6"
+        }
+        // A tent.
+        "outdoor" => "M50 25L22 75h56zM50 25v50M42 75l8-18 8 18",
+        // Headphones.
+        "audio" => "M28 62V52a22 22 0 0 1 44 0v10M24 60h10v16H24zM66 60h10v16H66z",
+        // A pencil.
+        "office" => "M30 70l4-14 30-30 10 10-30 30zM34 56l10 10M58 32l10 10",
+        // A shirt.
+        "clothing" => "M38 26l-16 10 6 12 8-4v30h28V44l8 4 6-12-16-10a12 12 0 0 1-24 0z",
+        // A wrench.
+        "tools" => "M66 24a14 14 0 0 0-16 18L26 66l8 8 24-24a14 14 0 0 0 18-16l-8 8-8-2-2-8z",
+        // A house.
+        "home" => "M24 50l26-24 26 24M32 44v30h36V44M44 74V58h12v16",
+        // A screen.
+        "electronics" => "M24 30h52v34H24zM40 74h20M50 64v10",
+        // A parcel.
+        _ => "M26 38l24-12 24 12v26L50 76 26 64zM26 38l24 12 24-12M50 50v26",
+    }
+}
+
+/// The picture of item `id` of `department`.
+pub fn draw(department: &str, id: u64) -> String {
+    let hue = fnv(department.as_bytes()) % 360;
+    let shade = fnv(&id.to_le_bytes());
+    // The item's own tint of its department's colour, and a spot placed by id.
+    let hue2 = (hue + 20 + shade % 40) % 360;
+    let light = 86 + shade % 8;
+    let (cx, cy, r) = (
+        20 + shade % 60,
+        20 + (shade >> 8) % 60,
+        10 + (shade >> 16) % 14,
+    );
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 100 100\" width=\"{SIZE}\" height=\"{SIZE}\">\
+<defs><linearGradient id=\"g\" x1=\"0\" y1=\"0\" x2=\"1\" y2=\"1\">\
+<stop offset=\"0\" stop-color=\"hsl({hue},70%,{light}%)\"/>\
+<stop offset=\"1\" stop-color=\"hsl({hue2},60%,{dark}%)\"/></linearGradient></defs>\
+<rect width=\"100\" height=\"100\" fill=\"url(#g)\"/>\
+<circle cx=\"{cx}\" cy=\"{cy}\" r=\"{r}\" fill=\"#fff\" opacity=\".35\"/>\
+<path d=\"{glyph}\" fill=\"none\" stroke=\"hsl({hue},55%,28%)\" stroke-width=\"4\" \
+stroke-linecap=\"round\" stroke-linejoin=\"round\"/></svg>",
+        dark = light - 16,
+        glyph = glyph(department),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_picture_depends_on_its_department_and_id_only() {
+        assert_eq!(draw("kitchen", 7), draw("kitchen", 7));
+        assert_ne!(draw("kitchen", 7), draw("kitchen", 8));
+        assert_ne!(draw("kitchen", 7), draw("audio", 7));
+        assert!(draw("kitchen", 7).starts_with("<svg xmlns="));
+    }
+
+    #[test]
+    fn nothing_of_the_url_is_written_into_the_picture() {
+        let svg = draw("<script>alert(1)</script>", 1);
+        assert!(!svg.contains("script"), "{svg}");
+    }
+
+    #[test]
+    fn urls_are_versioned_and_encode_the_department() {
+        assert_eq!(url("kitchen", 42), "/pictures/v1/kitchen/42.svg");
+        assert_eq!(
+            url("home & garden", 3),
+            "/pictures/v1/home%20%26%20garden/3.svg"
+        );
+    }
+}

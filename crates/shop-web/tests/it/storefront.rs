@@ -1,0 +1,151 @@
+//! The storefront as a shopper sees it: a home page with product cards even in a
+//! new shop, a picture for every item (drawn by the shop, immutable), pages that
+//! link their script and style under versioned URLs, and cart lines with their
+//! pictures and totals.
+
+use axum::http::{StatusCode, header};
+use shop_testapp::{TestApp, text};
+
+/// The `src` of every `<img>` in `html`.
+fn pictures(html: &str) -> Vec<String> {
+    html.split("<img ")
+        .skip(1)
+        .filter_map(|img| img.split("src=\"").nth(1)?.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_shops_home_page_shows_product_cards_with_pictures() {
+    let app = TestApp::start().await;
+    let html = text(app.get("/", None).await).await;
+    assert!(html.contains("<section id=\"featured\">"), "{html}");
+    assert!(!html.contains("Most viewed"), "nothing viewed yet");
+    let cards = html.matches("<li class=\"card\">").count();
+    assert!(cards >= 8, "{cards} cards");
+    let srcs = pictures(&html);
+    assert_eq!(srcs.len(), cards, "a picture per card");
+    // Every <img> says its size (nothing shifts as it loads); those below the
+    // first row load lazily.
+    for img in html.split("<img ").skip(1) {
+        let tag = img.split('>').next().unwrap();
+        assert!(
+            tag.contains("width=\"") && tag.contains("height=\""),
+            "{tag}"
+        );
+    }
+    assert!(html.matches("loading=\"lazy\"").count() >= cards - 4);
+
+    // Once items are viewed, the most viewed take their place.
+    app.rank(&[7]).await;
+    let html = text(app.get("/", None).await).await;
+    let most_viewed = html
+        .split("<section id=\"most-viewed\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .expect("a most viewed section");
+    assert!(most_viewed.contains("href=\"/items/7\""), "{most_viewed}");
+    let featured = html.split("<section id=\"featured\">").nth(1).unwrap();
+    assert!(
+        featured.contains("<li class=\"card\">"),
+        "featured items still shown"
+    );
+}
+
+#[tokio::test]
+async fn a_picture_is_drawn_by_the_shop_and_cached_for_a_year() {
+    let app = TestApp::start().await;
+    let item = app
+        .db
+        .item(shop_cache::domain::ItemId::new(3).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let page = text(app.get("/items/3", None).await).await;
+    let src = shop_web::pictures::url(&item.category, 3);
+    assert!(page.contains(&format!("src=\"{src}\"")), "{page}");
+    let resp = app.get(&src, None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[header::CONTENT_TYPE], "image/svg+xml");
+    assert_eq!(
+        resp.headers()[header::CACHE_CONTROL],
+        "public, max-age=31536000, immutable"
+    );
+    assert!(resp.headers().get(header::SET_COOKIE).is_none());
+    let svg = text(resp).await;
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
+    // The same URL draws the same picture; another item, another.
+    assert_eq!(text(app.get(&src, None).await).await, svg);
+    let other = text(
+        app.get(&shop_web::pictures::url(&item.category, 4), None)
+            .await,
+    )
+    .await;
+    assert_ne!(other, svg);
+    // Anything else under /pictures/ is no picture.
+    for bad in [
+        "/pictures/v0/kitchen/3.svg",
+        "/pictures/v1/kitchen/0.svg",
+        "/pictures/v1/kitchen/x.svg",
+        "/pictures/v1/kitchen/3.png",
+    ] {
+        assert_eq!(
+            app.get(bad, None).await.status(),
+            StatusCode::NOT_FOUND,
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pages_link_their_script_and_style_by_versioned_immutable_urls() {
+    let app = TestApp::start().await;
+    let html = text(app.get("/items/2", None).await).await;
+    for asset in [&shop_web::assets::CSS, &shop_web::assets::JS] {
+        let url = asset.url();
+        assert!(html.contains(&format!("\"{url}\"")), "{url} in {html}");
+        let resp = app.get(&url, None).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{url}");
+        assert_eq!(
+            resp.headers()[header::CACHE_CONTROL],
+            "public, max-age=31536000, immutable"
+        );
+    }
+    // The plain names still answer, revalidated each time; another version is
+    // no file.
+    let plain = app.get("/static/shop.js", None).await;
+    assert_eq!(plain.headers()[header::CACHE_CONTROL], "public, no-cache");
+    let old = app.get("/static/shop.00000000.js", None).await;
+    assert_eq!(old.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_cart_shows_each_lines_picture_unit_price_and_total() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    let added = app
+        .post("/cart", Some(&cookie), "item=5&count=3", false)
+        .await;
+    assert_eq!(added.status(), StatusCode::SEE_OTHER);
+    let item = app
+        .db
+        .item(shop_cache::domain::ItemId::new(5).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let html = text(app.get("/cart", Some(&cookie)).await).await;
+    assert!(
+        html.contains(&shop_web::pictures::url(&item.category, 5)),
+        "{html}"
+    );
+    let unit = shop_web::templates::money(item.price_cents);
+    let total = shop_web::templates::money(3 * item.price_cents);
+    assert!(html.contains(&format!("<td>{unit}</td>")), "{html}");
+    assert!(
+        html.contains(&format!("<td class=\"line-total\">{total}</td>")),
+        "{html}"
+    );
+}
