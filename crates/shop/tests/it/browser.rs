@@ -102,6 +102,18 @@ async fn text_of(client: &fantoccini::Client, css: &str) -> String {
         .unwrap()
 }
 
+/// The style of item 1's stock bar on the sale page (its width is the stock left).
+async fn stock_bar(client: &fantoccini::Client) -> String {
+    client
+        .find(Locator::Css(".sale-item[data-item=\"1\"] .stock-bar .left"))
+        .await
+        .unwrap()
+        .attr("style")
+        .await
+        .unwrap()
+        .unwrap_or_default()
+}
+
 /// Waits (up to 10 s) until the element's text satisfies `ok`.
 async fn wait_text(client: &fantoccini::Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -334,6 +346,13 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     assert_eq!(stock, "7 left");
     let price = text_of(&client, ".sale-item[data-item=\"1\"] .price").await;
     assert!(price.starts_with("$4.99"), "{price}");
+    // A countdown to the end, and the stock as a bar: all 7 units left.
+    let countdown = wait_text(&client, ".sale-item[data-item=\"1\"] .countdown", |t| {
+        t.starts_with("ends in ")
+    })
+    .await;
+    assert!(countdown.contains(':'), "{countdown}");
+    assert_eq!(stock_bar(&client).await, "width: 100%;");
     screenshot(&client, "flash.png").await;
 
     // Seven other shoppers buy the rest; the open page says "sold out" within a
@@ -393,6 +412,7 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         .await
         .unwrap();
     assert!(disabled.is_some(), "the buy button is off when sold out");
+    assert_eq!(stock_bar(&client).await, "width: 0%;");
     screenshot(&client, "flash-sold-out.png").await;
 
     // An open redirect the drills found: `next=/<TAB>/evil.host/x` was sent back as
