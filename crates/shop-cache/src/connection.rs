@@ -59,7 +59,7 @@ use slots::{first_key, run_parts, split_by_slot};
 
 mod breaker;
 mod cluster;
-mod nodes;
+pub(crate) mod nodes;
 mod pool;
 mod slots;
 #[cfg(test)]

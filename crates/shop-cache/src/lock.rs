@@ -4,10 +4,12 @@
 //! another's.
 //!
 //! A take or a release whose answer never came (Redis down, or a node stalled
-//! past the request's budget) may still run later, when the node wakes: the lock
-//! is then let go in the background as soon as Redis answers again, so a lock
-//! nobody holds does not refuse its key for its whole time (a shopper could not
-//! check out for half a minute after a stall).
+//! past the request's budget) may still run later, when the node wakes. A lock
+//! whose take went unanswered is given up in the background as soon as Redis
+//! answers: marked abandoned for its holder (so a take that runs later still is
+//! refused) and let go if the take ran already, so a lock nobody holds does not
+//! refuse its key for its whole time (a shopper could not check out for half a
+//! minute after a stall). A release that failed is tried again the same way.
 
 use std::time::Duration;
 
@@ -38,57 +40,126 @@ pub async fn take(
         holder: SessionToken::generate().expose().to_owned(),
         ttl,
     };
-    let taken: Result<Option<String>, _> = redis::cmd("SET")
-        .arg(&lock.key)
+    let taken: Result<Option<String>, _> = scripts::TAKE_LOCK
+        .key(&lock.key)
+        .key(abandoned(&lock))
         .arg(&lock.holder)
-        .arg("NX")
-        .arg("PX")
         .arg(ttl.as_millis() as u64)
-        .query_async(&mut conn.clone())
+        .invoke_async(&mut conn.clone())
         .await;
     match taken {
         Ok(taken) => Ok(taken.map(|_| lock)),
         Err(error) => {
-            release_later(conn, lock, ttl);
-            Err(error.into())
+            let error = CacheError::from(error);
+            // Failing fast: it was never sent, so nothing can take it later.
+            if !error.is_failing_fast() {
+                in_background(conn, lock, Undo::Abandon);
+            }
+            Err(error)
         }
+    }
+}
+
+/// The key that marks `lock` abandoned by its holder: in the lock's slot (the
+/// lock's own hash tag, or the lock's name as one).
+fn abandoned(lock: &Lock) -> String {
+    let tagged = lock
+        .key
+        .find('{')
+        .is_some_and(|open| lock.key[open..].contains('}'));
+    if tagged {
+        format!("{}:abandoned:{}", lock.key, lock.holder)
+    } else {
+        format!("{{{}}}:abandoned:{}", lock.key, lock.holder)
     }
 }
 
 /// Lets `lock` go, unless it expired meanwhile (and may be another's now). On an
 /// error it goes on trying in the background (for the lock's time at most).
 pub async fn release(conn: &RedisConn, lock: Lock) -> Result<(), CacheError> {
-    let released = unlock(conn, &lock).await;
+    let released = undo(conn, &lock, Undo::Release).await;
     if released.is_err() {
-        let ttl = lock.ttl;
-        release_later(conn, lock, ttl);
+        in_background(conn, lock, Undo::Release);
     }
     released
 }
 
-async fn unlock(conn: &RedisConn, lock: &Lock) -> Result<(), CacheError> {
-    scripts::UNLOCK
-        .key(&lock.key)
-        .arg(&lock.holder)
-        .invoke_async::<()>(&mut conn.clone())
-        .await?;
+/// How a lock is given back.
+#[derive(Debug, Clone, Copy)]
+enum Undo {
+    /// Its holder lets it go.
+    Release,
+    /// Its take went unanswered: mark it abandoned, and let it go if it ran.
+    Abandon,
+}
+
+async fn undo(conn: &RedisConn, lock: &Lock, how: Undo) -> Result<(), CacheError> {
+    let mut conn = conn.clone();
+    match how {
+        Undo::Release => {
+            scripts::UNLOCK
+                .key(&lock.key)
+                .arg(&lock.holder)
+                .invoke_async::<()>(&mut conn)
+                .await?
+        }
+        Undo::Abandon => {
+            scripts::ABANDON_LOCK
+                .key(&lock.key)
+                .key(abandoned(lock))
+                .arg(&lock.holder)
+                .arg(lock.ttl.as_millis() as u64)
+                .invoke_async::<()>(&mut conn)
+                .await?
+        }
+    }
     Ok(())
 }
 
-/// Lets `lock` go in a task of its own, trying every [`RELEASE_RETRY`] for `for_`
-/// at most (after that it has expired anyway).
-fn release_later(conn: &RedisConn, lock: Lock, for_: Duration) {
+/// Gives `lock` back (`how`) in a task of its own, trying every
+/// [`RELEASE_RETRY`] until Redis answers or the lock's time is up (it has
+/// expired then anyway).
+fn in_background(conn: &RedisConn, lock: Lock, how: Undo) {
     let conn = conn.clone();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        let give_up = tokio::time::Instant::now() + for_;
-        while unlock(&conn, &lock).await.is_err() {
+        let give_up = tokio::time::Instant::now() + lock.ttl;
+        while undo(&conn, &lock, how).await.is_err() {
             if tokio::time::Instant::now() + RELEASE_RETRY > give_up {
                 return;
             }
             tokio::time::sleep(RELEASE_RETRY).await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::nodes::slot_of;
+
+    #[test]
+    fn the_abandoned_mark_is_in_the_locks_slot() {
+        for key in [
+            "user-checkout:{u5}",
+            "lock:cache:{p3}/items/1",
+            "checkout:abc",
+            "lock",
+        ] {
+            let lock = Lock {
+                key: key.to_owned(),
+                holder: "h".to_owned(),
+                ttl: Duration::from_secs(1),
+            };
+            let mark = abandoned(&lock);
+            assert_ne!(mark, lock.key);
+            assert_eq!(
+                slot_of(mark.as_bytes()),
+                slot_of(key.as_bytes()),
+                "{key} {mark}"
+            );
+        }
+    }
 }

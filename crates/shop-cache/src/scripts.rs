@@ -56,6 +56,14 @@ pub static REPLACE_ROW: LazyLock<Script> =
 pub static SALE_END: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("flash_sale/sale_end.lua")));
 
+/// Takes a lock (`SET NX PX`) unless its holder abandoned it already.
+pub static TAKE_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock/take.lua")));
+
+/// Gives up a lock whose take went unanswered (marks it, lets it go).
+pub static ABANDON_LOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock/abandon.lua")));
+
 /// Releases a `SET NX PX` lock only if the caller still holds it.
 pub static UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lock/unlock.lua")));

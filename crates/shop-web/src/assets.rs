@@ -5,7 +5,8 @@
 //! max-age=31536000, immutable`: a browser or an edge keeps it for a year, and a
 //! deploy that changes a file changes its URL, so no page ever runs an older
 //! script or style than the one it was rendered with. The plain names
-//! (`/static/shop.js`) stay for other apps' pages, revalidated on each use.
+//! (`/static/shop.js`) stay for other apps' pages, and another digest (a page
+//! cached before a deploy) gets this build's file: both revalidated on each use.
 
 use std::sync::LazyLock;
 
@@ -95,7 +96,11 @@ async fn asset(Path(file): Path<String>) -> Result<Response, WebError> {
     for asset in ALL {
         let cache = if file == *asset.versioned {
             IMMUTABLE
-        } else if file == asset.name {
+        } else if file == asset.name || is_other_version(&file, asset) {
+            // A plain name, or a version this build does not have: a page
+            // rendered before a deploy (still in a cache) or by a server of the
+            // other version during a rolling one. It gets this build's file,
+            // asked for again each time, rather than none.
             "public, no-cache"
         } else {
             continue;
@@ -110,6 +115,19 @@ async fn asset(Path(file): Path<String>) -> Result<Response, WebError> {
             .into_response());
     }
     Err(WebError::not_found("there is no such file"))
+}
+
+/// Whether `file` is `asset` under another digest (`<stem>.<8 hex digits>.<ext>`).
+fn is_other_version(file: &str, asset: &Asset) -> bool {
+    let (stem, ext) = asset
+        .name
+        .rsplit_once('.')
+        .expect("assets have an extension");
+    file.strip_prefix(stem)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.strip_suffix(ext))
+        .and_then(|rest| rest.strip_suffix('.'))
+        .is_some_and(|digest| digest.len() == 8 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The shop's icon, a small SVG (every browser the shop supports shows one).

@@ -183,7 +183,7 @@ fn parse(value: &Value) -> Option<Vec<(u16, u16, String)>> {
 
 /// The hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key),
 /// as Redis Cluster computes it.
-pub(super) fn slot_of(key: &[u8]) -> u16 {
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let tagged = key
         .iter()
         .position(|b| *b == b'{')

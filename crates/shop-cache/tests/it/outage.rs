@@ -110,6 +110,14 @@ async fn a_view_flush_whose_answer_was_lost_in_a_stall_counts_once() {
         .with_budget(Duration::from_millis(100));
     let sessions = Sessions::new(conn, keys());
     let t = SessionToken::generate();
+    // A first flush loads the script: the stalled call below is one Redis runs
+    // when it wakes (not a NOSCRIPT that would change nothing).
+    let other = ItemId::new(9).unwrap();
+    sessions
+        .touch(&t, Touch::request().view(other))
+        .await
+        .unwrap();
+    sessions.flush_views().await.unwrap();
     let item = ItemId::new(5).unwrap();
     for _ in 0..3 {
         sessions
@@ -149,6 +157,13 @@ async fn a_lock_whose_take_went_unanswered_is_let_go_when_redis_wakes() {
         .with_budget(Duration::from_millis(100));
     let key = "lock-under-test".to_owned();
     let ttl = Duration::from_secs(30);
+    // The script loaded first (see above).
+    let warm = shop_cache::lock::take(&conn, "warm".to_owned(), ttl)
+        .await
+        .unwrap();
+    shop_cache::lock::release(&conn, warm.unwrap())
+        .await
+        .unwrap();
     server.pause();
     let taken = shop_cache::lock::take(&conn, key.clone(), ttl).await;
     server.resume();

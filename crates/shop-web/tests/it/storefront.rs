@@ -114,12 +114,24 @@ async fn pages_link_their_script_and_style_by_versioned_immutable_urls() {
             "public, max-age=31536000, immutable"
         );
     }
-    // The plain names still answer, revalidated each time; another version is
-    // no file.
-    let plain = app.get("/static/shop.js", None).await;
-    assert_eq!(plain.headers()[header::CACHE_CONTROL], "public, no-cache");
-    let old = app.get("/static/shop.00000000.js", None).await;
-    assert_eq!(old.status(), StatusCode::NOT_FOUND);
+    // The plain names, and another version (a page cached before a deploy),
+    // get this build's file, revalidated each time; anything else is no file.
+    for other in ["/static/shop.js", "/static/shop.0000abcd.js"] {
+        let resp = app.get(other, None).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{other}");
+        assert_eq!(resp.headers()[header::CACHE_CONTROL], "public, no-cache");
+    }
+    for none in [
+        "/static/shop.0000abcd.css.js",
+        "/static/shop.xyz.js",
+        "/static/other.js",
+    ] {
+        assert_eq!(
+            app.get(none, None).await.status(),
+            StatusCode::NOT_FOUND,
+            "{none}"
+        );
+    }
 }
 
 #[tokio::test]
