@@ -19,6 +19,8 @@ use shop_db::Db;
 use shop_db::orders::CheckoutOutcome;
 
 use crate::AppError;
+use crate::page_tags;
+use shop_page_cache::PageStore;
 
 /// Where a placed order is recorded for the insights, and the count of times that
 /// failed (for `/metrics`).
@@ -50,6 +52,9 @@ pub struct Checkout<'a> {
     pub carts: &'a Carts,
     /// Where the order's insights go.
     pub insights: OrderInsights<'a>,
+    /// The cached pages: an item's page says whether it is in stock, so an order
+    /// that takes its last units purges it.
+    pub pages: &'a PageStore,
 }
 
 impl Checkout<'_> {
@@ -94,7 +99,13 @@ impl Checkout<'_> {
         // the shopper holds now (filled since) is theirs to keep, and bought by no
         // order. A new order holds exactly these lines (any missing one aborts it),
         // and only they leave the cart: one added or changed meanwhile stays.
-        if let CheckoutOutcome::Placed { new: true, .. } = outcome {
+        if let CheckoutOutcome::Placed {
+            new: true,
+            ref sold_out,
+            ..
+        } = outcome
+        {
+            self.sold_out(sold_out).await;
             let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
             self.insights.record(token, &items).await;
             if let Err(error) = self.carts.take(CartOf::Account(user), &lines).await {
@@ -102,5 +113,19 @@ impl Checkout<'_> {
             }
         }
         Ok(outcome)
+    }
+
+    /// Purges the pages of `items`, whose last units an order took: they said
+    /// "In stock". The order stands whatever happens here (a failure is logged;
+    /// the page says so until its time is up, and the checkout of a line with no
+    /// stock left answers with how many there are).
+    async fn sold_out(&self, items: &[ItemId]) {
+        if items.is_empty() {
+            return;
+        }
+        let tags: Vec<_> = items.iter().map(|id| page_tags::item(*id)).collect();
+        if let Err(error) = self.pages.purge(&tags).await {
+            tracing::warn!(%error, "could not purge the pages of items sold out");
+        }
     }
 }

@@ -35,6 +35,10 @@ pub enum CheckoutOutcome {
         /// True when this call placed it; false when an earlier request with the
         /// same key did (a replay: the caller must not act on the cart again).
         new: bool,
+        /// The items this order took the last units of (their pages, which say
+        /// "in stock", are to be purged). Empty for a replay.
+        #[serde(skip)]
+        sold_out: Vec<ItemId>,
     },
     /// No such item; nothing was ordered.
     UnknownItem {
@@ -142,6 +146,7 @@ impl Db {
             });
         }
         let mut total = 0i64;
+        let mut sold_out = Vec::new();
         for &(item, quantity) in lines {
             let found = &items[&item];
             if found.retired {
@@ -149,16 +154,21 @@ impl Db {
                 return Ok(CheckoutOutcome::Retired { item_id: item });
             }
             let price = found.price_cents;
-            let took = sqlx::query(
-                "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3",
+            let left: Option<i64> = sqlx::query(
+                "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3 \
+                 RETURNING stock",
             )
             .bind(i64::from(quantity))
             .bind(item.to_i64())
             .bind(i64::from(quantity))
-            .execute(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await?
-            .rows_affected();
-            if took != 1 {
+            .map(|row| row.try_get("stock"))
+            .transpose()?;
+            if left == Some(0) {
+                sold_out.push(item);
+            }
+            if left.is_none() {
                 // Not enough left: the shopper is shown how many are, and lowers
                 // the line (the cart's version is unchanged, so nothing else is).
                 let in_stock: i64 = sqlx::query("SELECT stock FROM inventory WHERE item_id = $1")
@@ -195,6 +205,7 @@ impl Db {
             order_id,
             total_cents: total,
             new: true,
+            sold_out,
         })
     }
 
@@ -216,6 +227,7 @@ impl Db {
                 order_id: row.try_get("id")?,
                 total_cents: row.try_get("total_cents")?,
                 new: false,
+                sold_out: Vec::new(),
             })
         })
         .transpose()

@@ -407,6 +407,7 @@ impl AppState {
             db: &self.db,
             carts: &self.carts,
             insights: self.order_insights(),
+            pages: &self.pages,
         }
     }
 

@@ -161,3 +161,31 @@ async fn the_cart_shows_each_lines_picture_unit_price_and_total() {
         "{html}"
     );
 }
+
+#[tokio::test]
+async fn an_order_that_takes_the_last_units_purges_the_page_that_said_in_stock() {
+    let app = TestApp::start().await;
+    let id = shop_cache::domain::ItemId::new(4).unwrap();
+    assert!(app.db.set_stock(id, 2).await.unwrap());
+    app.rank(&[4]).await;
+    let page = |html: &str| html.contains("class=\"stock in-stock\">In stock<");
+    let _ = app.get("/items/4", None).await;
+    let cached = app.get("/items/4", None).await;
+    assert_eq!(cached.headers()["x-cache"], "HIT");
+    assert!(page(&text(cached).await));
+
+    let cookie = app.logged_in("una").await;
+    let added = app
+        .post("/cart", Some(&cookie), "item=4&count=2", false)
+        .await;
+    assert_eq!(added.status(), StatusCode::SEE_OTHER);
+    let form = app.checkout_form(&cookie, "last-units").await;
+    let placed = app.post("/checkout", Some(&cookie), &form, false).await;
+    assert_eq!(placed.headers()[header::LOCATION], "/account");
+
+    let after = text(app.get("/items/4", None).await).await;
+    assert!(
+        after.contains("class=\"stock out-of-stock\">Out of stock<"),
+        "{after}"
+    );
+}
