@@ -28,7 +28,6 @@ function show(li, sale) {
   li.querySelector('.stock-bar').setAttribute('aria-label', sale.stock + ' of ' + units + ' left');
   li.querySelector('.window').textContent =
     now < sale.start ? 'starts ' + when(sale.start) : (open ? 'ends ' + when(sale.end) : 'ended');
-  buy.disabled = !(open && sale.stock > 0);
   tick(li);
 }
 // The countdown to the sale's start or end, every second.
@@ -39,7 +38,8 @@ function tick(li) {
   const now = Date.now() / 1000;
   countdown.textContent = now < sale.start ? 'starts in ' + clock(sale.start - now)
     : now < sale.end ? 'ends in ' + clock(sale.end - now) : 'ended';
-  if (now >= sale.end) li.querySelector('.buy').disabled = true;
+  // The button opens and closes with the window, between the server's events.
+  li.querySelector('.buy').disabled = !(sale.start <= now && now < sale.end && sale.stock > 0);
 }
 async function buy(li) {
   const key = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);

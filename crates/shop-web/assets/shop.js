@@ -43,9 +43,14 @@ const mePromise = (async function () {
 (async function () {
   const me = await mePromise;
   if (!me) return;
-  // Degraded: the cart is not known right now; the count stays as it was.
-  if (!me.degraded) document.getElementById('cart-count').textContent = me.cart.count;
   const who = document.getElementById('who');
+  // Degraded: who this is and what the cart holds are not known right now; the
+  // count stays as it was, and no "log in" is offered to who may be logged in.
+  if (me.degraded) {
+    who.hidden = true;
+    return;
+  }
+  document.getElementById('cart-count').textContent = me.cart.count;
   if (me.user) {
     who.textContent = '';
     const account = document.createElement('a');

@@ -519,7 +519,7 @@ pub fn router(state: AppState) -> Router {
     let operations = Router::new()
         .merge(health::router(state.clone()))
         .merge(assets::router())
-        .merge(pictures::router())
+        .merge(pictures::router(state.clone()))
         .route_layer(timed());
     let app = visitors
         .merge(operations)

@@ -111,23 +111,27 @@ pub fn item_bytes(item: &Item) -> usize {
     96 + item.title.len() + item.description.len() + item.category.len()
 }
 
-/// An item as `/api/me` lists it: its JSON (`{"id", "title", "price"}`, as
-/// [`ItemView`] serializes), written once per copy instead of once per call.
+/// An item as `/api/me` lists it: its JSON (`{"id", "title", "price",
+/// "picture"}`, as [`ItemView`] serializes), written once per copy instead of
+/// once per call.
 #[derive(Debug)]
 pub struct ShownItem {
     /// The item is retired (it is listed nowhere then).
     pub retired: bool,
     /// Its JSON.
     pub json: Box<RawValue>,
+    /// Its picture's URL ([`crate::pictures`] draws only the pictures of items).
+    pub picture: String,
 }
 
 impl ShownItem {
     /// `item` as listed.
     pub fn of(item: &Item) -> Self {
+        let view = ItemView::from(item);
         Self {
             retired: item.retired,
-            json: serde_json::value::to_raw_value(&ItemView::from(item))
-                .expect("an item view serializes"),
+            json: serde_json::value::to_raw_value(&view).expect("an item view serializes"),
+            picture: view.picture,
         }
     }
 }
