@@ -16,6 +16,7 @@ use shop_testkit::TestRedisCluster;
 use crate::drills::{Drill, Sample, pct, select, summary};
 use crate::e2e::{
     Binary, checkout_form, log_in, request, request_with, seed, seeded, serve_with_metrics, stop,
+    succeed,
 };
 
 /// One cart write a probe made: the line, the count it set, and the answer.
@@ -345,23 +346,16 @@ const SALE_STOCK: i64 = 100_000;
 
 /// Starts the drill's flash sale with `shop`.
 fn start_sale(mut shop: Command) {
-    let out = shop
-        .args([
-            "sale",
-            "start",
-            "1",
-            "--stock",
-            &SALE_STOCK.to_string(),
-            "--price-cents",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stock = SALE_STOCK.to_string();
+    succeed(shop.args([
+        "sale",
+        "start",
+        "1",
+        "--stock",
+        &stock,
+        "--price-cents",
+        "100",
+    ]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
