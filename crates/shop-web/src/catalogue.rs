@@ -1,12 +1,16 @@
 //! The catalogue's own pages: the home page (departments, the most viewed items)
 //! and the item pages, behind the page cache.
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
+use shop_page_cache::PurgesSeen;
 
 use crate::AppState;
 use crate::error::{Cause, WebError};
@@ -32,7 +36,7 @@ pub fn router(state: AppState) -> Router {
 
 async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
     // The ranking lives in Redis; if it is unavailable, the page goes without it.
-    let ids: Vec<ItemId> = match state.analytics.top(MOST_VIEWED).await {
+    let mut ids: Vec<ItemId> = match state.analytics.top(MOST_VIEWED).await {
         Ok(top) => top.into_iter().map(|(id, _)| id).collect(),
         Err(error) => {
             Cause::redis(
@@ -43,26 +47,97 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
             Vec::new()
         }
     };
-    let mut most_viewed = state.db.items(&ids).await?;
-    most_viewed.retain(|item| !item.retired);
-    // A few of every department (its first items), so even a new shop, where
-    // nothing has been viewed yet, opens on products.
-    let categories = state.db.categories().await?;
-    let each = FEATURED
-        .div_ceil(categories.len().max(1) as u32)
-        .clamp(1, 4);
-    let mut featured = Vec::new();
-    for category in categories.iter().take(FEATURED as usize) {
-        featured.extend(state.db.items_page(Some(category), None, each).await?);
-    }
-    featured.retain(|item| !most_viewed.iter().any(|seen| seen.id == item.id));
+    let viewed = ids.len();
+    let picks = state.featured.get(&state.db).await?;
+    let others: Vec<ItemId> = picks
+        .ids
+        .iter()
+        .filter(|id| !ids.contains(id))
+        .copied()
+        .collect();
+    ids.extend(others);
+    // One read for both, at today's titles and prices.
+    let by_id = state.db.items_by_id(&ids).await?;
+    let shown = |ids: &[ItemId]| -> Vec<ItemView> {
+        ids.iter()
+            .filter_map(|id| by_id.get(id))
+            .filter(|item| !item.retired)
+            .map(ItemView::from)
+            .collect()
+    };
+    let mut featured = shown(&ids[viewed..]);
     featured.truncate(FEATURED as usize);
     let page = HomePage {
-        most_viewed: most_viewed.iter().map(ItemView::from).collect(),
-        featured: featured.iter().map(ItemView::from).collect(),
-        categories: CategoryLink::all(&categories),
+        most_viewed: shown(&ids[..viewed]),
+        featured,
+        categories: CategoryLink::all(&picks.categories),
     };
     Ok(templates::render(&page)?.into_response())
+}
+
+/// Which items the home page features (the first few of every department) and
+/// the departments, kept in this process: read again after a purge is seen
+/// (every catalogue change purges) and at least once a minute, not at every
+/// home page (a read per department). The items themselves are read at each
+/// page, so a title or price shows as it is.
+pub struct Featured {
+    purges: PurgesSeen,
+    kept: Mutex<Option<Arc<Picks>>>,
+}
+
+/// The featured items and the departments, as read at `read`.
+struct Picks {
+    ids: Vec<ItemId>,
+    categories: Vec<String>,
+    purges: u64,
+    read: Instant,
+}
+
+/// The longest the picks are kept (a backstop for purges missed).
+const PICKS_MAX_AGE: Duration = Duration::from_secs(60);
+
+impl Featured {
+    /// Picks good until a purge `purges` counts.
+    pub fn new(purges: PurgesSeen) -> Self {
+        Self {
+            purges,
+            kept: Mutex::default(),
+        }
+    }
+
+    async fn get(&self, db: &shop_db::Db) -> Result<Arc<Picks>, WebError> {
+        let kept = self.lock().clone();
+        if let Some(picks) = kept
+            && picks.purges == self.purges.get()
+            && picks.read.elapsed() < PICKS_MAX_AGE
+        {
+            return Ok(picks);
+        }
+        let purges = self.purges.get();
+        let categories = db.categories().await?;
+        let each = FEATURED
+            .div_ceil(categories.len().max(1) as u32)
+            .clamp(1, 4);
+        let mut ids = Vec::new();
+        for category in categories.iter().take(FEATURED as usize) {
+            let items = db.items_page(Some(category), None, each).await?;
+            ids.extend(items.iter().map(|item| item.id));
+        }
+        let picks = Arc::new(Picks {
+            ids,
+            categories,
+            purges,
+            read: Instant::now(),
+        });
+        *self.lock() = Some(picks.clone());
+        Ok(picks)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Picks>>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 async fn item(

@@ -241,6 +241,8 @@ pub struct AppParts {
     pub user_names: me::UserNames,
     /// The listings' page ends, in memory.
     pub listing_ends: listing_ends::ListingEnds,
+    /// The home page's featured items and the departments, in memory.
+    pub featured: catalogue::Featured,
     /// Login attempt counters.
     pub login_limiter: LoginLimiter,
     /// Flash-sale buys per account.
@@ -338,6 +340,7 @@ impl AppState {
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone())
                 .with_min_co_buyers(config.insights_min_co_buyers),
+            featured: catalogue::Featured::new(pages.purges_seen().clone()),
             listing_ends: listing_ends::ListingEnds::new(
                 browse::LISTING_PAGE,
                 pages.purges_seen().clone(),

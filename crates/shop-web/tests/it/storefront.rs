@@ -204,3 +204,38 @@ async fn an_order_that_takes_the_last_units_purges_the_page_that_said_in_stock()
         "{after}"
     );
 }
+
+#[tokio::test]
+async fn the_home_page_keeps_its_picks_in_memory_and_shows_a_change_at_once() {
+    let app = TestApp::start().await;
+    let first = text(app.get("/", None).await).await;
+    let reads = app.db.reads();
+    let again = text(app.get("/", None).await).await;
+    assert_eq!(again, first);
+    assert_eq!(app.db.reads() - reads, 1, "one read of the items shown");
+
+    // An item featured moves to a new department: its card, and the new
+    // department's link, show on the next home page.
+    let featured = first.split("<section id=\"featured\">").nth(1).unwrap();
+    let id: u64 = featured
+        .split("href=\"/items/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap();
+    let edit = shop_cache::domain::catalogue::ItemEdit::new(
+        Some("A brand new lamp"),
+        None,
+        None,
+        Some("lighting"),
+    )
+    .unwrap();
+    app.state
+        .catalogue()
+        .update(shop_cache::domain::ItemId::new(id).unwrap(), &edit, None)
+        .await
+        .unwrap();
+    let after = text(app.get("/", None).await).await;
+    assert!(after.contains("A brand new lamp"), "{after}");
+    assert!(after.contains("href=\"/c/lighting\""), "{after}");
+}
