@@ -20,6 +20,8 @@ use shop_db::flash::{BuyOutcome, WinRecord};
 
 use crate::AppError;
 use crate::orders::OrderInsights;
+use crate::page_tags;
+use shop_page_cache::PageStore;
 
 /// The sale page's path (the page cache keys it by this path alone: it has no
 /// query and varies on no header). Starting a sale drops that cached page.
@@ -56,6 +58,9 @@ pub struct Buy<'a> {
     pub decider: FlashDecider,
     /// Most units of one sale item per user.
     pub limit: i64,
+    /// The cached pages: an item's page says whether it is in stock, so the buy
+    /// of its last unit purges it.
+    pub pages: &'a PageStore,
 }
 
 impl Buy<'_> {
@@ -94,7 +99,7 @@ impl Buy<'_> {
         };
         // In a task of its own: a buyer who disconnects must not cut the order
         // off between the database's commit and the settlement.
-        let (db, flash) = (self.db.clone(), self.flash.clone());
+        let (db, flash, pages) = (self.db.clone(), self.flash.clone(), self.pages.clone());
         let winner = tokio::spawn(async move {
             // A database error leaves the reservation pending: the reconciler
             // settles it after its deadline, by what the database then holds.
@@ -110,8 +115,9 @@ impl Buy<'_> {
                     return Err(AppError::Pending);
                 }
             };
+            let sold_out = matches!(recorded, WinRecord::Ordered { sold_out: true, .. });
             let (settlement, outcome) = match recorded {
-                WinRecord::Ordered { order_id } => (
+                WinRecord::Ordered { order_id, .. } => (
                     Some(Settlement::Confirm { order_id }),
                     BuyOutcome::Bought { order_id },
                 ),
@@ -133,6 +139,11 @@ impl Buy<'_> {
             {
                 // The order (if any) is recorded; the reconciler settles the rest.
                 tracing::warn!(%error, "could not settle a flash-sale reservation; the reconciler will");
+            }
+            // The item's page said "In stock"; the order stands whatever happens
+            // here (the sale page shows the live stock).
+            if sold_out && let Err(error) = pages.purge(&[page_tags::item(item)]).await {
+                tracing::warn!(%error, "could not purge the page of an item sold out");
             }
             Ok(outcome)
         });

@@ -38,6 +38,9 @@ pub enum WinRecord {
     Ordered {
         /// The new order.
         order_id: i64,
+        /// It took the item's last unit (its page, which says "in stock", is to
+        /// be purged).
+        sold_out: bool,
     },
     /// This (user, key) already has an answer here: an earlier order (a retry whose
     /// first answer Redis no longer had), `expired` (the reconciler gave the unit
@@ -63,7 +66,7 @@ async fn take_one(
 ) -> Result<Option<sqlx::any::AnyRow>, DbError> {
     Ok(sqlx::query(&format!(
         "UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND {ON_SALE} \
-         RETURNING sale_price_cents"
+         RETURNING sale_price_cents, stock"
     ))
     .bind(item.to_i64())
     .bind(now)
@@ -239,6 +242,7 @@ impl Db {
             return Ok(WinRecord::Refused(why));
         };
         let price: Option<i64> = took.try_get("sale_price_cents")?;
+        let left: i64 = took.try_get("stock")?;
         if !claim(&mut tx, user, item, per_user_limit).await? {
             tx.rollback().await?;
             return Ok(WinRecord::Refused(BuyOutcome::LimitReached));
@@ -246,7 +250,10 @@ impl Db {
         let order_id =
             insert_order(&mut tx, user, item, key, price.unwrap_or_default(), now).await?;
         tx.commit().await?;
-        Ok(WinRecord::Ordered { order_id })
+        Ok(WinRecord::Ordered {
+            order_id,
+            sold_out: left == 0,
+        })
     }
 
     /// The reconciler's question about a reservation whose order is overdue: did

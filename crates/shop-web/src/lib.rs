@@ -444,6 +444,7 @@ impl AppState {
             insights: self.order_insights(),
             decider: self.config.flash_decider,
             limit: self.config.flash_limit,
+            pages: &self.pages,
         }
     }
 

@@ -202,7 +202,7 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             .record_flash_win(u[0], item(1), "run1-a", 1, NOW)
             .await
             .unwrap();
-        let WinRecord::Ordered { order_id } = won else {
+        let WinRecord::Ordered { order_id, .. } = won else {
             panic!("{kind}: {won:?}")
         };
         assert_eq!(

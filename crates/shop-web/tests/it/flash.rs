@@ -496,7 +496,10 @@ async fn the_reconciler_settles_what_a_dead_server_left() {
         reserve((buyers[0].0, "ka")).await;
         reserve((buyers[1].0, "kb")).await;
         let b = shop.db.record_flash_win(buyers[1].0, item(1), "kb", 1, now);
-        let Ok(WinRecord::Ordered { order_id: b_order }) = b.await else {
+        let Ok(WinRecord::Ordered {
+            order_id: b_order, ..
+        }) = b.await
+        else {
             panic!("{kind}: b's order")
         };
         reserve((buyers[2].0, "kc")).await;
@@ -1128,4 +1131,26 @@ async fn a_flash_buy_is_charged_the_sale_price_whatever_the_regular_price_does()
             "{kind}"
         );
     }
+}
+
+/// The buy of a sale's last unit purges the item's page, which said "In stock".
+#[tokio::test]
+async fn the_last_unit_bought_purges_the_item_page_that_said_in_stock() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    shop.sale_of(2, 1).await;
+    shop.rank(&[2]).await;
+    let in_stock = "class=\"stock in-stock\">In stock<";
+    let _ = shop.get("/items/2", None).await;
+    let cached = shop.get("/items/2", None).await;
+    assert_eq!(cached.headers()["x-cache"], "HIT");
+    assert!(shop_testapp::text(cached).await.contains(in_stock));
+
+    let cookie = shop.login("last-buyer").await;
+    let (status, body) = shop.buy("2", Some(&cookie), Some("the-last-one")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let page = shop_testapp::text(shop.get("/items/2", None).await).await;
+    assert!(
+        page.contains("class=\"stock out-of-stock\">Out of stock<"),
+        "{page}"
+    );
 }
