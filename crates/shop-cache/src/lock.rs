@@ -60,8 +60,9 @@ pub async fn take(
     }
 }
 
-/// The key that marks `lock` abandoned by its holder: in the lock's slot (the
-/// lock's own hash tag, or the lock's name as one).
+/// The key that marks `lock` abandoned by its holder: named after the lock (so
+/// in its namespace) and in its slot (the lock's own hash tag, or, for a lock
+/// without one, the lock's whole name as the mark's tag).
 fn abandoned(lock: &Lock) -> String {
     let tagged = lock
         .key
@@ -70,7 +71,7 @@ fn abandoned(lock: &Lock) -> String {
     if tagged {
         format!("{}:abandoned:{}", lock.key, lock.holder)
     } else {
-        format!("{{{}}}:abandoned:{}", lock.key, lock.holder)
+        format!("{0}:abandoned:{1}{{{0}}}", lock.key, lock.holder)
     }
 }
 
@@ -155,6 +156,7 @@ mod tests {
             };
             let mark = abandoned(&lock);
             assert_ne!(mark, lock.key);
+            assert!(mark.starts_with(key), "{mark}");
             assert_eq!(
                 slot_of(mark.as_bytes()),
                 slot_of(key.as_bytes()),
