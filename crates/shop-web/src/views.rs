@@ -269,18 +269,24 @@ const BOT_WORDS: &[&str] = &[
     "semrush",
 ];
 
+/// The words of `BOT_WORDS`, looked for all at once in one pass over the text.
+static BOT_FINDER: std::sync::LazyLock<aho_corasick::AhoCorasick> =
+    std::sync::LazyLock::new(|| {
+        aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(BOT_WORDS)
+            .expect("the bot words make an automaton")
+    });
+
 /// Whether the request's `User-Agent` says it comes from a bot (one of the words in
-/// `BOT_WORDS`, in any case). Asked on every item view: no allocation.
+/// `BOT_WORDS`, in any case). Asked on every item view: one pass over the header,
+/// no allocation (a word at a time over every position was 3% of a cached
+/// view's CPU with a browser's User-Agent).
 pub fn says_it_is_a_bot(headers: &HeaderMap) -> bool {
     let Some(agent) = headers.get(axum::http::header::USER_AGENT) else {
         return false;
     };
-    let agent = agent.as_bytes();
-    BOT_WORDS.iter().any(|word| {
-        agent
-            .windows(word.len())
-            .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
-    })
+    BOT_FINDER.is_match(agent.as_bytes())
 }
 
 #[cfg(test)]
@@ -304,6 +310,12 @@ mod tests {
         assert!(with("curl/8.5.0"));
         assert!(with("python-requests/2.31"));
         assert!(with("facebookexternalhit/1.1"));
+        assert!(
+            with("Mozilla/5.0 (compatible; SEMRUSH-Crawler)"),
+            "any case"
+        );
+        assert!(with("WGET/1.21"), "any case");
+        assert!(with("Scrapy/2.11 (+https://scrapy.org)"));
         assert!(!with(
             "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
         ));
