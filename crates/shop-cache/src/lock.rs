@@ -10,6 +10,14 @@
 //! refused) and let go if the take ran already, so a lock nobody holds does not
 //! refuse its key for its whole time (a shopper could not check out for half a
 //! minute after a stall). A release that failed is tried again the same way.
+//!
+//! An answer that comes when a stalled node wakes may come from a primary that
+//! was replaced meanwhile (a failover): it runs the release, answers, then
+//! becomes the new primary's replica and loses it, so the lock stays held on
+//! the new primary. So a lock given back in the background is given back again
+//! every [`SETTLE_STEP`] for [`SETTLE`] after the first answer (both scripts act
+//! only on their own holder's value, so running one again changes nothing
+//! else).
 
 use std::time::Duration;
 
@@ -27,6 +35,14 @@ pub struct Lock {
 /// How often a lock whose take or release went unanswered is let go again, until
 /// Redis answers or the lock's time is up.
 const RELEASE_RETRY: Duration = Duration::from_millis(100);
+
+/// How long after the first answer a lock given back in the background is
+/// given back again: longer than a woken, replaced primary takes to learn it is
+/// a replica now (and commands to go to the new primary).
+pub const SETTLE: Duration = Duration::from_secs(4);
+
+/// How often it is given back again meanwhile.
+pub const SETTLE_STEP: Duration = Duration::from_millis(500);
 
 /// Takes the lock `key` for `ttl` at most: `None` if another holds it now.
 pub async fn take(
@@ -119,7 +135,8 @@ async fn undo(conn: &RedisConn, lock: &Lock, how: Undo) -> Result<(), CacheError
 
 /// Gives `lock` back (`how`) in a task of its own, trying every
 /// [`RELEASE_RETRY`] until Redis answers or the lock's time is up (it has
-/// expired then anyway).
+/// expired then anyway), then again every [`SETTLE_STEP`] for [`SETTLE`] (the
+/// first answer may have come from a primary a failover replaced).
 fn in_background(conn: &RedisConn, lock: Lock, how: Undo) {
     let conn = conn.clone();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -127,13 +144,34 @@ fn in_background(conn: &RedisConn, lock: Lock, how: Undo) {
     };
     runtime.spawn(async move {
         let give_up = tokio::time::Instant::now() + lock.ttl;
-        while undo(&conn, &lock, how).await.is_err() {
-            if tokio::time::Instant::now() + RELEASE_RETRY > give_up {
+        if !until_answered(&conn, &lock, how, give_up).await {
+            return;
+        }
+        let settled = (tokio::time::Instant::now() + SETTLE).min(give_up);
+        while tokio::time::Instant::now() + SETTLE_STEP <= settled {
+            tokio::time::sleep(SETTLE_STEP).await;
+            if !until_answered(&conn, &lock, how, settled).await {
                 return;
             }
-            tokio::time::sleep(RELEASE_RETRY).await;
         }
     });
+}
+
+/// Gives `lock` back (`how`) every [`RELEASE_RETRY`] until Redis answers
+/// (`true`) or `give_up` comes (`false`).
+async fn until_answered(
+    conn: &RedisConn,
+    lock: &Lock,
+    how: Undo,
+    give_up: tokio::time::Instant,
+) -> bool {
+    while undo(conn, lock, how).await.is_err() {
+        if tokio::time::Instant::now() + RELEASE_RETRY > give_up {
+            return false;
+        }
+        tokio::time::sleep(RELEASE_RETRY).await;
+    }
+    true
 }
 
 #[cfg(test)]

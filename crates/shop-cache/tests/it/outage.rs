@@ -148,6 +148,73 @@ async fn a_view_flush_whose_answer_was_lost_in_a_stall_counts_once() {
 /// A lock taken while Redis stalled (the answer given up on, the `SET` run when
 /// Redis woke) is let go by itself once Redis answers: it does not refuse its key
 /// for its whole time (a cart's checkout, half a minute).
+/// A release answered by a node that then lost it (a primary a failover replaced
+/// while it stalled answers, then becomes a replica of the new primary, which
+/// still holds the lock) is run once more after the failover settles.
+#[tokio::test]
+async fn a_release_lost_by_a_replaced_primary_is_run_again() {
+    let server = TestRedis::start();
+    let conn = shop_cache::connect(&server.url())
+        .await
+        .unwrap()
+        .with_budget(Duration::from_millis(100));
+    let key = "lock-under-test".to_owned();
+    let ttl = Duration::from_secs(30);
+    let lock = shop_cache::lock::take(&conn, key.clone(), ttl)
+        .await
+        .unwrap()
+        .expect("nobody holds it");
+    let mut raw = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let holder: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    server.pause();
+    let released = shop_cache::lock::release(&conn, lock).await;
+    server.resume();
+    assert!(released.is_err(), "a stalled Redis answers nothing");
+    // The release runs in the background once Redis answers ...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let held: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if held.is_none() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ... and is lost as a replaced primary loses it: the new primary holds it.
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&holder)
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + shop_cache::lock::SETTLE + Duration::from_secs(5);
+    loop {
+        if let Ok(Some(lock)) = shop_cache::lock::take(&conn, key.clone(), ttl).await {
+            shop_cache::lock::release(&conn, lock).await.unwrap();
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lock its holder let go still refuses its key"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_lock_whose_take_went_unanswered_is_let_go_when_redis_wakes() {
     let server = TestRedis::start();
