@@ -7,13 +7,15 @@
 //! prices from the process's [`crate::purged_copy::ItemCopies`] (dropped at every
 //! catalogue change, so a new title, price or retirement shows at once; a retired
 //! item leaves the list, as it can no longer be bought). The
-//! cart and the history are read from Redis on every call, in the session
-//! touch's own round trip (the session layer's [`Holdings`], asked for on
-//! [`PATH`]): one Redis call a guest's `/api/me`, two a logged-in user's (whose
-//! cart is the account's, in the user's slot). The touch is not written
-//! behind as an item page's is: the call waits for the read anyway, and this is
-//! the request of a page view that refuses a session past its lifetime and hands
-//! out the new cookie. While the session store cannot answer (down, or a node
+//! cart and the history are read from Redis on every call by the session
+//! layer (its [`Holdings`], asked for on [`PATH`]): one Redis round trip a
+//! guest's `/api/me`, two a logged-in user's (whose cart is the account's, in
+//! the user's slot). Where the process writes touches behind (the shop does),
+//! that read is plain reads in one pipeline and the touch is held back for the
+//! flusher as an item page's is; a session the shop does not know, or one near
+//! the end of a lifetime, is touched at once by the touch script instead, so
+//! this call still refuses a session past its lifetime and hands out the new
+//! cookie. While the session store cannot answer (down, or a node
 //! stalled past the request's budget), the answer is a guest's marked
 //! `"degraded": true` (no cart, no history known), not an error: every page
 //! goes on working.

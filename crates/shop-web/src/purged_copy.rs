@@ -1,11 +1,12 @@
 //! Database reads kept in this web server's memory until the next catalogue change:
-//! search results ([`crate::search_cache`]) and the recently viewed items that
-//! `/api/me` shows, serialized ([`ItemCopies`]). Only a process with an in-process page
+//! search results ([`crate::search_cache`], a [`PurgedCopy`]) and the recently
+//! viewed items that `/api/me` shows, serialized ([`ItemCopies`]). Only a process with an in-process page
 //! tier keeps them, since its feed is what hears the other processes' purges.
 //!
-//! - Bounded: a budget of bytes, by moka's TinyLFU, which admits a new entry only
-//!   over colder ones: the popular entries stay, and a client making up a new
-//!   key per request neither gets in nor pushes anyone out.
+//! - Bounded: a budget of bytes. A [`PurgedCopy`] (keys a client makes up) by
+//!   moka's TinyLFU, which admits a new entry only over colder ones: the popular
+//!   entries stay, and a client making up a new key per request neither gets in
+//!   nor pushes anyone out. [`ItemCopies`] holds only items that exist.
 //! - Purged on every catalogue change: an entry is good while the process's count
 //!   of purges seen ([`PurgesSeen`]: its own purges before they return, every
 //!   other process's as its event arrives) is what it was before the database was
@@ -136,9 +137,107 @@ impl ShownItem {
     }
 }
 
-/// The items `/api/me` lists as recently viewed, so a warm call reads no
-/// database and serializes no item.
-pub type ItemCopies = PurgedCopy<ItemId, ShownItem>;
+/// The items `/api/me` lists as recently viewed (and the pictures drawn), so
+/// a warm call reads no database and serializes no item.
+///
+/// Every entry is good for the same span (until the next purge seen), so the
+/// copy is one map for that span, dropped whole when a purge is seen or
+/// [`ITEM_TTL`] is up: a lookup is a read lock and a hash probe (a moka cache's
+/// bookkeeping per lookup was a tenth of `/api/me`'s CPU with 25 items viewed).
+/// Only items that exist get in (the keys are rows read from the database), and
+/// at most [`ITEM_BYTES`] of them.
+pub struct ItemCopies {
+    span: std::sync::RwLock<Span>,
+    purges: PurgesSeen,
+    tier: Arc<PageTier>,
+}
+
+/// The items kept while the purge count is `purges`.
+struct Span {
+    purges: u64,
+    began: std::time::Instant,
+    bytes: u64,
+    items: std::collections::HashMap<ItemId, Arc<ShownItem>>,
+}
+
+impl Span {
+    fn new(purges: u64) -> Self {
+        Self {
+            purges,
+            began: std::time::Instant::now(),
+            bytes: 0,
+            items: std::collections::HashMap::new(),
+        }
+    }
+
+    fn good_at(&self, purges: u64) -> bool {
+        self.purges == purges && self.began.elapsed() < ITEM_TTL
+    }
+}
+
+impl ItemCopies {
+    /// Empty; purged with `store`'s process's purges as `tier`'s feed hears them.
+    pub fn new(store: &PageStore, tier: Arc<PageTier>) -> Self {
+        let purges = store.purges_seen().clone();
+        Self {
+            span: std::sync::RwLock::new(Span::new(purges.get())),
+            purges,
+            tier,
+        }
+    }
+
+    /// The items kept for `ids`, in order (`None` where not kept).
+    pub fn get_all(&self, ids: &[ItemId]) -> Vec<Option<Arc<ShownItem>>> {
+        let span = self
+            .span
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !self.tier.is_trusted() || !span.good_at(self.purges.get()) {
+            return vec![None; ids.len()];
+        }
+        ids.iter().map(|id| span.items.get(id).cloned()).collect()
+    }
+
+    /// Read before the database is.
+    pub fn mark(&self) -> Mark {
+        Mark(self.purges.get())
+    }
+
+    /// Keeps `item`, read after `mark`, unless a purge came since.
+    pub fn put(&self, id: ItemId, item: Arc<ShownItem>, mark: Mark) {
+        if !self.tier.is_trusted() || self.purges.get() != mark.0 {
+            return;
+        }
+        let mut span = self
+            .span
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !span.good_at(mark.0) {
+            *span = Span::new(mark.0);
+        }
+        let bytes = 48 + item.json.get().len() as u64;
+        if span.bytes + bytes > ITEM_BYTES {
+            return;
+        }
+        if span.items.insert(id, item).is_none() {
+            span.bytes += bytes;
+        }
+    }
+
+    /// Items held now (a span a purge ended still counts until the next put).
+    pub fn len(&self) -> usize {
+        self.span
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .items
+            .len()
+    }
+
+    /// True when it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// The most bytes of items kept: the hot items' (one is a hundred bytes or so,
 /// so a hundred thousand of them).
@@ -149,9 +248,7 @@ pub const ITEM_TTL: Duration = Duration::from_secs(300);
 
 /// [`ItemCopies`] of `store`'s process, purged through `tier`'s feed.
 pub fn item_copies(store: &PageStore, tier: Arc<PageTier>) -> ItemCopies {
-    PurgedCopy::new(store, tier, ITEM_BYTES, ITEM_TTL, |_, shown| {
-        48 + shown.json.get().len()
-    })
+    ItemCopies::new(store, tier)
 }
 
 /// The items `ids` (those that exist, in that order), from `copies` where it
@@ -169,7 +266,7 @@ pub async fn items(
             .collect());
     };
     let mut found: Vec<(ItemId, Option<Arc<ShownItem>>)> =
-        ids.iter().map(|&id| (id, copies.get(&id))).collect();
+        ids.iter().copied().zip(copies.get_all(ids)).collect();
     let missing: Vec<ItemId> = found
         .iter()
         .filter(|(_, item)| item.is_none())

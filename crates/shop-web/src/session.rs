@@ -380,6 +380,33 @@ async fn identify_with(
     https: bool,
     read: bool,
 ) -> (Session, bool, Option<Holdings>) {
+    // A plain read, the touch held back for the flusher (where the process
+    // writes touches behind), when the session is known and not near the end
+    // of a lifetime: `/api/me`, on every page view.
+    let behind = state.views.is_some_and(|views| views.write_behind);
+    if read && behind && touch == Touch::request() {
+        match state.sessions.peek(&token).await {
+            Ok(Some((user, holdings))) if state.sessions.touch_later(&token, None) => {
+                let session = Session {
+                    user,
+                    token,
+                    https,
+                    store_failed: false,
+                };
+                return (session, false, Some(holdings));
+            }
+            // Unknown, near a lifetime's end, or no room to hold it: touched now.
+            Ok(_) => {}
+            Err(error) => {
+                session_error(state, &error);
+                let session = Session {
+                    store_failed: true,
+                    ..Session::guest(token, https)
+                };
+                return (session, false, None);
+            }
+        }
+    }
     let touched = match read {
         true => state
             .sessions

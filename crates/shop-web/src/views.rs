@@ -78,7 +78,11 @@ pub struct ItemViews {
     /// [`shop_cache::session::ViewFlusher`] (which must run: the shop's servers
     /// run it) instead of travelling with the page. A session past its lifetime
     /// is then ended by that write, and its next request that waits for its
-    /// session (the page's own `/api/me`) gets the new cookie.
+    /// session (the page's own `/api/me`) gets the new cookie. The per-user
+    /// call ([`crate::session::SessionLayer::holdings_on`]) then holds its touch
+    /// back too: it reads the session with plain reads
+    /// ([`shop_cache::session::Sessions::peek`]) and touches at once only a
+    /// session it does not know or one near the end of a lifetime.
     pub write_behind: bool,
 }
 

@@ -130,6 +130,11 @@ pub struct Holdings {
     pub viewed: Vec<ItemId>,
 }
 
+/// How near the end of one of its lifetimes a session is touched at once by
+/// [`Sessions::peek`]'s callers (and so refused past it exactly), not held back:
+/// more than web servers' clocks differ, far less than any lifetime.
+pub const LIFETIME_MARGIN: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// One session's answer of the touch script: (started, user, cart as HGETALL
 /// answers it, history newest first; both empty unless asked for).
 type TouchAnswer = (i64, Option<String>, Vec<(String, String)>, Vec<String>);
@@ -152,6 +157,71 @@ impl Sessions {
         touch: Touch,
     ) -> Result<(Touched, Holdings), CacheError> {
         self.touch_one(token, touch, true).await
+    }
+
+    /// Who a session is and what it holds, read without touching it (plain
+    /// reads, no script): for a request that holds its touch back
+    /// ([`Sessions::touch_later`]) yet must know the session now, as `/api/me`
+    /// does. `None` when the session must be touched now instead
+    /// ([`Sessions::touch_and_read`]): a token the shop does not know (its touch
+    /// starts the session), or a session within [`LIFETIME_MARGIN`] of the end
+    /// of one of its lifetimes, by this process's clock (the touch decides by
+    /// Redis's, and refuses one past it).
+    pub async fn peek(
+        &self,
+        token: &SessionToken,
+    ) -> Result<Option<(Option<UserId>, Holdings)>, CacheError> {
+        let shard = self.keys.shard_of(token);
+        let member = token.expose();
+        type Peeked = (
+            Option<f64>,
+            Option<String>,
+            Option<f64>,
+            Vec<(String, String)>,
+            Vec<String>,
+        );
+        let (seen, user, since, cart, viewed): Peeked = redis::pipe()
+            .zscore(self.keys.recent_in(shard), member)
+            .hget(self.keys.login_in(shard), member)
+            .zscore(self.keys.logins_in(shard), member)
+            .hgetall(self.keys.cart_member(shard, member))
+            .zrevrange(self.keys.viewed_by_member(shard, member), 0, -1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Some(seen) = seen else {
+            return Ok(None);
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |since_epoch| since_epoch.as_secs_f64());
+        let lifetimes = &self.lifetimes;
+        let idle_max = match (&user, cart.is_empty()) {
+            (None, true) => lifetimes.guest_idle(),
+            _ => lifetimes.idle(),
+        };
+        let near_end = |at: f64, max: std::time::Duration| {
+            now - at + LIFETIME_MARGIN.as_secs_f64() >= max.as_secs_f64()
+        };
+        // A login the book's code wrote has no `logins:` entry yet: the touch
+        // writes it.
+        let login_unrecorded = user.is_some() && since.is_none();
+        if near_end(seen, idle_max)
+            || since.is_some_and(|since| near_end(since, lifetimes.absolute()))
+            || login_unrecorded
+        {
+            return Ok(None);
+        }
+        let user = user
+            .map(|raw| {
+                raw.parse()
+                    .map_err(|_| CacheError::Corrupt { what: "login:" })
+            })
+            .transpose()?;
+        let holdings = Holdings {
+            cart: crate::cart::lines(cart)?,
+            viewed: super::history(&viewed)?,
+        };
+        Ok(Some((user, holdings)))
     }
 
     async fn touch_one(

@@ -422,3 +422,71 @@ async fn a_flood_of_cookieless_carts_at_the_cap_never_removes_a_logged_in_shoppe
     assert_eq!(me["user"]["name"], "ada", "{me}");
     assert_eq!(me["cart"]["count"], 1, "{me}");
 }
+
+/// `/api/me` reads its session with plain reads and holds its touch back: the
+/// session's last-seen time is written by the next flush. A session near the end
+/// of its idle time is touched at once instead (by the touch script, which
+/// decides its lifetime by Redis's clock).
+#[tokio::test]
+async fn the_per_user_calls_touch_is_written_by_the_flush_and_at_once_near_a_lifetimes_end() {
+    let app = TestApp::start().await;
+    let guest_idle = app.config.session_lifetimes.guest_idle().as_secs_f64();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let visitor = app.visitor().await;
+    let token: SessionToken = visitor.split_once('=').unwrap().1.parse().unwrap();
+    let seen = |app: &TestApp| {
+        let (mut conn, key, member) = (
+            app.conn.clone(),
+            app.keys.recent_of(&token).to_owned(),
+            token.expose().to_owned(),
+        );
+        async move {
+            let score: Option<f64> = conn.zscore(key, member).await.unwrap();
+            score.expect("a live session")
+        }
+    };
+    let set_seen = |app: &TestApp, at: f64| {
+        let (mut conn, key, member) = (
+            app.conn.clone(),
+            app.keys.recent_of(&token).to_owned(),
+            token.expose().to_owned(),
+        );
+        async move {
+            let _: () = conn.zadd(key, member, at).await.unwrap();
+        }
+    };
+    assert_eq!(app.me(&visitor).await["user"], serde_json::Value::Null);
+    app.flush_views().await;
+
+    // Seen an hour ago: the call answers, and the flush writes its touch.
+    set_seen(&app, now() - 3600.0).await;
+    let resp = app.get("/api/me", Some(&visitor)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(cookie_of(&resp).is_none(), "the same session");
+    app.flush_views().await;
+    assert!(
+        now() - seen(&app).await < 60.0,
+        "the held touch was written"
+    );
+
+    // Seen a minute before its idle time is up: touched at once, no flush.
+    set_seen(&app, now() - guest_idle + 60.0).await;
+    let resp = app.get("/api/me", Some(&visitor)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(cookie_of(&resp).is_none(), "still the same session");
+    assert!(
+        now() - seen(&app).await < 60.0,
+        "a session near its end is touched at once"
+    );
+
+    // Past it: refused, a new cookie, as before.
+    set_seen(&app, now() - guest_idle - 60.0).await;
+    let resp = app.get("/api/me", Some(&visitor)).await;
+    let fresh = cookie_of(&resp).expect("a new cookie");
+    assert_ne!(fresh, visitor);
+}
