@@ -69,23 +69,40 @@ impl Default for HttpLimits {
 
 /// Wraps `router` in the layers listed in the module doc; apply it last, so they
 /// are outermost and cover every route, fallback and inner layer.
+///
+/// They wrap the router as one service (a router of that one service is what
+/// comes back), not each of its routes: `Router::layer` boxes every route
+/// again per layer, and a request clones (and drops) every box on its way
+/// down, about a tenth of a cached page's CPU for these seven layers.
 pub fn harden(router: Router, limits: &HttpLimits) -> Router {
-    router
-        .layer(RequestBodyLimitLayer::new(limits.body_limit))
-        .layer(TimeoutLayer::with_status_code(
-            TIMEOUT_STATUS,
-            limits.request_timeout,
-        ))
-        .layer(CatchPanicLayer::custom(answer_panic))
-        .layer(map_response(in_shop_shape))
-        .layer(from_fn(error::as_html_for_pages))
+    let hardened = tower::ServiceBuilder::new()
+        .layer(map_response(security_headers))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 .on_response(record_response)
                 .on_failure(record_failure),
         )
-        .layer(map_response(security_headers))
+        .layer(from_fn(error::as_html_for_pages))
+        .layer(map_response(in_shop_shape))
+        .layer(CatchPanicLayer::custom(answer_panic))
+        .layer(TimeoutLayer::with_status_code(
+            TIMEOUT_STATUS,
+            limits.request_timeout,
+        ))
+        .map_response(any_body)
+        .layer(RequestBodyLimitLayer::new(limits.body_limit))
+        .service(router);
+    Router::new().fallback_service(hardened)
+}
+
+/// `resp` with axum's body type (what the layer above needs).
+fn any_body<B>(resp: Response<B>) -> Response
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    resp.map(axum::body::Body::new)
 }
 
 /// The pages load only their own scripts, styles and data (no inline script or
@@ -99,7 +116,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; frame-ancestors '
 /// no content-type sniffing, no framing (also for browsers that predate
 /// `frame-ancestors`), and no `Referer` to other sites (a URL's query may hold a
 /// search or a `next` path). Headers the answer already has are kept.
-pub async fn security_headers(mut resp: Response) -> Response {
+pub async fn security_headers<B>(mut resp: Response<B>) -> Response<B> {
     let headers = resp.headers_mut();
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
@@ -158,7 +175,11 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
 /// axum's body extractors when the body limit cuts a body short, the shop's error
 /// shape. They are recognised by what no [`WebError`] has: an empty body (the
 /// timeout) or a body that is not JSON (the body limit).
-async fn in_shop_shape(resp: Response) -> Response {
+async fn in_shop_shape<B>(resp: Response<B>) -> Response
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     let status = resp.status();
     let empty = http_body::Body::is_end_stream(resp.body());
     let json = resp
@@ -180,6 +201,6 @@ async fn in_shop_shape(resp: Response) -> Response {
         )
         .into_response()
     } else {
-        resp
+        any_body(resp)
     }
 }
