@@ -7,19 +7,73 @@
 //! be a browser being tricked into sending them cross-site, and `SameSite=Lax`
 //! keeps the session cookie off cross-site POSTs from those browsers anyway.
 
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::task::{Context, Poll};
+
 use axum::extract::Request;
 use axum::http::header::{HOST, ORIGIN};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::future::Either;
 
 use crate::error::WebError;
 
-/// The middleware.
+/// The middleware (for `axum::middleware::from_fn`); the shop mounts the same
+/// check as [`CsrfLayer`].
 pub async fn protect(req: Request, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || same_site(&req) {
+    if allowed(&req) {
         return next.run(req).await;
     }
+    refusal()
+}
+
+/// The same check as a tower layer: a request allowed goes to the service
+/// below as it is (no box, no clone of the service below per request, as a
+/// `from_fn` middleware makes).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CsrfLayer;
+
+impl<S> tower::Layer<S> for CsrfLayer {
+    type Service = Csrf<S>;
+
+    fn layer(&self, inner: S) -> Csrf<S> {
+        Csrf(inner)
+    }
+}
+
+/// The service of [`CsrfLayer`].
+#[derive(Debug, Clone)]
+pub struct Csrf<S>(S);
+
+impl<S> tower::Service<Request> for Csrf<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<S::Future, Ready<Result<Response, Infallible>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if allowed(&req) {
+            Either::Left(self.0.call(req))
+        } else {
+            Either::Right(ready(Ok(refusal())))
+        }
+    }
+}
+
+/// A request that changes nothing, or that comes from the shop's own pages.
+fn allowed(req: &Request) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || same_site(req)
+}
+
+fn refusal() -> Response {
     WebError::new(
         StatusCode::FORBIDDEN,
         "cross_site",

@@ -143,7 +143,13 @@ fn request_span(req: &Request) -> Span {
     )
 }
 
+/// Records the answer in the span, for the `answered` event, when that event is
+/// logged at all (`SHOP_LOG=debug`): recording formats the span's fields again,
+/// 2% of a cached page's CPU at the default level, for nothing.
 fn record_response<B>(resp: &Response<B>, latency: Duration, span: &Span) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
     span.record("status", resp.status().as_u16());
     span.record("latency_us", as_micros(latency));
     tracing::debug!("answered");

@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::from_fn_with_state;
 use shop_cache::RedisConn;
 use shop_cache::analytics::{Analytics, TopItems, TopItemsRefresher};
 use shop_cache::cart::Carts;
@@ -528,7 +528,7 @@ pub fn router(state: AppState) -> Router {
     let app = visitors
         .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
-        .layer(from_fn(csrf::protect));
+        .layer(csrf::CsrfLayer);
     // `harden` puts the error pages (`error::as_html_for_pages`) outside its own
     // limits, so they cover every answer, the limits' included: no second copy here.
     http_limits::harden(app, &http_limits::HttpLimits::default())
