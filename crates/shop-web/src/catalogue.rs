@@ -1,5 +1,7 @@
-//! The catalogue's own pages: the home page (departments, the most viewed items)
-//! and the item pages, behind the page cache.
+//! The catalogue's own pages: the home page (departments, then product cards:
+//! the most viewed items and featured ones, the first items of every
+//! department, kept in the process by [`Featured`]) and the item pages, behind
+//! the page cache.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
