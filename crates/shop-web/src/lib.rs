@@ -497,7 +497,7 @@ pub fn internal_router(state: AppState) -> Router {
 /// The whole application, wrapped last (outermost) in [`http_limits::harden`]:
 /// request timeout, body limit, panic catching and a request trace.
 pub fn router(state: AppState) -> Router {
-    let timed = || from_fn_with_state(state.clone(), metrics::record);
+    let timed = || metrics::TimedLayer(state.metrics.clone());
     // What visitors use: every request is a session's.
     let visitors = Router::new()
         .merge(catalogue::router(state.clone()))
@@ -512,7 +512,7 @@ pub fn router(state: AppState) -> Router {
         .merge(insights::router(state.clone()))
         .merge(flash::router(state.clone()))
         .route_layer(timed())
-        .layer(from_fn_with_state(state.clone(), page_cache::admin_bypass))
+        .layer(page_cache::AdminBypassLayer(state.clone()))
         .layer(from_fn_with_state(
             Arc::new(state.session_layer()),
             session::track_shared,

@@ -23,9 +23,13 @@
 //! second place for each fact.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use metrics_exporter_prometheus::{
@@ -287,19 +291,103 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Middleware (as a route layer) timing every routed request.
+/// Middleware (as a route layer) timing every routed request; the shop mounts
+/// the same as [`TimedLayer`].
 pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
     // MatchedPath is a shared string: cloning it does not allocate.
     let route = req.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
     let resp = next.run(req).await;
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    state.metrics.observe(
-        route,
-        resp.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
+    state.metrics.observe_answer(route.as_ref(), &resp, started);
     resp
+}
+
+impl Metrics {
+    /// Counts `resp`, answered to a request of `route` that started at `started`.
+    fn observe_answer(&self, route: Option<&MatchedPath>, resp: &Response, started: Instant) {
+        let route = route.map_or("unmatched", MatchedPath::as_str);
+        self.observe(
+            route,
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// [`record`] as a tower layer (mount it with `route_layer`): a request goes
+/// to the service below as it is, with no per-request box, clone of the service
+/// below or of the whole [`AppState`], as a `from_fn_with_state` middleware
+/// makes.
+#[derive(Clone)]
+pub struct TimedLayer(pub Arc<Metrics>);
+
+impl<S> tower::Layer<S> for TimedLayer {
+    type Service = Timed<S>;
+
+    fn layer(&self, inner: S) -> Timed<S> {
+        Timed {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+/// The service of [`TimedLayer`].
+#[derive(Clone)]
+pub struct Timed<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> tower::Service<Request> for Timed<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = TimedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let route = req.extensions().get::<MatchedPath>().cloned();
+        TimedFuture {
+            started: Instant::now(),
+            inner: self.inner.call(req),
+            route,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a [`Timed`] service: counted when it is ready.
+    pub struct TimedFuture<F> {
+        #[pin]
+        inner: F,
+        route: Option<MatchedPath>,
+        started: Instant,
+        metrics: Arc<Metrics>,
+    }
+}
+
+impl<F> Future for TimedFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = std::task::ready!(this.inner.poll(cx));
+        if let Ok(resp) = &answer {
+            this.metrics
+                .observe_answer(this.route.as_ref(), resp, *this.started);
+        }
+        Poll::Ready(answer)
+    }
 }
 
 /// `GET /metrics`.
