@@ -135,6 +135,25 @@ pub struct Holdings {
 /// more than web servers' clocks differ, far less than any lifetime.
 pub const LIFETIME_MARGIN: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The user and the holdings of a session, as Redis answers them.
+fn read_session(
+    user: Option<String>,
+    cart: Vec<(String, String)>,
+    viewed: Vec<String>,
+) -> Result<(Option<UserId>, Holdings), CacheError> {
+    let user = user
+        .map(|raw| {
+            raw.parse()
+                .map_err(|_| CacheError::Corrupt { what: "login:" })
+        })
+        .transpose()?;
+    let holdings = Holdings {
+        cart: crate::cart::lines(cart)?,
+        viewed: super::history(&viewed)?,
+    };
+    Ok((user, holdings))
+}
+
 /// One session's answer of the touch script: (started, user, cart as HGETALL
 /// answers it, history newest first; both empty unless asked for).
 type TouchAnswer = (i64, Option<String>, Vec<(String, String)>, Vec<String>);
@@ -211,17 +230,7 @@ impl Sessions {
         {
             return Ok(None);
         }
-        let user = user
-            .map(|raw| {
-                raw.parse()
-                    .map_err(|_| CacheError::Corrupt { what: "login:" })
-            })
-            .transpose()?;
-        let holdings = Holdings {
-            cart: crate::cart::lines(cart)?,
-            viewed: super::history(&viewed)?,
-        };
-        Ok(Some((user, holdings)))
+        read_session(user, cart, viewed).map(Some)
     }
 
     async fn touch_one(
@@ -259,16 +268,7 @@ impl Sessions {
         if let Some((item, Count::Now)) = touch.view {
             self.batches.views.add(item, token);
         }
-        let user = user
-            .map(|raw| {
-                raw.parse()
-                    .map_err(|_| CacheError::Corrupt { what: "login:" })
-            })
-            .transpose()?;
-        let holdings = Holdings {
-            cart: crate::cart::lines(cart)?,
-            viewed: super::history(&viewed)?,
-        };
+        let (user, holdings) = read_session(user, cart, viewed)?;
         let touched = if started == 1 {
             Touched::Started(user)
         } else {
