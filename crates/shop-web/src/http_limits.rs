@@ -179,15 +179,19 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
 
 /// Gives the answers of the layers below [`harden`]'s error shaping, and of
 /// axum's body extractors when the body limit cuts a body short, the shop's error
-/// shape. They are recognised by what no [`WebError`] has: an empty body (the
-/// timeout) or a body that is not JSON (the body limit).
+/// shape. They are recognised by what no [`WebError`] has: an empty body without
+/// a `Content-Type` (the timeout) or a body that is not JSON (the body limit).
 async fn in_shop_shape<B>(resp: Response<B>) -> Response
 where
     B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
     B::Error: Into<axum::BoxError>,
 {
     let status = resp.status();
-    let empty = http_body::Body::is_end_stream(resp.body());
+    // The timeout's own answer: empty and without a type. (An answer to `HEAD`
+    // is empty too by now, but keeps its headers: a 503 of the shop's own, with
+    // its `Retry-After`, is not taken for a timeout.)
+    let empty = http_body::Body::is_end_stream(resp.body())
+        && !resp.headers().contains_key(header::CONTENT_TYPE);
     let json = resp
         .headers()
         .get(header::CONTENT_TYPE)

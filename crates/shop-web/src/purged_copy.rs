@@ -212,6 +212,11 @@ impl ItemCopies {
             .span
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A purge may have come while this waited for the lock; and a span of a
+        // later count is never replaced by an older one.
+        if self.purges.get() != mark.0 || span.purges > mark.0 {
+            return;
+        }
         if !span.good_at(mark.0) {
             *span = Span::new(mark.0);
         }

@@ -145,9 +145,6 @@ async fn a_view_flush_whose_answer_was_lost_in_a_stall_counts_once() {
     assert_eq!(views, -3.0, "counted once");
 }
 
-/// A lock taken while Redis stalled (the answer given up on, the `SET` run when
-/// Redis woke) is let go by itself once Redis answers: it does not refuse its key
-/// for its whole time (a cart's checkout, half a minute).
 /// A release answered by a node that then lost it (a primary a failover replaced
 /// while it stalled answers, then becomes a replica of the new primary, which
 /// still holds the lock) is run once more after the failover settles.
@@ -215,6 +212,9 @@ async fn a_release_lost_by_a_replaced_primary_is_run_again() {
     }
 }
 
+/// A lock taken while Redis stalled (the answer given up on, the `SET` run when
+/// Redis woke) is let go by itself once Redis answers: it does not refuse its key
+/// for its whole time (a cart's checkout, half a minute).
 #[tokio::test]
 async fn a_lock_whose_take_went_unanswered_is_let_go_when_redis_wakes() {
     let server = TestRedis::start();

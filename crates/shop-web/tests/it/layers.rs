@@ -36,6 +36,12 @@ fn hardened(limits: &HttpLimits) -> Router {
             }),
         )
         .route(
+            "/busy",
+            get(|| async {
+                shop_web::error::WebError::busy("busy", "come back", Duration::from_secs(7))
+            }),
+        )
+        .route(
             "/slow",
             get(|| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
@@ -67,6 +73,34 @@ async fn a_panicking_handler_answers_the_generic_500_and_never_the_panic_text() 
     // The router (and so the connection) lives on.
     let resp = send(&app, get_json("/no-such-route")).await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+/// A 503 of the shop's own keeps what it says (`Retry-After`), for `HEAD` too,
+/// whose answer is empty by the time the outer layers see it: it is not taken
+/// for the timeout's own empty answer.
+#[tokio::test]
+async fn a_busy_answer_keeps_its_retry_after_for_get_and_head() {
+    let app = hardened(&HttpLimits::default());
+    for method in [Method::GET, Method::HEAD] {
+        let req = Request::builder()
+            .method(method.clone())
+            .uri("/busy")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .unwrap();
+        let resp = send(&app, req).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "{method}");
+        assert_eq!(
+            resp.headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some("7".to_owned()),
+            "{method}"
+        );
+        if method == Method::GET {
+            assert_eq!(json(resp).await["error"], "busy");
+        }
+    }
 }
 
 #[tokio::test]
