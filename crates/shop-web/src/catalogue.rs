@@ -4,7 +4,7 @@
 //! the page cache.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -17,6 +17,7 @@ use shop_page_cache::PurgesSeen;
 use crate::AppState;
 use crate::error::{Cause, WebError};
 use crate::page_cache::{self, PageCacheConfig};
+use crate::purged_copy::Stamp;
 use crate::request::{BadRequest, ItemPath};
 use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
 
@@ -91,8 +92,7 @@ pub struct Featured {
 struct Picks {
     ids: Vec<ItemId>,
     categories: Vec<String>,
-    purges: u64,
-    read: Instant,
+    read: Stamp,
 }
 
 /// The longest the picks are kept (a backstop for purges missed).
@@ -110,12 +110,11 @@ impl Featured {
     async fn get(&self, db: &shop_db::Db) -> Result<Arc<Picks>, WebError> {
         let kept = self.lock().clone();
         if let Some(picks) = kept
-            && picks.purges == self.purges.get()
-            && picks.read.elapsed() < PICKS_MAX_AGE
+            && picks.read.good(&self.purges, PICKS_MAX_AGE)
         {
             return Ok(picks);
         }
-        let purges = self.purges.get();
+        let read = Stamp::take(&self.purges);
         let categories = db.categories().await?;
         let each = FEATURED
             .div_ceil(categories.len().max(1) as u32)
@@ -128,8 +127,7 @@ impl Featured {
         let picks = Arc::new(Picks {
             ids,
             categories,
-            purges,
-            read: Instant::now(),
+            read,
         });
         *self.lock() = Some(picks.clone());
         Ok(picks)

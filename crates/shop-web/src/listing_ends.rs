@@ -15,11 +15,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shop_cache::domain::ItemId;
 use shop_db::{Db, DbError};
 use shop_page_cache::PurgesSeen;
+
+use crate::purged_copy::Stamp;
 
 /// The shortest time between two reads of one listing's ends.
 pub const MIN_AGE: Duration = Duration::from_secs(1);
@@ -28,8 +30,7 @@ pub const MAX_AGE: Duration = Duration::from_secs(60);
 
 struct Ends {
     ids: Vec<ItemId>,
-    purges: u64,
-    read: Instant,
+    read: Stamp,
 }
 
 /// The page ends of every listing this process served; see the module docs.
@@ -62,11 +63,10 @@ impl ListingEnds {
         let ends = match kept {
             Some(ends) if self.fresh(&ends) => ends,
             _ => {
-                let purges = self.purges.get();
+                let read = Stamp::take(&self.purges);
                 let ends = Arc::new(Ends {
                     ids: db.page_ends(category, self.page).await?,
-                    purges,
-                    read: Instant::now(),
+                    read,
                 });
                 self.lock().insert(key, ends.clone());
                 ends
@@ -76,8 +76,7 @@ impl ListingEnds {
     }
 
     fn fresh(&self, ends: &Ends) -> bool {
-        let age = ends.read.elapsed();
-        age < MIN_AGE || (age < MAX_AGE && ends.purges == self.purges.get())
+        ends.read.age() < MIN_AGE || ends.read.good(&self.purges, MAX_AGE)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Option<String>, Arc<Ends>>> {

@@ -14,7 +14,7 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moka::sync::Cache;
 use serde_json::value::RawValue;
@@ -24,6 +24,42 @@ use shop_page_cache::{PageStore, PurgesSeen};
 
 use crate::page_cache::PageTier;
 use crate::templates::ItemView;
+
+/// When a copy of database reads was taken: good while no purge has been seen
+/// since ([`PurgesSeen`]: every catalogue change purges) and for a maximum age
+/// at most (a backstop for purges missed). Taken before the database is read.
+/// What [`ItemCopies`], [`crate::listing_ends`] and the home page's picks
+/// (`catalogue::Featured`) keep their copies by.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    purges: u64,
+    taken: Instant,
+}
+
+impl Stamp {
+    /// Now, by `purges`' count: take it before the database is read.
+    pub fn take(purges: &PurgesSeen) -> Self {
+        Self::at(purges.get())
+    }
+
+    /// Now, at the purge count `purges`.
+    fn at(purges: u64) -> Self {
+        Self {
+            purges,
+            taken: Instant::now(),
+        }
+    }
+
+    /// No purge seen since, and younger than `max_age`.
+    pub fn good(&self, purges: &PurgesSeen, max_age: Duration) -> bool {
+        self.purges == purges.get() && self.age() < max_age
+    }
+
+    /// How long ago it was taken.
+    pub fn age(&self) -> Duration {
+        self.taken.elapsed()
+    }
+}
 
 /// A value, and the purge count before it was read.
 struct Kept<V> {
@@ -154,8 +190,7 @@ pub struct ItemCopies {
 
 /// The items kept while the purge count is `purges`.
 struct Span {
-    purges: u64,
-    began: std::time::Instant,
+    stamp: Stamp,
     bytes: u64,
     items: std::collections::HashMap<ItemId, Arc<ShownItem>>,
 }
@@ -163,15 +198,14 @@ struct Span {
 impl Span {
     fn new(purges: u64) -> Self {
         Self {
-            purges,
-            began: std::time::Instant::now(),
+            stamp: Stamp::at(purges),
             bytes: 0,
             items: std::collections::HashMap::new(),
         }
     }
 
     fn good_at(&self, purges: u64) -> bool {
-        self.purges == purges && self.began.elapsed() < ITEM_TTL
+        self.stamp.purges == purges && self.stamp.age() < ITEM_TTL
     }
 }
 
@@ -214,7 +248,7 @@ impl ItemCopies {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         // A purge may have come while this waited for the lock; and a span of a
         // later count is never replaced by an older one.
-        if self.purges.get() != mark.0 || span.purges > mark.0 {
+        if self.purges.get() != mark.0 || span.stamp.purges > mark.0 {
             return;
         }
         if !span.good_at(mark.0) {

@@ -397,14 +397,7 @@ async fn identify_with(
             }
             // Unknown, near a lifetime's end, or no room to hold it: touched now.
             Ok(_) => {}
-            Err(error) => {
-                session_error(state, &error);
-                let session = Session {
-                    store_failed: true,
-                    ..Session::guest(token, https)
-                };
-                return (session, false, None);
-            }
+            Err(error) => return store_failed(state, &error, token, https),
         }
     }
     let touched = match read {
@@ -435,15 +428,24 @@ async fn identify_with(
             false,
             holdings,
         ),
-        Err(error) => {
-            session_error(state, &error);
-            let session = Session {
-                store_failed: true,
-                ..Session::guest(token, https)
-            };
-            (session, false, None)
-        }
+        Err(error) => store_failed(state, &error, token, https),
     }
+}
+
+/// What [`identify_with`] answers when the session store failed: the visitor
+/// served as a guest, marked so ([`Session::store_failed`]), nothing known.
+fn store_failed(
+    state: &SessionLayer,
+    error: &shop_cache::CacheError,
+    token: SessionToken,
+    https: bool,
+) -> (Session, bool, Option<Holdings>) {
+    session_error(state, error);
+    let session = Session {
+        store_failed: true,
+        ..Session::guest(token, https)
+    };
+    (session, false, None)
 }
 
 /// Counts and logs a failed touch (quietly while Redis is known to be down).

@@ -198,18 +198,13 @@ async fn a_release_lost_by_a_replaced_primary_is_run_again() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + shop_cache::lock::SETTLE + Duration::from_secs(5);
-    loop {
-        if let Ok(Some(lock)) = shop_cache::lock::take(&conn, key.clone(), ttl).await {
-            shop_cache::lock::release(&conn, lock).await.unwrap();
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the lock its holder let go still refuses its key"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    taken_within(
+        &conn,
+        &key,
+        shop_cache::lock::SETTLE + Duration::from_secs(5),
+        "the lock its holder let go still refuses its key",
+    )
+    .await;
 }
 
 /// A lock taken while Redis stalled (the answer given up on, the `SET` run when
@@ -235,20 +230,27 @@ async fn a_lock_whose_take_went_unanswered_is_let_go_when_redis_wakes() {
     let taken = shop_cache::lock::take(&conn, key.clone(), ttl).await;
     server.resume();
     assert!(taken.is_err(), "a stalled Redis answers nothing");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    taken_within(
+        &conn,
+        &key,
+        Duration::from_secs(5),
+        "the lock nobody holds still refuses its key",
+    )
+    .await;
+}
+
+/// Takes (and lets go) the lock `key`, polling, failing with `what` if it is
+/// still refused after `within`.
+async fn taken_within(conn: &shop_cache::RedisConn, key: &str, within: Duration, what: &str) {
+    let deadline = tokio::time::Instant::now() + within;
     loop {
-        match shop_cache::lock::take(&conn, key.clone(), ttl).await {
-            Ok(Some(lock)) => {
-                shop_cache::lock::release(&conn, lock).await.unwrap();
-                break;
-            }
-            Ok(None) | Err(_) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the lock nobody holds still refuses its key"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        if let Ok(Some(lock)) =
+            shop_cache::lock::take(conn, key.to_owned(), Duration::from_secs(30)).await
+        {
+            shop_cache::lock::release(conn, lock).await.unwrap();
+            return;
         }
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
