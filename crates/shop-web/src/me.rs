@@ -147,7 +147,11 @@ async fn me(
     // cannot answer now (down, or stalled past the request's budget) makes this a
     // guest's answer marked `degraded`, not an error: the page goes on.
     let mut degraded = session.store_failed;
-    let Holdings { mut cart, viewed } = match holdings {
+    let Holdings {
+        mut cart,
+        viewed,
+        account_cart,
+    } = match holdings {
         Some(Extension(holdings)) => holdings,
         None if degraded => Holdings::default(),
         None => match read_holdings(&state, &session).await {
@@ -161,13 +165,20 @@ async fn me(
     // Logged in: the account's cart (one more round trip, in the user's slot),
     // after merging what the session's own cart still holds (a merge its login
     // left undone).
+    // The session layer may have read the account's cart already: used when it
+    // is this user's and nothing is left to merge.
     if let Some(user) = session.user.filter(|_| !degraded) {
-        crate::cart::finish_merge(&state, &session.token, user, Some(&cart)).await;
-        cart = match state.carts.get(CartOf::Account(user)).await {
-            Ok(cart) => cart,
-            Err(error) => {
-                degraded = unavailable(error)?;
-                Vec::new()
+        cart = match account_cart.filter(|(of, _)| *of == user && cart.is_empty()) {
+            Some((_, account)) => account,
+            None => {
+                crate::cart::finish_merge(&state, &session.token, user, Some(&cart)).await;
+                match state.carts.get(CartOf::Account(user)).await {
+                    Ok(cart) => cart,
+                    Err(error) => {
+                        degraded = unavailable(error)?;
+                        Vec::new()
+                    }
+                }
             }
         };
     }
@@ -207,6 +218,7 @@ async fn read_holdings(state: &AppState, session: &Session) -> Result<Holdings, 
     Ok(Holdings {
         cart: state.carts.get(&session.token).await?,
         viewed: state.sessions.recently_viewed(&session.token).await?,
+        account_cart: None,
     })
 }
 

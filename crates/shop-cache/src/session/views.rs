@@ -128,6 +128,11 @@ pub struct Holdings {
     pub cart: Vec<(ItemId, crate::cart::Quantity)>,
     /// The history, newest first.
     pub viewed: Vec<ItemId>,
+    /// The cart of the account the session is logged in as, when
+    /// [`Sessions::peek`] read it in the same round trip (on one node, for a
+    /// session it had found logged in before): a logged-in shopper's cart is the
+    /// account's ([`crate::cart::CartOf::Account`]). `None`: not read here.
+    pub account_cart: Option<(UserId, Vec<(ItemId, crate::cart::Quantity)>)>,
 }
 
 /// How near the end of one of its lifetimes a session is touched at once by
@@ -150,6 +155,7 @@ fn read_session(
     let holdings = Holdings {
         cart: crate::cart::lines(cart)?,
         viewed: super::history(&viewed)?,
+        account_cart: None,
     };
     Ok((user, holdings))
 }
@@ -186,27 +192,39 @@ impl Sessions {
     /// starts the session), or a session within [`LIFETIME_MARGIN`] of the end
     /// of one of its lifetimes, by this process's clock (the touch decides by
     /// Redis's, and refuses one past it).
+    ///
+    /// On one node, a session this process found logged in before has its
+    /// account's cart read in the same round trip ([`Holdings::account_cart`],
+    /// kept only if the session is still that user's).
     pub async fn peek(
         &self,
         token: &SessionToken,
     ) -> Result<Option<(Option<UserId>, Holdings)>, CacheError> {
         let shard = self.keys.shard_of(token);
         let member = token.expose();
-        type Peeked = (
-            Option<f64>,
-            Option<String>,
-            Option<f64>,
-            Vec<(String, String)>,
-            Vec<String>,
-        );
-        let (seen, user, since, cart, viewed): Peeked = redis::pipe()
-            .zscore(self.keys.recent_in(shard), member)
+        type Lines = Vec<(String, String)>;
+        type Peeked = (Option<f64>, Option<String>, Option<f64>, Lines, Vec<String>);
+        // On a cluster the account's cart is on another slot: the caller reads it.
+        let guess = match self.conn.is_cluster() {
+            false => self.batches.logged_in.get(token),
+            true => None,
+        };
+        let mut pipe = redis::pipe();
+        pipe.zscore(self.keys.recent_in(shard), member)
             .hget(self.keys.login_in(shard), member)
             .zscore(self.keys.logins_in(shard), member)
             .hgetall(self.keys.cart_member(shard, member))
-            .zrevrange(self.keys.viewed_by_member(shard, member), 0, -1)
-            .query_async(&mut self.conn.clone())
-            .await?;
+            .zrevrange(self.keys.viewed_by_member(shard, member), 0, -1);
+        let mut conn = self.conn.clone();
+        let ((seen, user, since, cart, viewed), account): (Peeked, Option<Lines>) = match guess {
+            Some(user) => {
+                pipe.hgetall(self.keys.user_cart(user));
+                let (seen, login, since, cart, viewed, account) =
+                    pipe.query_async(&mut conn).await?;
+                ((seen, login, since, cart, viewed), Some(account))
+            }
+            None => (pipe.query_async(&mut conn).await?, None),
+        };
         let Some(seen) = seen else {
             return Ok(None);
         };
@@ -230,7 +248,14 @@ impl Sessions {
         {
             return Ok(None);
         }
-        read_session(user, cart, viewed).map(Some)
+        let (user, mut holdings) = read_session(user, cart, viewed)?;
+        if !self.conn.is_cluster() {
+            self.batches.logged_in.found(token, guess, user);
+        }
+        if let (Some(user), Some(account)) = (user.filter(|user| guess == Some(*user)), account) {
+            holdings.account_cart = Some((user, crate::cart::lines(account)?));
+        }
+        Ok(Some((user, holdings)))
     }
 
     async fn touch_one(

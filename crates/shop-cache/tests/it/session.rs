@@ -1,5 +1,5 @@
 use redis::AsyncCommands;
-use shop_cache::cart::Carts;
+use shop_cache::cart::{CartOf, Carts};
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::session::{HISTORY_LEN, Holdings, SessionToken, Sessions, Touch, Touched};
 
@@ -123,6 +123,45 @@ async fn a_touch_reads_the_cart_and_history_in_its_round_trip(fx: Fixture) {
     assert_eq!(holdings.cart, carts.get(&token).await.unwrap());
     // A plain touch reads nothing and says the same.
     assert_eq!(sessions.touch(&token, Touch::request()).await.unwrap(), Touched::Known(None));
+}
+
+/// A logged-in shopper's cart is the account's: on one node the peek reads it in
+/// its own round trip once it has seen the session logged in, and hands it out
+/// only while the session is still that user's.
+async fn a_peek_reads_the_account_cart_of_a_session_it_saw_logged_in(fx: Fixture) {
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 10);
+    let token = SessionToken::generate();
+    let (alice, bob) = (UserId::new(42).unwrap(), UserId::new(43).unwrap());
+    sessions.touch(&token, Touch::request().as_user(alice)).await.unwrap();
+    carts.set(CartOf::Account(alice), item(7), 2).await.unwrap();
+    carts.set(CartOf::Account(bob), item(9), 1).await.unwrap();
+    // On a cluster the account's cart is on another slot: never read here.
+    let account = |user: UserId, lines: &[(u64, u32)]| {
+        (!fx.conn.is_cluster()).then(|| (user, lines.to_vec()))
+    };
+    let read = |holdings: Holdings| {
+        holdings.account_cart.map(|(user, lines)| {
+            (user, lines.iter().map(|(i, q)| (i.get(), q.get())).collect::<Vec<_>>())
+        })
+    };
+
+    // Not known logged in yet: not read.
+    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    assert_eq!((user, read(holdings)), (Some(alice), None));
+    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    assert_eq!((user, read(holdings)), (Some(alice), account(alice, &[(7, 2)])));
+    // A change is read, not remembered.
+    carts.set(CartOf::Account(alice), item(8), 1).await.unwrap();
+    let (_, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    assert_eq!(read(holdings), account(alice, &[(7, 2), (8, 1)]));
+
+    // The session now bob's: alice's cart, read on the guess, is not handed out.
+    sessions.touch(&token, Touch::request().as_user(bob)).await.unwrap();
+    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    assert_eq!((user, read(holdings)), (Some(bob), None));
+    let (_, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    assert_eq!(read(holdings), account(bob, &[(9, 1)]));
 }
 
 async fn a_view_sent_ahead_counts_only_once_its_page_is_found(fx: Fixture) {

@@ -8,6 +8,58 @@ use super::*;
 pub(in crate::session) struct Batches {
     pub(in crate::session) views: ViewBatch,
     pub(in crate::session) held: HeldTouches,
+    pub(in crate::session) logged_in: PeekedLogins,
+}
+
+/// Which user each session [`Sessions::peek`] found logged in was logged in as:
+/// its next peek reads that account's cart in the same round trip (on one node),
+/// and uses it only if the session is still that user's. A guess, never trusted:
+/// at most [`PeekedLogins::MAX`] sessions, each for [`PeekedLogins::IDLE`] after
+/// its last peek.
+pub(in crate::session) struct PeekedLogins(moka::sync::Cache<SessionToken, UserId>);
+
+impl PeekedLogins {
+    /// The most sessions remembered (about 15 MB at most).
+    pub(in crate::session) const MAX: u64 = 100_000;
+    /// How long a session not peeked again is remembered.
+    pub(in crate::session) const IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+    pub(in crate::session) fn get(&self, token: &SessionToken) -> Option<UserId> {
+        self.0.get(token)
+    }
+
+    /// Remembers what a peek found: `user`, or no login.
+    pub(in crate::session) fn found(
+        &self,
+        token: &SessionToken,
+        guess: Option<UserId>,
+        user: Option<UserId>,
+    ) {
+        match user {
+            Some(user) if guess != Some(user) => self.0.insert(token.clone(), user),
+            None if guess.is_some() => self.0.invalidate(token),
+            _ => {}
+        }
+    }
+}
+
+impl Default for PeekedLogins {
+    fn default() -> Self {
+        Self(
+            moka::sync::Cache::builder()
+                .max_capacity(Self::MAX)
+                .time_to_idle(Self::IDLE)
+                .build(),
+        )
+    }
+}
+
+impl std::fmt::Debug for PeekedLogins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeekedLogins")
+            .field("sessions", &self.0.entry_count())
+            .finish()
+    }
 }
 
 /// Items per script call of a view flush (one node): a few hundred microseconds
