@@ -3,6 +3,11 @@
 //! [`Cause`] and are logged once, by [`as_html_for_pages`] (in the request's
 //! span), never sent.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use askama::Template;
 use axum::Json;
 use axum::extract::Request;
@@ -213,8 +218,17 @@ impl IntoResponse for BadRequest {
 /// its query or cookies); and answers JSON for `/api` and for clients asking for
 /// JSON, a short HTML page for everyone else (people using the pages).
 pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
-    let page_request = !req.uri().path().starts_with("/api/") && !wants_json(req.headers());
-    let resp = next.run(req).await;
+    let page_request = is_page_request(&req);
+    finish(next.run(req).await, page_request)
+}
+
+/// Whether an error answer to `req` is a page (not JSON).
+fn is_page_request(req: &Request) -> bool {
+    !req.uri().path().starts_with("/api/") && !wants_json(req.headers())
+}
+
+/// What [`as_html_for_pages`] does to an answer.
+fn finish(resp: Response, page_request: bool) -> Response {
     if let Some(cause) = resp.extensions().get::<Cause>() {
         cause.log();
     }
@@ -240,6 +254,66 @@ pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
             page
         }
         Err(_) => resp,
+    }
+}
+
+/// [`as_html_for_pages`] as a tower layer (the shop's, in
+/// [`crate::http_limits::harden`]): no per-request box or clone of the service
+/// below, as a `from_fn` middleware makes.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorPagesLayer;
+
+impl<S> tower::Layer<S> for ErrorPagesLayer {
+    type Service = ErrorPages<S>;
+
+    fn layer(&self, inner: S) -> ErrorPages<S> {
+        ErrorPages(inner)
+    }
+}
+
+/// The service of [`ErrorPagesLayer`].
+#[derive(Debug, Clone)]
+pub struct ErrorPages<S>(S);
+
+impl<S> tower::Service<Request> for ErrorPages<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ErrorPagesFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        ErrorPagesFuture {
+            page_request: is_page_request(&req),
+            inner: self.0.call(req),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of an [`ErrorPages`] service.
+    pub struct ErrorPagesFuture<F> {
+        #[pin]
+        inner: F,
+        page_request: bool,
+    }
+}
+
+impl<F> Future for ErrorPagesFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let resp = std::task::ready!(this.inner.poll(cx));
+        Poll::Ready(resp.map(|resp| finish(resp, *this.page_request)))
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{from_fn, map_response};
+use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::classify::ServerErrorsFailureClass;
@@ -83,7 +83,7 @@ pub fn harden(router: Router, limits: &HttpLimits) -> Router {
                 .on_response(record_response)
                 .on_failure(record_failure),
         )
-        .layer(from_fn(error::as_html_for_pages))
+        .layer(error::ErrorPagesLayer)
         .layer(map_response(in_shop_shape))
         .layer(CatchPanicLayer::custom(answer_panic))
         .layer(TimeoutLayer::with_status_code(

@@ -511,12 +511,17 @@ pub fn router(state: AppState) -> Router {
         .merge(devices::router(state.clone()))
         .merge(insights::router(state.clone()))
         .merge(flash::router(state.clone()))
-        .route_layer(timed())
-        .layer(page_cache::AdminBypassLayer(state.clone()))
-        .layer(from_fn_with_state(
-            Arc::new(state.session_layer()),
-            session::track_shared,
-        ));
+        // One stack, one box per route: each `Router::layer` boxes every route
+        // again, and a request clones (and drops) each box on its way down.
+        .route_layer(
+            tower::ServiceBuilder::new()
+                .layer(from_fn_with_state(
+                    Arc::new(state.session_layer()),
+                    session::track_shared,
+                ))
+                .layer(page_cache::AdminBypassLayer(state.clone()))
+                .layer(timed()),
+        );
     // Probes and static files: no session (a load balancer polling `/healthz`
     // must not create a session per probe). `/metrics` is not here: see
     // [`internal_router`].
