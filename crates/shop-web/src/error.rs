@@ -1,7 +1,7 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
 //! and a short message here. Internal details travel with the answer as its
-//! [`Cause`] and are logged once, by [`as_html_for_pages`] (in the request's
-//! span), never sent.
+//! [`Cause`] and are logged once, by [`ErrorPagesLayer`] (or its middleware form,
+//! [`as_html_for_pages`]; in the request's span), never sent.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -37,7 +37,7 @@ pub struct WebError {
 }
 
 /// What went wrong below the web tier, for the log only: left on the error's
-/// response and logged once by [`as_html_for_pages`].
+/// response and logged once by [`ErrorPagesLayer`].
 #[derive(Debug, Clone)]
 pub struct Cause {
     level: tracing::Level,
@@ -183,7 +183,7 @@ struct Body<'a> {
     message: &'a str,
 }
 
-/// Left on an error response so [`as_html_for_pages`] can render it as a page.
+/// Left on an error response so [`ErrorPagesLayer`] can render it as a page.
 #[derive(Debug, Clone)]
 struct ErrorMessage(String);
 
@@ -216,7 +216,8 @@ impl IntoResponse for BadRequest {
 /// Middleware, the one that finishes every error answer: logs the [`Cause`] it
 /// carries, once, inside the request's span (so with its method and path, never
 /// its query or cookies); and answers JSON for `/api` and for clients asking for
-/// JSON, a short HTML page for everyone else (people using the pages).
+/// JSON, a short HTML page for everyone else (people using the pages). The shop
+/// mounts it as [`ErrorPagesLayer`] (no per-request box).
 pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
     let page_request = is_page_request(&req);
     finish(next.run(req).await, page_request)

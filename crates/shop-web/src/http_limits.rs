@@ -6,7 +6,7 @@
 //!   cached pages (added as they leave, never stored with a page), static files;
 //! - a trace span per request recording its method, path (no query string), status
 //!   and latency, and nothing else: never headers, so never the session cookie;
-//! - errors in the shop's shape ([`error::as_html_for_pages`]), including the
+//! - errors in the shop's shape ([`error::ErrorPagesLayer`]), including the
 //!   answers of the layers below, which would otherwise be empty or plain text,
 //!   and their causes logged once;
 //! - panic catching: a panicking handler answers the generic 500, never the panic

@@ -2,7 +2,7 @@
 //!
 //! Each route module exports a `router()`; [`router`] merges them over one
 //! [`AppState`] and wraps them in the shop's layers, outermost first: the request
-//! trace, errors as HTML pages for people ([`error::as_html_for_pages`]), the
+//! trace, errors as HTML pages for people ([`error::ErrorPagesLayer`]), the
 //! limits (panic catching, timeout, body size: [`http_limits`]), cross-site
 //! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
 //! on probes or static files), then per route the metrics and,
@@ -534,7 +534,7 @@ pub fn router(state: AppState) -> Router {
         .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
         .layer(csrf::CsrfLayer);
-    // `harden` puts the error pages (`error::as_html_for_pages`) outside its own
+    // `harden` puts the error pages (`error::ErrorPagesLayer`) outside its own
     // limits, so they cover every answer, the limits' included: no second copy here.
     http_limits::harden(app, &http_limits::HttpLimits::default())
 }

@@ -9,8 +9,10 @@
 //! item leaves the list, as it can no longer be bought). The
 //! cart and the history are read from Redis on every call by the session
 //! layer (its [`Holdings`], asked for on [`PATH`]): one Redis round trip a
-//! guest's `/api/me`, two a logged-in user's (whose cart is the account's, in
-//! the user's slot). Where the process writes touches behind (the shop does),
+//! guest's `/api/me`, and a logged-in user's on one node once the process has
+//! seen the session logged in (the account's cart read in the same pipeline,
+//! [`Holdings::account_cart`]); two on a cluster, where the account's cart is
+//! in the user's slot. Where the process writes touches behind (the shop does),
 //! that read is plain reads in one pipeline and the touch is held back for the
 //! flusher as an item page's is; a session the shop does not know, or one near
 //! the end of a lifetime, is touched at once by the touch script instead, so

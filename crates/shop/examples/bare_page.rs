@@ -63,6 +63,8 @@ async fn main() -> std::process::ExitCode {
     match mode.as_str() {
         "hyper" => loop {
             let Ok((stream, _)) = listener.accept().await else {
+                // Out of descriptors, say: not a spinning loop meanwhile.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             };
             let body = body.clone();

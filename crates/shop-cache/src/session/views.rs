@@ -252,8 +252,10 @@ impl Sessions {
         if !self.conn.is_cluster() {
             self.batches.logged_in.found(token, guess, user);
         }
+        // A cart that does not parse is left to the caller's own read, which
+        // reports it as that cart's error, not the session's.
         if let (Some(user), Some(account)) = (user.filter(|user| guess == Some(*user)), account) {
-            holdings.account_cart = Some((user, crate::cart::lines(account)?));
+            holdings.account_cart = crate::cart::lines(account).ok().map(|lines| (user, lines));
         }
         Ok(Some((user, holdings)))
     }

@@ -281,3 +281,67 @@ async fn a_stalled_session_store_answers_as_for_a_guest_marked_degraded() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A logged-in shopper's cart is the account's: once the process has seen the
+/// session logged in, it reads that cart in the session's own round trip (one
+/// node), so a change made anywhere shows at the next call; lines still in the
+/// session's own cart (a merge its login left undone) are merged first and shown.
+#[tokio::test]
+async fn a_logged_in_shoppers_cart_is_the_accounts_and_a_merge_left_undone_is_finished() {
+    use shop_cache::cart::CartOf;
+    use shop_cache::domain::{SessionToken, UserId};
+
+    let app = TestApp::start().await;
+    let cookie = app.logged_in("noa").await;
+    let token: SessionToken = cookie
+        .split_once('=')
+        .and_then(|(_, token)| token.parse().ok())
+        .expect("a session cookie");
+    let me = app.me(&cookie).await;
+    assert_eq!(me["cart"]["count"], 0, "{me}");
+    let user = UserId::new(me["user"]["id"].as_u64().expect("logged in")).unwrap();
+    let item = |n: u64| ItemId::new(n).unwrap();
+    let lines = |me: &serde_json::Value| -> Vec<(u64, u64)> {
+        me["cart"]["lines"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|line| {
+                (
+                    line["item"].as_u64().unwrap(),
+                    line["quantity"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+
+    // The account's cart changed behind this process's back: shown at once.
+    app.state
+        .carts
+        .set(CartOf::Account(user), item(3), 2)
+        .await
+        .unwrap();
+    let me = app.me(&cookie).await;
+    assert_eq!(lines(&me), vec![(3, 2)], "{me}");
+    app.state
+        .carts
+        .set(CartOf::Account(user), item(3), 0)
+        .await
+        .unwrap();
+    app.state
+        .carts
+        .set(CartOf::Account(user), item(4), 1)
+        .await
+        .unwrap();
+    assert_eq!(lines(&app.me(&cookie).await), vec![(4, 1)]);
+
+    // A line left in the session's own cart: merged into the account's, shown.
+    app.state.carts.set(&token, item(5), 2).await.unwrap();
+    let me = app.me(&cookie).await;
+    assert_eq!(lines(&me), vec![(4, 1), (5, 2)], "{me}");
+    assert_eq!(me["cart"]["count"], 3, "{me}");
+    assert!(
+        app.state.carts.get(&token).await.unwrap().is_empty(),
+        "merged"
+    );
+}
