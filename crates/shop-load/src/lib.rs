@@ -44,6 +44,11 @@ use requests::{learn, request_for};
 use rng::{Rng, Zipf};
 use tally::{Part, Tally};
 
+/// The per-user call as every page's script makes it: asking for only the
+/// recently viewed items the page shows (`shop_web::me::PAGE_RECENT`, and
+/// `RECENT_SHOWN` in the shop's `shop.js`).
+pub(crate) const ME: &str = "/api/me?recent=6";
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
@@ -296,8 +301,8 @@ async fn work(shared: Arc<Shared>, worker: u64) -> anyhow::Result<Tally> {
                         tally.part(Part::Html, sent.elapsed().as_micros() as u64);
                         // A page the edge served: its script names the item.
                         let me = match path.strip_prefix("/items/") {
-                            Some(id) if reply.from_edge => format!("/api/me?item={id}"),
-                            _ => "/api/me".to_owned(),
+                            Some(id) if reply.from_edge => format!("{ME}&item={id}"),
+                            _ => ME.to_owned(),
                         };
                         let mut parts = vec![(Part::Me, me)];
                         // An item page that does not carry its insights: its

@@ -21,7 +21,7 @@ pub(crate) fn request_for(
     match action {
         Action::ViewItem => ("GET", format!("/items/{}", shared.zipf.sample(rng)), None),
         Action::Home => ("GET", "/".to_owned(), None),
-        Action::Me => ("GET", "/api/me".to_owned(), None),
+        Action::Me => ("GET", crate::ME.to_owned(), None),
         Action::AddToCart => {
             let item = shared.zipf.sample(rng);
             (

@@ -23,12 +23,16 @@ function fillItemLinks(ul, items) {
 // An item page an edge cache served (it says so: `Server-Timing: edge`) was not
 // counted by the shop: the call names the item, and the shop counts the view
 // there. A page the shop served itself was counted already.
+// It asks for only the recently viewed items it shows (RECENT_SHOWN, and the
+// page's own item, left out below): the shop reads and sends no more.
+const RECENT_SHOWN = 5;
 function meUrl() {
+  const me = '/api/me?recent=' + (RECENT_SHOWN + 1);
   const here = document.querySelector('article.item');
-  if (!here || !performance.getEntriesByType) return '/api/me';
+  if (!here || !performance.getEntriesByType) return me;
   const page = performance.getEntriesByType('navigation')[0];
   const fromEdge = page && page.serverTiming && page.serverTiming.some(t => t.name === 'edge');
-  return fromEdge ? '/api/me?item=' + encodeURIComponent(here.dataset.item) : '/api/me';
+  return fromEdge ? me + '&item=' + encodeURIComponent(here.dataset.item) : me;
 }
 
 const mePromise = (async function () {
@@ -70,7 +74,7 @@ const mePromise = (async function () {
   const here = document.querySelector('article.item');
   const others = me.recently_viewed.filter(i => !here || String(i.id) !== here.dataset.item);
   if (recent && others.length) {
-    fillItemLinks(recent.querySelector('ul'), others.slice(0, 5));
+    fillItemLinks(recent.querySelector('ul'), others.slice(0, RECENT_SHOWN));
     recent.hidden = false;
   }
 })();

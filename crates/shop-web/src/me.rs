@@ -22,6 +22,11 @@
 //! `"degraded": true` (no cart, no history known), not an error: every page
 //! goes on working.
 //!
+//! `?recent=N` (0 to 25) lists only the `N` most recently viewed items, and
+//! reads only those: the pages' script asks for the few it shows
+//! ([`PAGE_RECENT`]); without it, all of them, up to 25. Anything else is refused
+//! (400).
+//!
 //! Behind an edge cache the page's script names the page's item
 //! (`/api/me?item=42`, when the edge says it served the page): the session
 //! layer counts that view here ([`crate::views`]) once this call found the item
@@ -41,7 +46,7 @@ use serde_json::value::RawValue;
 use shop_cache::CacheError;
 use shop_cache::cart::CartOf;
 use shop_cache::domain::UserId;
-use shop_cache::session::Holdings;
+use shop_cache::session::{HISTORY_LEN, Holdings};
 
 use crate::AppState;
 use crate::error::{Cause, WebError};
@@ -50,6 +55,29 @@ use crate::views::{ItemFound, NamedView};
 
 /// The path of the per-user call.
 pub const PATH: &str = "/api/me";
+
+/// How many recently viewed items the pages' script asks for (`recent=6`): the
+/// five it shows, and the page's own item, which it leaves out. Spelled again
+/// in `assets/shop.js` and in `shop load`, which asks as the script does.
+pub const PAGE_RECENT: usize = 6;
+
+/// The `recent=` parameter of a query: how many recently viewed items to list
+/// (all of them, [`HISTORY_LEN`], without it).
+pub fn recent_wanted(query: Option<&str>) -> Result<usize, String> {
+    let value = query.and_then(|query| {
+        form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "recent")
+    });
+    match value {
+        None => Ok(HISTORY_LEN),
+        Some((_, value)) => value
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= HISTORY_LEN)
+            .ok_or_else(|| {
+                format!("recent must be a count from 0 to {HISTORY_LEN}, not {value:?}")
+            }),
+    }
+}
 
 /// `/api/me`.
 pub fn router(state: AppState) -> Router {
@@ -130,6 +158,7 @@ async fn me(
     uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
     crate::views::named_item(uri.query()).map_err(WebError::bad_request)?;
+    let recent_wanted = recent_wanted(uri.query()).map_err(WebError::bad_request)?;
     // The item the page's script named: counted (by the session layer) if it
     // can be viewed, as its page would have answered 200.
     let found = match named {
@@ -151,7 +180,7 @@ async fn me(
     let mut degraded = session.store_failed;
     let Holdings {
         mut cart,
-        viewed,
+        mut viewed,
         account_cart,
     } = match holdings {
         Some(Extension(holdings)) => holdings,
@@ -184,6 +213,7 @@ async fn me(
             }
         };
     }
+    viewed.truncate(recent_wanted);
     let recent =
         crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed).await?;
     let body = Me {

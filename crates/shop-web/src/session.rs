@@ -44,7 +44,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{Holdings, SessionToken, Sessions, Touch, Touched};
+use shop_cache::session::{HISTORY_LEN, Holdings, SessionToken, Sessions, Touch, Touched};
 
 use crate::error::{Cause, WebError};
 pub use crate::views::ItemViews;
@@ -191,10 +191,14 @@ impl SessionLayer {
         self
     }
 
-    /// Whether `req` reads what its session holds.
-    fn reads_holdings(&self, req: &Request) -> bool {
+    /// Whether `req` reads what its session holds: `Some(n)`, reading the `n`
+    /// newest items of its history (its `recent=` parameter, see
+    /// [`crate::me::recent_wanted`]; all of it where that is not a count: the
+    /// handler refuses it).
+    fn reads_holdings(&self, req: &Request) -> Option<usize> {
         self.holdings_on
-            .is_some_and(|path| req.method() == axum::http::Method::GET && req.uri().path() == path)
+            .filter(|path| req.method() == axum::http::Method::GET && req.uri().path() == *path)
+            .map(|_| crate::me::recent_wanted(req.uri().query()).unwrap_or(HISTORY_LEN))
     }
 
     /// The same layer counting the item-page views `views` says.
@@ -336,7 +340,7 @@ pub(crate) async fn run_touched(
             let session = Session::guest(SessionToken::generate(), https);
             let issued = session.token.clone();
             // A new token holds nothing.
-            (session, Some(issued), read.then(Holdings::default))
+            (session, Some(issued), read.map(|_| Holdings::default()))
         }
         Some(token) => {
             let (session, renewed, holdings) =
@@ -367,25 +371,26 @@ pub(crate) async fn identify(
         Some(item) => Touch::request().view_ahead(item),
         None => Touch::request(),
     };
-    let (session, renewed, _) = identify_with(state, token, touch, https, false).await;
+    let (session, renewed, _) = identify_with(state, token, touch, https, None).await;
     (session, renewed)
 }
 
-/// [`identify`] with `touch`, and with what the session holds when `read` (in the
-/// same round trip; none when the store failed).
+/// [`identify`] with `touch`, and with what the session holds when `read` (its
+/// history's newest `read` items; in the same round trip; none when the store
+/// failed).
 async fn identify_with(
     state: &SessionLayer,
     token: SessionToken,
     touch: Touch,
     https: bool,
-    read: bool,
+    read: Option<usize>,
 ) -> (Session, bool, Option<Holdings>) {
     // A plain read, the touch held back for the flusher (where the process
     // writes touches behind), when the session is known and not near the end
     // of a lifetime: `/api/me`, on every page view.
     let behind = state.views.is_some_and(|views| views.write_behind);
-    if read && behind && touch == Touch::request() {
-        match state.sessions.peek(&token).await {
+    if let Some(history) = read.filter(|_| behind && touch == Touch::request()) {
+        match state.sessions.peek(&token, history).await {
             Ok(Some((user, holdings))) if state.sessions.touch_later(&token, None) => {
                 let session = Session {
                     user,
@@ -401,12 +406,12 @@ async fn identify_with(
         }
     }
     let touched = match read {
-        true => state
+        Some(_) => state
             .sessions
             .touch_and_read(&token, touch)
             .await
             .map(|(touched, holdings)| (touched, Some(holdings))),
-        false => state
+        None => state
             .sessions
             .touch(&token, touch)
             .await
@@ -416,7 +421,7 @@ async fn identify_with(
         Ok((Touched::Expired, _)) => (
             Session::guest(SessionToken::generate(), https),
             true,
-            read.then(Holdings::default),
+            read.map(|_| Holdings::default()),
         ),
         Ok((touched, holdings)) => (
             Session {

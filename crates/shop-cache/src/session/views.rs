@@ -193,12 +193,16 @@ impl Sessions {
     /// of one of its lifetimes, by this process's clock (the touch decides by
     /// Redis's, and refuses one past it).
     ///
+    /// Only the `history` newest items of the history are read (all of it, at
+    /// most [`HISTORY_LEN`](super::HISTORY_LEN), for `HISTORY_LEN` or more).
+    ///
     /// On one node, a session this process found logged in before has its
     /// account's cart read in the same round trip ([`Holdings::account_cart`],
     /// kept only if the session is still that user's).
     pub async fn peek(
         &self,
         token: &SessionToken,
+        history: usize,
     ) -> Result<Option<(Option<UserId>, Holdings)>, CacheError> {
         let shard = self.keys.shard_of(token);
         let member = token.expose();
@@ -214,7 +218,11 @@ impl Sessions {
             .hget(self.keys.login_in(shard), member)
             .zscore(self.keys.logins_in(shard), member)
             .hgetall(self.keys.cart_member(shard, member))
-            .zrevrange(self.keys.viewed_by_member(shard, member), 0, -1);
+            .zrevrange(
+                self.keys.viewed_by_member(shard, member),
+                0,
+                history.clamp(1, super::HISTORY_LEN) as isize - 1,
+            );
         let mut conn = self.conn.clone();
         let ((seen, user, since, cart, viewed), account): (Peeked, Option<Lines>) = match guess {
             Some(user) => {
@@ -249,6 +257,7 @@ impl Sessions {
             return Ok(None);
         }
         let (user, mut holdings) = read_session(user, cart, viewed)?;
+        holdings.viewed.truncate(history);
         if !self.conn.is_cluster() {
             self.batches.logged_in.found(token, guess, user);
         }

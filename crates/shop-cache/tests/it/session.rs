@@ -147,20 +147,20 @@ async fn a_peek_reads_the_account_cart_of_a_session_it_saw_logged_in(fx: Fixture
     };
 
     // Not known logged in yet: not read.
-    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    let (user, holdings) = sessions.peek(&token, HISTORY_LEN).await.unwrap().unwrap();
     assert_eq!((user, read(holdings)), (Some(alice), None));
-    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    let (user, holdings) = sessions.peek(&token, HISTORY_LEN).await.unwrap().unwrap();
     assert_eq!((user, read(holdings)), (Some(alice), account(alice, &[(7, 2)])));
     // A change is read, not remembered.
     carts.set(CartOf::Account(alice), item(8), 1).await.unwrap();
-    let (_, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    let (_, holdings) = sessions.peek(&token, HISTORY_LEN).await.unwrap().unwrap();
     assert_eq!(read(holdings), account(alice, &[(7, 2), (8, 1)]));
 
     // The session now bob's: alice's cart, read on the guess, is not handed out.
     sessions.touch(&token, Touch::request().as_user(bob)).await.unwrap();
-    let (user, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    let (user, holdings) = sessions.peek(&token, HISTORY_LEN).await.unwrap().unwrap();
     assert_eq!((user, read(holdings)), (Some(bob), None));
-    let (_, holdings) = sessions.peek(&token).await.unwrap().unwrap();
+    let (_, holdings) = sessions.peek(&token, HISTORY_LEN).await.unwrap().unwrap();
     assert_eq!(read(holdings), account(bob, &[(9, 1)]));
 }
 

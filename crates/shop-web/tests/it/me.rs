@@ -345,3 +345,60 @@ async fn a_logged_in_shoppers_cart_is_the_accounts_and_a_merge_left_undone_is_fi
         "merged"
     );
 }
+
+/// `?recent=N` lists only the `N` most recently viewed items (the pages' script
+/// asks for the few it shows); a count it cannot be is refused, and nothing else
+/// of the answer changes.
+#[tokio::test]
+async fn recent_lists_only_the_newest_items_asked_for() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    for id in [3, 4, 5] {
+        app.get(&format!("/items/{id}"), Some(&cookie)).await;
+    }
+    app.flush_views().await;
+    let listed = |me: &serde_json::Value| -> Vec<u64> {
+        me["recently_viewed"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|it| it["id"].as_u64().unwrap())
+            .collect()
+    };
+    let get = |query: &'static str| {
+        let (app, cookie) = (&app, &cookie);
+        async move { app.get(&format!("/api/me{query}"), Some(cookie)).await }
+    };
+    assert_eq!(
+        listed(&app.me(&cookie).await),
+        vec![5, 4, 3],
+        "all, without it"
+    );
+    for (query, want) in [
+        ("?recent=2", vec![5, 4]),
+        ("?recent=0", vec![]),
+        ("?recent=25", vec![5, 4, 3]),
+    ] {
+        let resp = get(query).await;
+        assert_eq!(resp.status(), 200, "{query}");
+        let me = shop_testapp::json(resp).await;
+        assert_eq!(listed(&me), want, "{query}: {me}");
+        assert_eq!(me["cart"]["count"], 0, "{me}");
+    }
+    for query in ["?recent=26", "?recent=abc", "?recent=-1", "?recent="] {
+        let resp = get(query).await;
+        assert_eq!(resp.status(), 400, "{query}");
+        let body = shop_testapp::json(resp).await;
+        assert!(
+            body["message"].as_str().unwrap().contains("recent"),
+            "{query}: {body}"
+        );
+    }
+    // What the pages' script asks for is what the shop means by it.
+    let script = include_str!("../../../shop-web/assets/shop.js");
+    let shown = shop_web::me::PAGE_RECENT - 1;
+    assert!(
+        script.contains(&format!("const RECENT_SHOWN = {shown};")),
+        "shop.js asks for {shown} + 1"
+    );
+}
