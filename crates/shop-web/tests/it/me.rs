@@ -8,6 +8,16 @@ use shop_cache::domain::catalogue::ItemEdit;
 use shop_testapp::TestApp;
 use tokio_util::sync::CancellationToken;
 
+/// The ids `/api/me` lists as recently viewed, newest first.
+fn viewed_ids(me: &serde_json::Value) -> Vec<u64> {
+    me["recently_viewed"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|it| it["id"].as_u64().unwrap())
+        .collect()
+}
+
 /// The titles and prices `/api/me` lists as recently viewed.
 fn recent(me: &serde_json::Value) -> Vec<(String, String)> {
     me["recently_viewed"]
@@ -96,15 +106,7 @@ async fn a_cart_change_a_retirement_and_a_logout_show_at_the_next_call() {
     let me = app.me(&cookie).await;
     assert_eq!(me["user"]["name"], "noa");
     assert_eq!(me["cart"]["count"], 0);
-    let ids = |me: &serde_json::Value| -> Vec<u64> {
-        me["recently_viewed"]
-            .as_array()
-            .expect("a list")
-            .iter()
-            .map(|it| it["id"].as_u64().unwrap())
-            .collect()
-    };
-    assert_eq!(ids(&me), vec![5, 4, 3], "{me}");
+    assert_eq!(viewed_ids(&me), vec![5, 4, 3], "{me}");
 
     // A cart change: the next call shows it (count and lines).
     let resp = app
@@ -121,7 +123,7 @@ async fn a_cart_change_a_retirement_and_a_logout_show_at_the_next_call() {
         .retire(ItemId::new(4).unwrap())
         .await
         .unwrap();
-    assert_eq!(ids(&app.me(&cookie).await), vec![5, 3]);
+    assert_eq!(viewed_ids(&app.me(&cookie).await), vec![5, 3]);
 
     // Logged out: the old cookie is nobody's.
     let resp = app.post("/logout", Some(&cookie), "", false).await;
@@ -129,7 +131,7 @@ async fn a_cart_change_a_retirement_and_a_logout_show_at_the_next_call() {
     let me = app.me(&cookie).await;
     assert!(me["user"].is_null(), "{me}");
     assert_eq!(me["cart"]["count"], 0, "{me}");
-    assert!(ids(&me).is_empty(), "{me}");
+    assert!(viewed_ids(&me).is_empty(), "{me}");
     stop.cancel();
 }
 
@@ -357,20 +359,12 @@ async fn recent_lists_only_the_newest_items_asked_for() {
         app.get(&format!("/items/{id}"), Some(&cookie)).await;
     }
     app.flush_views().await;
-    let listed = |me: &serde_json::Value| -> Vec<u64> {
-        me["recently_viewed"]
-            .as_array()
-            .expect("a list")
-            .iter()
-            .map(|it| it["id"].as_u64().unwrap())
-            .collect()
-    };
     let get = |query: &'static str| {
         let (app, cookie) = (&app, &cookie);
         async move { app.get(&format!("/api/me{query}"), Some(cookie)).await }
     };
     assert_eq!(
-        listed(&app.me(&cookie).await),
+        viewed_ids(&app.me(&cookie).await),
         vec![5, 4, 3],
         "all, without it"
     );
@@ -382,7 +376,7 @@ async fn recent_lists_only_the_newest_items_asked_for() {
         let resp = get(query).await;
         assert_eq!(resp.status(), 200, "{query}");
         let me = shop_testapp::json(resp).await;
-        assert_eq!(listed(&me), want, "{query}: {me}");
+        assert_eq!(viewed_ids(&me), want, "{query}: {me}");
         assert_eq!(me["cart"]["count"], 0, "{me}");
     }
     for query in ["?recent=26", "?recent=abc", "?recent=-1", "?recent="] {
