@@ -193,11 +193,10 @@ async fn me(
             }
         },
     };
-    // Logged in: the account's cart (one more round trip, in the user's slot),
-    // after merging what the session's own cart still holds (a merge its login
-    // left undone).
-    // The session layer may have read the account's cart already: used when it
-    // is this user's and nothing is left to merge.
+    // Logged in: the account's cart, as the session layer read it in its round
+    // trip when it could (one node) and nothing is left to merge; else one more
+    // round trip (in the user's slot), after merging what the session's own
+    // cart still holds (a merge its login left undone).
     if let Some(user) = session.user.filter(|_| !degraded) {
         cart = match account_cart.filter(|(of, _)| *of == user && cart.is_empty()) {
             Some((_, account)) => account,
