@@ -92,7 +92,6 @@ async fn stalled_node(
     node: &str,
     stall: impl FnOnce(),
     wake: impl FnOnce(),
-    checkouts_resume: bool,
 ) {
     let cookie = request(addr, "GET", "/api/me", None, None)
         .session_cookie()
@@ -269,11 +268,11 @@ async fn stalled_node(
     );
     assert_eq!(orders.len(), placed.len(), "one order per checkout placed");
     // And checkouts go on after it: no hold the stall left behind refuses them.
-    // (On the cluster, where the stalled primary fails over, a run in four had
-    // every checkout after it answered 409, most likely a hold whose release the
-    // replaced primary answered and lost, now given back again as the failover
-    // settles (`shop_cache::lock::SETTLE`): asserted on one node, printed on the
-    // cluster, with what the last refusals said, until runs show it gone.)
+    // (On the cluster, where the stalled primary fails over, a run in four once
+    // had every checkout after it answered 409: a hold whose release the replaced
+    // primary answered and lost, now given back again as the failover settles,
+    // `shop_cache::lock::SETTLE`. Printed only until 12 runs in a row, 4 of them
+    // on a loaded machine, placed every checkout after the stall; asserted since.)
     let after = select(&all, "checkout", wake_at, end_at);
     let refusals = refusals.lock().unwrap().clone();
     println!(
@@ -281,13 +280,11 @@ async fn stalled_node(
         refusals.len(),
         &refusals[refusals.len().saturating_sub(5)..]
     );
-    if checkouts_resume {
-        assert!(
-            after.iter().any(|s| s.status == 303),
-            "no checkout placed after the stall: {:?} ({refusals:?})",
-            after.iter().map(|s| s.status).collect::<Vec<_>>()
-        );
-    }
+    assert!(
+        after.iter().any(|s| s.status == 303),
+        "no checkout placed after the stall: {:?} ({refusals:?})",
+        after.iter().map(|s| s.status).collect::<Vec<_>>()
+    );
     assert!(orders.iter().all(|o| o.units == 1), "one unit each");
 
     // Each flash buy bought once or not at all: an order per "bought", none for
@@ -400,7 +397,6 @@ async fn a_stalled_redis_costs_the_budget_not_seconds() {
         "redis",
         || shop.redis.pause(),
         || shop.redis.resume(),
-        true,
     )
     .await;
     assert!(stop(child).success());
@@ -428,7 +424,6 @@ async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
         &cluster.addrs()[primary],
         || cluster.pause(primary),
         || cluster.resume(primary),
-        false,
     )
     .await;
     assert!(stop(child).success());
