@@ -14,24 +14,14 @@ use std::task::{Context, Poll};
 use axum::extract::Request;
 use axum::http::header::{HOST, ORIGIN};
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::future::Either;
 
 use crate::error::WebError;
 
-/// The middleware (for `axum::middleware::from_fn`); the shop mounts the same
-/// check as [`CsrfLayer`].
-pub async fn protect(req: Request, next: Next) -> Response {
-    if allowed(&req) {
-        return next.run(req).await;
-    }
-    refusal()
-}
-
-/// The same check as a tower layer: a request allowed goes to the service
-/// below as it is (no box, no clone of the service below per request, as a
-/// `from_fn` middleware makes).
+/// The check, as a tower layer: a request allowed goes to the service below as
+/// it is (no box, no clone of the service below per request, as a `from_fn`
+/// middleware makes).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CsrfLayer;
 

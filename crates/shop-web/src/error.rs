@@ -1,18 +1,15 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
 //! and a short message here. Internal details travel with the answer as its
-//! [`Cause`] and are logged once, by [`ErrorPagesLayer`] (or its middleware form,
-//! [`as_html_for_pages`]; in the request's span), never sent.
+//! [`Cause`] and are logged once, by [`ErrorPagesLayer`] (in the request's span),
+//! never sent.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use askama::Template;
 use axum::Json;
 use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use serde::Serialize;
 use shop_app::AppError;
@@ -21,6 +18,7 @@ use shop_cache::CacheError;
 use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
 
+use crate::answered::{Finish, Finishing};
 use crate::request::{BadRequest, wants_json};
 use crate::templates::ErrorPage;
 
@@ -213,22 +211,13 @@ impl IntoResponse for BadRequest {
     }
 }
 
-/// Middleware, the one that finishes every error answer: logs the [`Cause`] it
-/// carries, once, inside the request's span (so with its method and path, never
-/// its query or cookies); and answers JSON for `/api` and for clients asking for
-/// JSON, a short HTML page for everyone else (people using the pages). The shop
-/// mounts it as [`ErrorPagesLayer`] (no per-request box).
-pub async fn as_html_for_pages(req: Request, next: Next) -> Response {
-    let page_request = is_page_request(&req);
-    finish(next.run(req).await, page_request)
-}
-
 /// Whether an error answer to `req` is a page (not JSON).
 fn is_page_request(req: &Request) -> bool {
     !req.uri().path().starts_with("/api/") && !wants_json(req.headers())
 }
 
-/// What [`as_html_for_pages`] does to an answer.
+/// What [`ErrorPagesLayer`] does to an answer to a request that `page_request`
+/// says is a page's.
 fn finish(resp: Response, page_request: bool) -> Response {
     if let Some(cause) = resp.extensions().get::<Cause>() {
         cause.log();
@@ -258,9 +247,11 @@ fn finish(resp: Response, page_request: bool) -> Response {
     }
 }
 
-/// [`as_html_for_pages`] as a tower layer (the shop's, in
-/// [`crate::http_limits::harden`]): no per-request box or clone of the service
-/// below, as a `from_fn` middleware makes.
+/// The layer that finishes every error answer (the shop's, in
+/// [`crate::http_limits::harden`]): logs the [`Cause`] it carries, once, inside
+/// the request's span (so with its method and path, never its query or
+/// cookies); and answers JSON for `/api` and for clients asking for JSON, a
+/// short HTML page for everyone else (people using the pages).
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorPagesLayer;
 
@@ -282,39 +273,25 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = ErrorPagesFuture<S::Future>;
+    type Future = Finishing<S::Future, PageRequest>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.0.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        ErrorPagesFuture {
-            page_request: is_page_request(&req),
-            inner: self.0.call(req),
-        }
+        let page_request = PageRequest(is_page_request(&req));
+        Finishing::new(self.0.call(req), page_request)
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The answer of an [`ErrorPages`] service.
-    pub struct ErrorPagesFuture<F> {
-        #[pin]
-        inner: F,
-        page_request: bool,
-    }
-}
+/// Whether a request answered by [`ErrorPages`] is a page's.
+#[derive(Debug, Clone, Copy)]
+pub struct PageRequest(bool);
 
-impl<F> Future for ErrorPagesFuture<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = Result<Response, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let resp = std::task::ready!(this.inner.poll(cx));
-        Poll::Ready(resp.map(|resp| finish(resp, *this.page_request)))
+impl Finish for PageRequest {
+    fn finish(self, resp: Response) -> Response {
+        finish(resp, self.0)
     }
 }
 

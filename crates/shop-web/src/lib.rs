@@ -23,6 +23,7 @@ pub const DEFAULT_REDIS_BUDGET: Duration = Duration::from_millis(100);
 
 pub mod account;
 pub mod admin;
+pub mod answered;
 pub mod assets;
 pub mod auth;
 pub mod browse;

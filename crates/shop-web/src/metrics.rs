@@ -25,8 +25,6 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
@@ -38,12 +36,12 @@ use metrics_exporter_prometheus::{
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use shop_cache::flash_sale::ReconcilerTotals;
 
 use crate::AppState;
+use crate::answered::{Finish, Finishing};
 use crate::page_cache::PageCacheStats;
 
 /// Upper bounds of the latency histogram, in seconds.
@@ -291,17 +289,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Middleware (as a route layer) timing every routed request; the shop mounts
-/// the same as [`TimedLayer`].
-pub async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    // MatchedPath is a shared string: cloning it does not allocate.
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let started = Instant::now();
-    let resp = next.run(req).await;
-    state.metrics.observe_answer(route.as_ref(), &resp, started);
-    resp
-}
-
 impl Metrics {
     /// Counts `resp`, answered to a request of `route` that started at `started`.
     fn observe_answer(&self, route: Option<&MatchedPath>, resp: &Response, started: Instant) {
@@ -314,10 +301,10 @@ impl Metrics {
     }
 }
 
-/// [`record`] as a tower layer (mount it with `route_layer`): a request goes
-/// to the service below as it is, with no per-request box, clone of the service
-/// below or of the whole [`AppState`], as a `from_fn_with_state` middleware
-/// makes.
+/// The layer (mount it with `route_layer`) timing every routed request, by its
+/// route: a request goes to the service below as it is, with no per-request
+/// box, clone of the service below or of the whole [`AppState`], as a
+/// `from_fn_with_state` middleware makes.
 #[derive(Clone)]
 pub struct TimedLayer(pub Arc<Metrics>);
 
@@ -345,48 +332,35 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = TimedFuture<S::Future>;
+    type Future = Finishing<S::Future, Observation>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        let route = req.extensions().get::<MatchedPath>().cloned();
-        TimedFuture {
+        // MatchedPath is a shared string: cloning it does not allocate.
+        let observation = Observation {
+            route: req.extensions().get::<MatchedPath>().cloned(),
             started: Instant::now(),
-            inner: self.inner.call(req),
-            route,
             metrics: self.metrics.clone(),
-        }
+        };
+        Finishing::new(self.inner.call(req), observation)
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The answer of a [`Timed`] service: counted when it is ready.
-    pub struct TimedFuture<F> {
-        #[pin]
-        inner: F,
-        route: Option<MatchedPath>,
-        started: Instant,
-        metrics: Arc<Metrics>,
-    }
+/// A request [`Timed`] counts when it is answered.
+pub struct Observation {
+    route: Option<MatchedPath>,
+    started: Instant,
+    metrics: Arc<Metrics>,
 }
 
-impl<F> Future for TimedFuture<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = Result<Response, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let answer = std::task::ready!(this.inner.poll(cx));
-        if let Ok(resp) = &answer {
-            this.metrics
-                .observe_answer(this.route.as_ref(), resp, *this.started);
-        }
-        Poll::Ready(answer)
+impl Finish for Observation {
+    fn finish(self, resp: Response) -> Response {
+        self.metrics
+            .observe_answer(self.route.as_ref(), &resp, self.started);
+        resp
     }
 }
 

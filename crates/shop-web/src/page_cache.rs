@@ -5,8 +5,7 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use futures::future::{BoxFuture, Either};
 use shop_cache::domain::ItemId;
@@ -37,20 +36,6 @@ pub fn insights_path(path: &str) -> Option<ItemId> {
         .strip_suffix("/insights")?
         .parse()
         .ok()
-}
-
-/// The shop's middleware giving the book's `_` query parameter its meaning (a
-/// dynamic request: skip the cache, [`CacheBypass`]) for admins only. Mounted
-/// inside the session layer; a request with `_` from anyone else is served as if
-/// `_` were absent (or `_` would be a free render per request). The shop mounts
-/// the same as [`AdminBypassLayer`].
-pub async fn admin_bypass(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let req = if asks_bypass(&req) {
-        marked(&state, req).await
-    } else {
-        req
-    };
-    next.run(req).await
 }
 
 /// Whether `req` has a `_` query parameter. Every visitor request is asked: the
@@ -88,10 +73,13 @@ async fn marked(state: &AppState, mut req: Request) -> Request {
     req
 }
 
-/// [`admin_bypass`] as a tower layer: a request without `_` (nearly all) goes
-/// to the service below as it is, with no per-request box or clone of the
-/// service below or of the [`AppState`], as a `from_fn_with_state` middleware
-/// makes.
+/// The shop's layer giving the book's `_` query parameter its meaning (a
+/// dynamic request: skip the cache, [`CacheBypass`]) for admins only. Mounted
+/// inside the session layer; a request with `_` from anyone else is served as if
+/// `_` were absent (or `_` would be a free render per request). A request
+/// without `_` (nearly all) goes to the service below as it is, with no
+/// per-request box or clone of the service below or of the [`AppState`], as a
+/// `from_fn_with_state` middleware makes.
 #[derive(Clone)]
 pub struct AdminBypassLayer(pub AppState);
 

@@ -52,7 +52,12 @@ impl Stamp {
 
     /// No purge seen since, and younger than `max_age`.
     pub fn good(&self, purges: &PurgesSeen, max_age: Duration) -> bool {
-        self.purges == purges.get() && self.age() < max_age
+        self.good_at(purges.get(), max_age)
+    }
+
+    /// [`Stamp::good`] while the purge count is `purges`.
+    fn good_at(&self, purges: u64, max_age: Duration) -> bool {
+        self.purges == purges && self.age() < max_age
     }
 
     /// How long ago it was taken.
@@ -205,7 +210,7 @@ impl Span {
     }
 
     fn good_at(&self, purges: u64) -> bool {
-        self.stamp.purges == purges && self.stamp.age() < ITEM_TTL
+        self.stamp.good_at(purges, ITEM_TTL)
     }
 }
 

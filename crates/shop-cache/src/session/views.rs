@@ -209,10 +209,10 @@ impl Sessions {
         type Lines = Vec<(String, String)>;
         type Peeked = (Option<f64>, Option<String>, Option<f64>, Lines, Vec<String>);
         // On a cluster the account's cart is on another slot: the caller reads it.
-        let guess = match self.conn.is_cluster() {
-            false => self.batches.logged_in.get(token),
-            true => None,
-        };
+        let one_node = !self.conn.is_cluster();
+        let guess = one_node
+            .then(|| self.batches.logged_in.get(token))
+            .flatten();
         let mut pipe = redis::pipe();
         pipe.zscore(self.keys.recent_in(shard), member)
             .hget(self.keys.login_in(shard), member)
@@ -258,7 +258,7 @@ impl Sessions {
         }
         let (user, mut holdings) = read_session(user, cart, viewed)?;
         holdings.viewed.truncate(history);
-        if !self.conn.is_cluster() {
+        if one_node {
             self.batches.logged_in.found(token, guess, user);
         }
         // A cart that does not parse is left to the caller's own read, which
