@@ -4,8 +4,9 @@
 //! [`harden`] wraps a router, outermost first, in:
 //! - the security headers of every answer ([`security_headers`]): pages, errors,
 //!   cached pages (added as they leave, never stored with a page), static files;
-//! - a trace span per request recording its method, path (no query string), status
-//!   and latency, and nothing else: never headers, so never the session cookie;
+//! - the request log ([`crate::request_log`]): method, path (no query string),
+//!   status and latency, and nothing else: never headers, so never the session
+//!   cookie;
 //! - errors in the shop's shape ([`error::ErrorPagesLayer`]), including the
 //!   answers of the layers below, which would otherwise be empty or plain text,
 //!   and their causes logged once;
@@ -20,18 +21,15 @@ use std::any::Any;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
-use tracing::Span;
 
 use crate::error::{self, WebError};
+use crate::request_log::RequestLogLayer;
 
 /// How long one request may take, body reading included. The shop's slowest
 /// honest request (a checkout: a database transaction and a few Redis calls)
@@ -77,12 +75,7 @@ impl Default for HttpLimits {
 pub fn harden(router: Router, limits: &HttpLimits) -> Router {
     let hardened = tower::ServiceBuilder::new()
         .layer(map_response(security_headers))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_response(record_response)
-                .on_failure(record_failure),
-        )
+        .layer(RequestLogLayer)
         .layer(error::ErrorPagesLayer)
         .layer(map_response(in_shop_shape))
         .layer(CatchPanicLayer::custom(answer_panic))
@@ -129,40 +122,6 @@ pub async fn security_headers<B>(mut resp: Response<B>) -> Response<B> {
             .or_insert_with(|| HeaderValue::from_static(value));
     }
     resp
-}
-
-/// The span of one request. Only these fields, by design: headers carry the
-/// session cookie (a bearer credential) and the query string may carry anything.
-fn request_span(req: &Request) -> Span {
-    tracing::info_span!(
-        "request",
-        method = %req.method(),
-        path = %req.uri().path(),
-        status = tracing::field::Empty,
-        latency_us = tracing::field::Empty,
-    )
-}
-
-/// Records the answer in the span, for the `answered` event, when that event is
-/// logged at all (`SHOP_LOG=debug`): recording formats the span's fields again,
-/// 2% of a cached page's CPU at the default level, for nothing.
-fn record_response<B>(resp: &Response<B>, latency: Duration, span: &Span) {
-    if !tracing::enabled!(tracing::Level::DEBUG) {
-        return;
-    }
-    span.record("status", resp.status().as_u16());
-    span.record("latency_us", as_micros(latency));
-    tracing::debug!("answered");
-}
-
-fn as_micros(latency: Duration) -> u64 {
-    u64::try_from(latency.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// A 5xx answer. Most already logged why (a store down, a panic); a timeout did
-/// not, so this is where it shows.
-fn record_failure(failure: ServerErrorsFailureClass, _latency: Duration, _span: &Span) {
-    tracing::warn!(%failure, "request failed");
 }
 
 /// A panicking handler's answer: the generic 500. The panic's text goes to the

@@ -46,6 +46,7 @@ pub mod page_cache;
 pub mod pictures;
 pub mod purged_copy;
 pub mod request;
+pub mod request_log;
 pub mod search_cache;
 pub mod session;
 pub mod templates;

@@ -231,23 +231,75 @@ impl Capture {
     }
 }
 
-#[tokio::test]
-async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
+/// Logs of this test's thread at `level` and above, into a buffer, while the
+/// guards live.
+fn capture_logs(
+    level: tracing::Level,
+) -> (
+    Capture,
+    (tracing::subscriber::DefaultGuard, tracing::Dispatch),
+) {
     let capture = Capture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
+        .with_max_level(level)
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
     // The test's runtime is single-threaded: every task logs through this default.
-    let _default = tracing::subscriber::set_default(subscriber);
+    let default = tracing::subscriber::set_default(subscriber);
     // `tracing` caches per call site whether any subscriber wants it. With just
     // one subscriber registered it asks the default of whichever thread reaches
     // the call site first: a test running in parallel (no subscriber) would switch
-    // the trace layer's call sites off for good. With a second one registered it
+    // the request log's call sites off for good. With a second one registered it
     // asks every registered subscriber, and this test's thread gets its events.
-    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    (capture, (default, second))
+}
+
+/// At the default level (`info`) an answer of 5xx is a warning that says which
+/// request it was and how long it took; other answers are not logged.
+#[tokio::test]
+async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
+    let (capture, _guards) = capture_logs(tracing::Level::INFO);
+    let app = hardened(&HttpLimits::default());
+    for (uri, status) in [
+        (
+            "/boom?coupon=query-secret",
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        ("/busy", StatusCode::SERVICE_UNAVAILABLE),
+        ("/no-such-route", StatusCode::NOT_FOUND),
+    ] {
+        assert_eq!(send(&app, get_json(uri)).await.status(), status, "{uri}");
+    }
+    let log = capture.text();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("request failed"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{log}");
+    for (line, (path, status)) in failed.iter().zip([("/boom", 500), ("/busy", 503)]) {
+        assert!(line.contains(" WARN "), "{line}");
+        for expected in [
+            "method=GET".to_owned(),
+            format!("path={path} "),
+            format!("status={status} "),
+            "latency_us=".to_owned(),
+        ] {
+            assert!(line.contains(&expected), "no {expected:?} in {line:?}");
+        }
+    }
+    assert!(!log.contains("no-such-route"), "{log}");
+    assert!(
+        !log.contains("query-secret"),
+        "a query string is in the log"
+    );
+}
+
+#[tokio::test]
+async fn the_request_trace_has_the_path_and_status_but_never_a_session_token() {
+    let (capture, _guards) = capture_logs(tracing::Level::TRACE);
 
     let shop = shop().await;
     shop.db
