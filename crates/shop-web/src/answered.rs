@@ -1,15 +1,17 @@
 //! The future of the shop's tower layers that finish an answer ([`Finish`]):
 //! what they need of the request is taken when it comes in, the answer is
 //! handed to it when the service below has one. No box and no clone of the
-//! service below per request, as an axum `from_fn` middleware makes
-//! (the timing of [`crate::metrics::TimedLayer`], the error pages of
-//! [`crate::error::ErrorPagesLayer`]).
+//! service below per request, as an axum `from_fn` or `map_response`
+//! middleware makes (the timing of [`crate::metrics::TimedLayer`], the error
+//! pages of [`crate::error::ErrorPagesLayer`], the request log, and the
+//! answers that need nothing of the request: [`FinishLayer`]).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use axum::extract::Request;
 use axum::response::Response;
 
 /// What a layer does to an answer, with what it took from the request.
@@ -52,5 +54,46 @@ where
             // Polled again after it was ready: nothing left to do.
             None => resp,
         }))
+    }
+}
+
+/// A layer finishing every answer with `T`, which needs nothing of the request
+/// (the security headers of [`crate::http_limits::harden`], for one).
+#[derive(Debug, Clone, Copy)]
+pub struct FinishLayer<T>(pub T);
+
+impl<S, T: Clone> tower::Layer<S> for FinishLayer<T> {
+    type Service = Finished<S, T>;
+
+    fn layer(&self, inner: S) -> Finished<S, T> {
+        Finished {
+            inner,
+            finish: self.0.clone(),
+        }
+    }
+}
+
+/// The service of [`FinishLayer`].
+#[derive(Debug, Clone)]
+pub struct Finished<S, T> {
+    inner: S,
+    finish: T,
+}
+
+impl<S, T> tower::Service<Request> for Finished<S, T>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+    T: Finish + Clone,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Finishing<S::Future, T>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        Finishing::new(self.inner.call(req), self.finish.clone())
     }
 }

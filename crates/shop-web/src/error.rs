@@ -1,7 +1,7 @@
 //! The one HTTP error type: every failure below the web tier is mapped to a status
 //! and a short message here. Internal details travel with the answer as its
-//! [`Cause`] and are logged once, by [`ErrorPagesLayer`] (in the request's span),
-//! never sent.
+//! [`Cause`] and are logged once, by the request log ([`crate::request_log`],
+//! with the request's method and path), never sent.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -35,7 +35,7 @@ pub struct WebError {
 }
 
 /// What went wrong below the web tier, for the log only: left on the error's
-/// response and logged once by [`ErrorPagesLayer`].
+/// response and logged once by the request log ([`crate::request_log`]).
 #[derive(Debug, Clone)]
 pub struct Cause {
     level: tracing::Level,
@@ -71,6 +71,24 @@ impl Cause {
             tracing::Level::WARN => tracing::warn!("{message}"),
             tracing::Level::INFO => tracing::info!("{message}"),
             _ => tracing::debug!("{message}"),
+        }
+    }
+
+    /// Logs it as the cause of the answer to a request: its method, path (never
+    /// its query), status and latency with it.
+    pub fn log_answer(&self, method: &http::Method, path: &str, status: u16, latency_us: u64) {
+        let message = &self.message;
+        match self.level {
+            tracing::Level::ERROR => {
+                tracing::error!(%method, %path, status, latency_us, "{message}")
+            }
+            tracing::Level::WARN => {
+                tracing::warn!(%method, %path, status, latency_us, "{message}")
+            }
+            tracing::Level::INFO => {
+                tracing::info!(%method, %path, status, latency_us, "{message}")
+            }
+            _ => tracing::debug!(%method, %path, status, latency_us, "{message}"),
         }
     }
 }
@@ -219,9 +237,6 @@ fn is_page_request(req: &Request) -> bool {
 /// What [`ErrorPagesLayer`] does to an answer to a request that `page_request`
 /// says is a page's.
 fn finish(resp: Response, page_request: bool) -> Response {
-    if let Some(cause) = resp.extensions().get::<Cause>() {
-        cause.log();
-    }
     if !page_request {
         return resp;
     }
@@ -248,10 +263,9 @@ fn finish(resp: Response, page_request: bool) -> Response {
 }
 
 /// The layer that finishes every error answer (the shop's, in
-/// [`crate::http_limits::harden`]): logs the [`Cause`] it carries, once, inside
-/// the request's span (so with its method and path, never its query or
-/// cookies); and answers JSON for `/api` and for clients asking for JSON, a
-/// short HTML page for everyone else (people using the pages).
+/// [`crate::http_limits::harden`], outside the request log, which logs the
+/// [`Cause`] it carries): answers JSON for `/api` and for clients asking for
+/// JSON, a short HTML page for everyone else (people using the pages).
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorPagesLayer;
 

@@ -2,14 +2,14 @@
 //! keeps a bug in one handler from taking the connection (or a secret) with it.
 //!
 //! [`harden`] wraps a router, outermost first, in:
-//! - the security headers of every answer ([`security_headers`]): pages, errors,
+//! - the security headers of every answer ([`SecurityHeaders`]): pages, errors,
 //!   cached pages (added as they leave, never stored with a page), static files;
+//! - error answers as pages for people ([`error::ErrorPagesLayer`]);
 //! - the request log ([`crate::request_log`]): method, path (no query string),
 //!   status and latency, and nothing else: never headers, so never the session
-//!   cookie;
-//! - errors in the shop's shape ([`error::ErrorPagesLayer`]), including the
-//!   answers of the layers below, which would otherwise be empty or plain text,
-//!   and their causes logged once;
+//!   cookie; an error answer's cause logged once;
+//! - the answers of the layers below in the shop's error shape ([`InShopShape`]),
+//!   which would otherwise be empty or plain text;
 //! - panic catching: a panicking handler answers the generic 500, never the panic
 //!   text, and the connection lives on;
 //! - a request timeout ([`TIMEOUT_STATUS`] after [`HttpLimits::request_timeout`],
@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::answered::{Finish, FinishLayer};
 use crate::error::{self, WebError};
 use crate::request_log::RequestLogLayer;
 
@@ -71,13 +71,16 @@ impl Default for HttpLimits {
 /// They wrap the router as one service (a router of that one service is what
 /// comes back), not each of its routes: `Router::layer` boxes every route
 /// again per layer, and a request clones (and drops) every box on its way
-/// down, about a tenth of a cached page's CPU for these seven layers.
+/// down, about a tenth of a cached page's CPU for these seven layers. The
+/// shop's own layers box nothing and clone no service per request (as axum's
+/// `map_response` would: [`crate::answered`]).
 pub fn harden(router: Router, limits: &HttpLimits) -> Router {
     let hardened = tower::ServiceBuilder::new()
-        .layer(map_response(security_headers))
-        .layer(RequestLogLayer)
+        .layer(FinishLayer(SecurityHeaders))
         .layer(error::ErrorPagesLayer)
-        .layer(map_response(in_shop_shape))
+        .layer(RequestLogLayer)
+        .layer(FinishLayer(InShopShape))
+        .map_response(any_body)
         .layer(CatchPanicLayer::custom(answer_panic))
         .layer(TimeoutLayer::with_status_code(
             TIMEOUT_STATUS,
@@ -109,7 +112,17 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; frame-ancestors '
 /// no content-type sniffing, no framing (also for browsers that predate
 /// `frame-ancestors`), and no `Referer` to other sites (a URL's query may hold a
 /// search or a `next` path). Headers the answer already has are kept.
-pub async fn security_headers<B>(mut resp: Response<B>) -> Response<B> {
+#[derive(Debug, Clone, Copy)]
+pub struct SecurityHeaders;
+
+impl Finish for SecurityHeaders {
+    fn finish(self, mut resp: Response) -> Response {
+        add_security_headers(&mut resp);
+        resp
+    }
+}
+
+fn add_security_headers(resp: &mut Response) {
     let headers = resp.headers_mut();
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
@@ -121,7 +134,6 @@ pub async fn security_headers<B>(mut resp: Response<B>) -> Response<B> {
             .entry(name)
             .or_insert_with(|| HeaderValue::from_static(value));
     }
-    resp
 }
 
 /// A panicking handler's answer: the generic 500. The panic's text goes to the
@@ -140,11 +152,16 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
 /// axum's body extractors when the body limit cuts a body short, the shop's error
 /// shape. They are recognised by what no [`WebError`] has: an empty body without
 /// a `Content-Type` (the timeout) or a body that is not JSON (the body limit).
-async fn in_shop_shape<B>(resp: Response<B>) -> Response
-where
-    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
-    B::Error: Into<axum::BoxError>,
-{
+#[derive(Debug, Clone, Copy)]
+pub struct InShopShape;
+
+impl Finish for InShopShape {
+    fn finish(self, resp: Response) -> Response {
+        in_shop_shape(resp)
+    }
+}
+
+fn in_shop_shape(resp: Response) -> Response {
     let status = resp.status();
     // The timeout's own answer: empty and without a type. (An answer to `HEAD`
     // is empty too by now, but keeps its headers: a 503 of the shop's own, with
@@ -170,6 +187,6 @@ where
         )
         .into_response()
     } else {
-        any_body(resp)
+        resp
     }
 }

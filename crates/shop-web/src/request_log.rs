@@ -2,7 +2,9 @@
 //! say. Only the method, the path (never the query string) and, once answered,
 //! the status and latency: never a header, so never the session cookie.
 //!
-//! - every answer of 5xx is a warning (`request failed`), at any log level;
+//! - the [`Cause`] an error answer carries (what failed below: a store down, a
+//!   bug) is logged once, at its level, with the request's fields;
+//! - every other answer of 5xx is a warning (`request failed`), at any log level;
 //! - with `debug` on (`SHOP_LOG=debug`), every answer is a line (`answered`),
 //!   and the request runs in a `request` span holding its method and path, so
 //!   what is logged while it runs says which request it was.
@@ -22,6 +24,7 @@ use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 use crate::answered::{Finish, Finishing};
+use crate::error::Cause;
 
 /// Logs every request of the service it wraps (see the module documentation).
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,16 +87,20 @@ pub struct Logged {
 
 impl Finish for Logged {
     fn finish(self, resp: Response) -> Response {
-        let status = resp.status();
-        if status.is_server_error() || self.verbose {
-            let latency_us = as_micros(self.started.elapsed());
-            let (method, path) = (&self.method, self.uri.path());
-            let status = status.as_u16();
-            if resp.status().is_server_error() {
-                tracing::warn!(%method, %path, status, latency_us, "request failed");
-            } else {
-                tracing::debug!(%method, %path, status, latency_us, "answered");
+        let failed = resp.status().is_server_error();
+        let cause = resp.extensions().get::<Cause>();
+        if cause.is_none() && !failed && !self.verbose {
+            return resp;
+        }
+        let latency_us = as_micros(self.started.elapsed());
+        let (method, path) = (&self.method, self.uri.path());
+        let status = resp.status().as_u16();
+        match cause {
+            Some(cause) => cause.log_answer(method, path, status, latency_us),
+            None if failed => {
+                tracing::warn!(%method, %path, status, latency_us, "request failed")
             }
+            None => tracing::debug!(%method, %path, status, latency_us, "answered"),
         }
         resp
     }

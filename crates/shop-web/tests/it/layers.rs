@@ -16,6 +16,7 @@ use shop_web::http_limits::{self, HttpLimits};
 use shop_testapp::{PASSWORD, RedisWaits, TestApp, cookie_of, form_post, json, send, text};
 
 const PANIC_TEXT: &str = "the secret detail of a bug";
+const CAUSE_TEXT: &str = "what failed below the web tier";
 
 fn get_json(uri: &str) -> Request<Body> {
     Request::get(uri)
@@ -39,6 +40,15 @@ fn hardened(limits: &HttpLimits) -> Router {
             "/busy",
             get(|| async {
                 shop_web::error::WebError::busy("busy", "come back", Duration::from_secs(7))
+            }),
+        )
+        .route(
+            "/broken",
+            get(|| async {
+                shop_web::error::WebError::internal().caused_by(shop_web::error::Cause::new(
+                    tracing::Level::ERROR,
+                    CAUSE_TEXT,
+                ))
             }),
         )
         .route(
@@ -258,7 +268,8 @@ fn capture_logs(
 }
 
 /// At the default level (`info`) an answer of 5xx is a warning that says which
-/// request it was and how long it took; other answers are not logged.
+/// request it was and how long it took; an error answer's cause is logged once,
+/// at its level, with the same; other answers are not logged.
 #[tokio::test]
 async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
     let (capture, _guards) = capture_logs(tracing::Level::INFO);
@@ -270,10 +281,26 @@ async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
         ),
         ("/busy", StatusCode::SERVICE_UNAVAILABLE),
         ("/no-such-route", StatusCode::NOT_FOUND),
+        ("/broken", StatusCode::INTERNAL_SERVER_ERROR),
     ] {
         assert_eq!(send(&app, get_json(uri)).await.status(), status, "{uri}");
     }
     let log = capture.text();
+    let caused: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("/broken"))
+        .collect();
+    assert_eq!(caused.len(), 1, "one line for the failure:\n{log}");
+    for expected in [
+        " ERROR ",
+        CAUSE_TEXT,
+        "method=GET",
+        "path=/broken ",
+        "status=500 ",
+        "latency_us=",
+    ] {
+        assert!(caused[0].contains(expected), "no {expected:?} in {log}");
+    }
     let failed: Vec<&str> = log
         .lines()
         .filter(|line| line.contains("request failed"))
