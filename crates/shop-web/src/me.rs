@@ -25,7 +25,8 @@
 //! `?recent=N` (0 to 25) lists only the `N` most recently viewed items, and
 //! reads only those: the pages' script asks for the few it shows
 //! ([`PAGE_RECENT`]); without it, all of them, up to 25. Anything else is refused
-//! (400).
+//! (400, by the session layer, before the session is touched: a refused call
+//! changes nothing).
 //!
 //! Behind an edge cache the page's script names the page's item
 //! (`/api/me?item=42`, when the edge says it served the page): the session

@@ -193,12 +193,30 @@ impl SessionLayer {
 
     /// Whether `req` reads what its session holds: `Some(n)`, reading the `n`
     /// newest items of its history (its `recent=` parameter, see
-    /// [`crate::me::recent_wanted`]; all of it where that is not a count: the
-    /// handler refuses it).
+    /// [`crate::me::recent_wanted`]; all of it where that is not a count:
+    /// [`SessionLayer::refusal`] refused it).
     fn reads_holdings(&self, req: &Request) -> Option<usize> {
         self.holdings_on
             .filter(|path| req.method() == axum::http::Method::GET && req.uri().path() == *path)
             .map(|_| crate::me::recent_wanted(req.uri().query()).unwrap_or(HISTORY_LEN))
+    }
+
+    /// The 400 of a per-user call whose query says nothing the handler can
+    /// answer (a `recent=` that is no count, an `item=` that is no item id),
+    /// given before the session is touched or a view counted: a refused
+    /// request changes nothing.
+    fn refusal(&self, req: &Request) -> Option<Response> {
+        let path = self.holdings_on?;
+        if req.method() != axum::http::Method::GET || req.uri().path() != path {
+            return None;
+        }
+        let query = req.uri().query();
+        let refused = crate::views::named_item(query)
+            .err()
+            .or_else(|| crate::me::recent_wanted(query).err())?;
+        Some(axum::response::IntoResponse::into_response(
+            WebError::bad_request(refused),
+        ))
     }
 
     /// The same layer counting the item-page views `views` says.
@@ -265,14 +283,19 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
             COOKIE_NAME
         },
     );
-    let (mut resp, mut issued) = match state.view_of(&req) {
-        Some(Viewed::Page(view)) => {
-            crate::views::serve(state, view, presented, https, req, next).await
+    // A refused request touches no session and counts no view.
+    let (mut resp, mut issued) = if let Some(refused) = state.refusal(&req) {
+        (refused, None)
+    } else {
+        match state.view_of(&req) {
+            Some(Viewed::Page(view)) => {
+                crate::views::serve(state, view, presented, https, req, next).await
+            }
+            Some(Viewed::Named(view)) => {
+                crate::views::serve_named(state, view, presented, https, req, next).await
+            }
+            None => run_identified(state, presented, https, req, next).await,
         }
-        Some(Viewed::Named(view)) => {
-            crate::views::serve_named(state, view, presented, https, req, next).await
-        }
-        None => run_identified(state, presented, https, req, next).await,
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);

@@ -396,3 +396,44 @@ async fn recent_lists_only_the_newest_items_asked_for() {
         "shop.js asks for {shown} + 1"
     );
 }
+
+/// A per-user call refused for its query (400) changes nothing: its session is
+/// not touched (its last request time stays) and an item it names is not viewed.
+#[tokio::test]
+async fn a_refused_per_user_call_touches_nothing() {
+    use redis::AsyncCommands;
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    app.get("/items/3", Some(&cookie)).await;
+    app.flush_views().await;
+    let token: shop_cache::session::SessionToken =
+        cookie.split_once('=').unwrap().1.parse().unwrap();
+    let recent = app.keys.recent_of(&token).to_owned();
+    let mut conn = app.conn.clone();
+    let seen: f64 = conn.zscore(&recent, token.expose()).await.unwrap();
+    // An earlier last request than any touch now would write.
+    let earlier = seen - 60.0;
+    let _: () = conn.zadd(&recent, token.expose(), earlier).await.unwrap();
+    for query in [
+        "?recent=abc",
+        "?recent=26",
+        "?item=abc",
+        "?item=7&recent=99",
+        "?recent=2&item=-7",
+    ] {
+        let resp = app.get(&format!("/api/me{query}"), Some(&cookie)).await;
+        assert_eq!(resp.status(), 400, "{query}");
+        assert!(
+            shop_testapp::cookie_of(&resp).is_none(),
+            "{query}: no new cookie"
+        );
+    }
+    app.flush_views().await;
+    let after: Option<f64> = conn.zscore(&recent, token.expose()).await.unwrap();
+    assert_eq!(after, Some(earlier), "the session was not touched");
+    assert_eq!(
+        viewed_ids(&app.me(&cookie).await),
+        vec![3],
+        "item 7 not viewed"
+    );
+}
