@@ -2,17 +2,25 @@
 //! the most viewed items and featured ones, the first items of every
 //! department, kept in the process by [`Featured`]) and the item pages, behind
 //! the page cache.
+//!
+//! The home page is the same for every visitor but is not page-cached: its
+//! most viewed items follow the view ranking as it is, read from Redis at every
+//! home page. The page rendered from a ranking is kept in the process
+//! ([`Featured`]) and served again while the ranking's order is the same and no
+//! purge was seen (every catalogue change purges), so a busy home page reads
+//! the ranking and nothing else: no database, no render.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
-use shop_page_cache::PurgesSeen;
+use shop_page_cache::{PageTier, PurgesSeen};
 
 use crate::AppState;
 use crate::error::{Cause, WebError};
@@ -50,8 +58,13 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
             Vec::new()
         }
     };
-    let viewed = ids.len();
     let picks = state.featured.get(&state.db).await?;
+    if let Some(page) = state.featured.page(&ids, &picks) {
+        return Ok(Html(page).into_response());
+    }
+    let read = Stamp::take(&state.featured.purges);
+    let ranked = ids.clone();
+    let viewed = ids.len();
     let others: Vec<ItemId> = picks
         .ids
         .iter()
@@ -75,7 +88,10 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
         featured,
         categories: CategoryLink::all(&picks.categories),
     };
-    Ok(templates::render(&page)?.into_response())
+    let Html(html) = templates::render(&page)?;
+    let html = Bytes::from(html);
+    state.featured.keep_page(ranked, &picks, read, html.clone());
+    Ok(Html(html).into_response())
 }
 
 /// Which items the home page features (the first few of every department) and
@@ -86,6 +102,21 @@ async fn home(State(state): State<AppState>) -> Result<Response, WebError> {
 pub struct Featured {
     purges: PurgesSeen,
     kept: Mutex<Option<Arc<Picks>>>,
+    /// The tier whose feed counts the purges: a page is kept only while it is
+    /// trusted to have heard every one (see [`PageTier::is_trusted`]).
+    tier: Option<Arc<PageTier>>,
+    page: Mutex<Option<HomeCopy>>,
+}
+
+/// A rendered home page, and what it was rendered from.
+struct HomeCopy {
+    /// The most viewed items, in the ranking's order.
+    ranked: Vec<ItemId>,
+    /// The picks it shows.
+    picks: Arc<Picks>,
+    /// The purge count before its items were read.
+    read: Stamp,
+    html: Bytes,
 }
 
 /// The featured items and the departments, as read at `read`.
@@ -99,12 +130,56 @@ struct Picks {
 const PICKS_MAX_AGE: Duration = Duration::from_secs(60);
 
 impl Featured {
-    /// Picks good until a purge `purges` counts.
-    pub fn new(purges: PurgesSeen) -> Self {
+    /// Picks good until a purge `purges` counts; home pages kept only beside
+    /// `tier` (whose feed hears the purges).
+    pub fn new(purges: PurgesSeen, tier: Option<Arc<PageTier>>) -> Self {
         Self {
             purges,
             kept: Mutex::default(),
+            tier,
+            page: Mutex::default(),
         }
+    }
+
+    /// Whether a copy of a page can be trusted to be purged now.
+    fn hears_purges(&self) -> bool {
+        self.tier.as_ref().is_some_and(|tier| tier.is_trusted())
+    }
+
+    /// The home page kept for the most viewed items `ranked` and `picks`, if
+    /// one is and no purge was seen since its items were read.
+    fn page(&self, ranked: &[ItemId], picks: &Arc<Picks>) -> Option<Bytes> {
+        if !self.hears_purges() {
+            return None;
+        }
+        let page = self
+            .page
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        page.as_ref()
+            .filter(|page| {
+                page.ranked == ranked
+                    && Arc::ptr_eq(&page.picks, picks)
+                    && page.read.good(&self.purges, PICKS_MAX_AGE)
+            })
+            .map(|page| page.html.clone())
+    }
+
+    /// Keeps `html`, the home page of `ranked` and `picks` whose items were
+    /// read after `read`, unless a purge came since.
+    fn keep_page(&self, ranked: Vec<ItemId>, picks: &Arc<Picks>, read: Stamp, html: Bytes) {
+        if !self.hears_purges() || !read.good(&self.purges, PICKS_MAX_AGE) {
+            return;
+        }
+        *self
+            .page
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(HomeCopy {
+            ranked,
+            picks: picks.clone(),
+            read,
+            html,
+        });
     }
 
     async fn get(&self, db: &shop_db::Db) -> Result<Arc<Picks>, WebError> {

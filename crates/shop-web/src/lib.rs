@@ -342,7 +342,7 @@ impl AppState {
             rows: RowCache::new(conn.clone(), keys.clone()),
             insights: Insights::new(conn.clone(), keys.clone())
                 .with_min_co_buyers(config.insights_min_co_buyers),
-            featured: catalogue::Featured::new(pages.purges_seen().clone()),
+            featured: catalogue::Featured::new(pages.purges_seen().clone(), tier.clone()),
             listing_ends: listing_ends::ListingEnds::new(
                 browse::LISTING_PAGE,
                 pages.purges_seen().clone(),

@@ -205,14 +205,45 @@ async fn an_order_that_takes_the_last_units_purges_the_page_that_said_in_stock()
     );
 }
 
+/// Without a tier whose feed hears purges, the home page keeps only its picks:
+/// its items are read at every page.
 #[tokio::test]
-async fn the_home_page_keeps_its_picks_in_memory_and_shows_a_change_at_once() {
+async fn without_a_purge_feed_the_home_page_reads_its_items_every_time() {
     let app = TestApp::start().await;
     let first = text(app.get("/", None).await).await;
     let reads = app.db.reads();
     let again = text(app.get("/", None).await).await;
     assert_eq!(again, first);
     assert_eq!(app.db.reads() - reads, 1, "one read of the items shown");
+}
+
+/// The home page rendered is kept and served again (no database read, no
+/// render) while the ranking's order is the same and no purge was seen: a new
+/// ranking and a catalogue change show on the next page.
+#[tokio::test]
+async fn the_home_page_is_kept_in_memory_and_shows_a_change_at_once() {
+    let app = TestApp::start().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    shop_testapp::run_tier_feed(&app.state, &stop).await;
+    let first = text(app.get("/", None).await).await;
+    let reads = app.db.reads();
+    let again = text(app.get("/", None).await).await;
+    assert_eq!(again, first);
+    assert_eq!(app.db.reads(), reads, "a kept page reads no database");
+
+    // The ranking changes: the next page follows it.
+    assert!(!first.contains("Most viewed"), "nothing viewed yet");
+    app.rank(&[7]).await;
+    let ranked = text(app.get("/", None).await).await;
+    let most_viewed = ranked
+        .split("<section id=\"most-viewed\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .expect("a most viewed section");
+    assert!(most_viewed.contains("href=\"/items/7\""), "{most_viewed}");
+    let reads = app.db.reads();
+    assert_eq!(text(app.get("/", None).await).await, ranked);
+    assert_eq!(app.db.reads(), reads, "kept again");
 
     // An item featured moves to a new department: its card, and the new
     // department's link, show on the next home page.
@@ -238,4 +269,28 @@ async fn the_home_page_keeps_its_picks_in_memory_and_shows_a_change_at_once() {
     let after = text(app.get("/", None).await).await;
     assert!(after.contains("A brand new lamp"), "{after}");
     assert!(after.contains("href=\"/c/lighting\""), "{after}");
+
+    // Another server's change, heard over the purge feed.
+    let other = app.second_state();
+    let edit =
+        shop_cache::domain::catalogue::ItemEdit::new(Some("An even newer lamp"), None, None, None)
+            .unwrap();
+    other
+        .catalogue()
+        .update(shop_cache::domain::ItemId::new(id).unwrap(), &edit, None)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let page = text(app.get("/", None).await).await;
+        if page.contains("An even newer lamp") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the change never showed: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stop.cancel();
 }
