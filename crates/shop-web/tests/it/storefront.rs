@@ -15,6 +15,14 @@ fn pictures(html: &str) -> Vec<String> {
         .collect()
 }
 
+/// The home page's "most viewed" section of `html`.
+fn most_viewed(html: &str) -> &str {
+    html.split("<section id=\"most-viewed\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .expect("a most viewed section")
+}
+
 #[tokio::test]
 async fn a_new_shops_home_page_shows_product_cards_with_pictures() {
     let app = TestApp::start().await;
@@ -39,11 +47,7 @@ async fn a_new_shops_home_page_shows_product_cards_with_pictures() {
     // Once items are viewed, the most viewed take their place.
     app.rank(&[7]).await;
     let html = text(app.get("/", None).await).await;
-    let most_viewed = html
-        .split("<section id=\"most-viewed\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</section>").next())
-        .expect("a most viewed section");
+    let most_viewed = most_viewed(&html);
     assert!(most_viewed.contains("href=\"/items/7\""), "{most_viewed}");
     let featured = html.split("<section id=\"featured\">").nth(1).unwrap();
     assert!(
@@ -235,11 +239,7 @@ async fn the_home_page_is_kept_in_memory_and_shows_a_change_at_once() {
     assert!(!first.contains("Most viewed"), "nothing viewed yet");
     app.rank(&[7]).await;
     let ranked = text(app.get("/", None).await).await;
-    let most_viewed = ranked
-        .split("<section id=\"most-viewed\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</section>").next())
-        .expect("a most viewed section");
+    let most_viewed = most_viewed(&ranked);
     assert!(most_viewed.contains("href=\"/items/7\""), "{most_viewed}");
     let reads = app.db.reads();
     assert_eq!(text(app.get("/", None).await).await, ranked);
