@@ -63,7 +63,8 @@ impl Cause {
         Self::new(level, format!("{message}: {error}"))
     }
 
-    /// Logs it (in the current span).
+    /// Logs it, where no answer carries it (a failure the caller goes on
+    /// without).
     pub fn log(&self) {
         let message = &self.message;
         match self.level {

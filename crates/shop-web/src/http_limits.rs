@@ -137,15 +137,20 @@ fn add_security_headers(resp: &mut Response) {
 }
 
 /// A panicking handler's answer: the generic 500. The panic's text goes to the
-/// log (it names the bug), never to the client.
+/// log (it names the bug) as the answer's cause, with the request's method and
+/// path ([`crate::request_log`]), never to the client.
 fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
     let text = panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(a panic without a message)");
-    tracing::error!(panic = text, "a request handler panicked; answered 500");
-    WebError::internal().into_response()
+    WebError::internal()
+        .caused_by(error::Cause::new(
+            tracing::Level::ERROR,
+            format!("a request handler panicked: {text}"),
+        ))
+        .into_response()
 }
 
 /// Gives the answers of the layers below [`harden`]'s error shaping, and of

@@ -1,9 +1,10 @@
 //! The shop's HTTP tier: axum routes and the tower layers around them.
 //!
 //! Each route module exports a `router()`; [`router`] merges them over one
-//! [`AppState`] and wraps them in the shop's layers, outermost first: the request
-//! trace, errors as HTML pages for people ([`error::ErrorPagesLayer`]), the
-//! limits (panic catching, timeout, body size: [`http_limits`]), cross-site
+//! [`AppState`] and wraps them in the shop's layers, outermost first: the security
+//! headers, errors as HTML pages for people ([`error::ErrorPagesLayer`]), the
+//! request log ([`request_log`]), the limits (panic catching, timeout, body
+//! size: [`http_limits`]), cross-site
 //! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
 //! on probes or static files), then per route the metrics and,
 //! on item pages, their insights, listings and the flash-sale shell, the page
@@ -497,7 +498,7 @@ pub fn internal_router(state: AppState) -> Router {
 }
 
 /// The whole application, wrapped last (outermost) in [`http_limits::harden`]:
-/// request timeout, body limit, panic catching and a request trace.
+/// request timeout, body limit, panic catching and the request log.
 pub fn router(state: AppState) -> Router {
     let timed = || metrics::TimedLayer(state.metrics.clone());
     // What visitors use: every request is a session's.

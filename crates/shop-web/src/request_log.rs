@@ -3,7 +3,9 @@
 //! the status and latency: never a header, so never the session cookie.
 //!
 //! - the [`Cause`] an error answer carries (what failed below: a store down, a
-//!   bug) is logged once, at its level, with the request's fields;
+//!   bug, a panic) is logged once, at its level, with the request's fields
+//!   (while a store is known to be down its failures are `debug`: the outage
+//!   was logged once when it began, not at every answer);
 //! - every other answer of 5xx is a warning (`request failed`), at any log level;
 //! - with `debug` on (`SHOP_LOG=debug`), every answer is a line (`answered`),
 //!   and the request runs in a `request` span holding its method and path, so
