@@ -46,8 +46,9 @@ use tally::{Part, Tally};
 
 /// The per-user call as every page's script makes it: asking for only the
 /// recently viewed items the page shows (`shop_web::me::PAGE_RECENT`, and
-/// `RECENT_SHOWN` in the shop's `shop.js`).
-pub(crate) const ME: &str = "/api/me?recent=6";
+/// `RECENT_SHOWN` in the shop's `shop.js`; the shop's tests hold the three
+/// together).
+pub const ME: &str = "/api/me?recent=6";
 
 /// What to run.
 #[derive(Debug, Clone)]

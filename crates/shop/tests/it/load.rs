@@ -228,3 +228,16 @@ async fn a_page_view_load_asks_for_each_page_as_a_browser_does_and_counts_page_v
     assert_eq!(served(&metrics, "/api/me") - me_before, views);
     assert!(stop(server).success());
 }
+
+/// The load generator asks for `/api/me` as the pages' script does.
+#[test]
+fn the_load_generators_per_user_call_is_the_pages() {
+    assert_eq!(
+        shop_load::ME,
+        format!(
+            "{}?recent={}",
+            shop_web::me::PATH,
+            shop_web::me::PAGE_RECENT
+        )
+    );
+}
