@@ -57,43 +57,67 @@ where
     }
 }
 
+/// What a finishing layer takes from each request: the [`Finish`] its answer
+/// gets. The layer's service is [`Finished`]: the timing
+/// ([`crate::metrics::TimedLayer`]), the error pages
+/// ([`crate::error::ErrorPagesLayer`]) and [`FinishLayer`].
+pub trait Start {
+    /// What finishes the answer.
+    type Finish: Finish;
+    /// Taken from `req` as it comes in.
+    fn start(&self, req: &Request) -> Self::Finish;
+}
+
 /// A layer finishing every answer with `T`, which needs nothing of the request
 /// (the security headers of [`crate::http_limits::harden`], for one).
 #[derive(Debug, Clone, Copy)]
 pub struct FinishLayer<T>(pub T);
 
-impl<S, T: Clone> tower::Layer<S> for FinishLayer<T> {
-    type Service = Finished<S, T>;
+impl<T: Finish + Clone> Start for FinishLayer<T> {
+    type Finish = T;
 
-    fn layer(&self, inner: S) -> Finished<S, T> {
-        Finished {
-            inner,
-            finish: self.0.clone(),
-        }
+    fn start(&self, _req: &Request) -> T {
+        self.0.clone()
     }
 }
 
-/// The service of [`FinishLayer`].
+impl<S, T: Clone> tower::Layer<S> for FinishLayer<T> {
+    type Service = Finished<S, Self>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Finished::new(inner, self.clone())
+    }
+}
+
+/// The service of a finishing layer `T` ([`Start`]) over `S`.
 #[derive(Debug, Clone)]
 pub struct Finished<S, T> {
     inner: S,
-    finish: T,
+    start: T,
+}
+
+impl<S, T> Finished<S, T> {
+    /// `inner`, its answers finished as `start` says.
+    pub fn new(inner: S, start: T) -> Self {
+        Self { inner, start }
+    }
 }
 
 impl<S, T> tower::Service<Request> for Finished<S, T>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible>,
-    T: Finish + Clone,
+    T: Start,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Finishing<S::Future, T>;
+    type Future = Finishing<S::Future, T::Finish>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        Finishing::new(self.inner.call(req), self.finish.clone())
+        let finish = self.start.start(&req);
+        Finishing::new(self.inner.call(req), finish)
     }
 }

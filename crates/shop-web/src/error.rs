@@ -3,9 +3,6 @@
 //! [`Cause`] and are logged once, by the request log ([`crate::request_log`],
 //! with the request's method and path), never sent.
 
-use std::convert::Infallible;
-use std::task::{Context, Poll};
-
 use askama::Template;
 use axum::Json;
 use axum::extract::Request;
@@ -18,7 +15,7 @@ use shop_cache::CacheError;
 use shop_cache::domain::InvalidInput;
 use shop_db::DbError;
 
-use crate::answered::{Finish, Finishing};
+use crate::answered::{Finish, Finished, Start};
 use crate::request::{BadRequest, wants_json};
 use crate::templates::ErrorPage;
 
@@ -270,37 +267,23 @@ fn finish(resp: Response, page_request: bool) -> Response {
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorPagesLayer;
 
+impl Start for ErrorPagesLayer {
+    type Finish = PageRequest;
+
+    fn start(&self, req: &Request) -> PageRequest {
+        PageRequest(is_page_request(req))
+    }
+}
+
 impl<S> tower::Layer<S> for ErrorPagesLayer {
-    type Service = ErrorPages<S>;
+    type Service = Finished<S, Self>;
 
-    fn layer(&self, inner: S) -> ErrorPages<S> {
-        ErrorPages(inner)
+    fn layer(&self, inner: S) -> Self::Service {
+        Finished::new(inner, *self)
     }
 }
 
-/// The service of [`ErrorPagesLayer`].
-#[derive(Debug, Clone)]
-pub struct ErrorPages<S>(S);
-
-impl<S> tower::Service<Request> for ErrorPages<S>
-where
-    S: tower::Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Finishing<S::Future, PageRequest>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let page_request = PageRequest(is_page_request(&req));
-        Finishing::new(self.0.call(req), page_request)
-    }
-}
-
-/// Whether a request answered by [`ErrorPages`] is a page's.
+/// Whether a request answered through [`ErrorPagesLayer`] is a page's.
 #[derive(Debug, Clone, Copy)]
 pub struct PageRequest(bool);
 

@@ -23,11 +23,9 @@
 //! second place for each fact.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use metrics_exporter_prometheus::{
@@ -41,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use shop_cache::flash_sale::ReconcilerTotals;
 
 use crate::AppState;
-use crate::answered::{Finish, Finishing};
+use crate::answered::{Finish, Finished, Start};
 use crate::page_cache::PageCacheStats;
 
 /// Upper bounds of the latency histogram, in seconds.
@@ -308,48 +306,28 @@ impl Metrics {
 #[derive(Clone)]
 pub struct TimedLayer(pub Arc<Metrics>);
 
-impl<S> tower::Layer<S> for TimedLayer {
-    type Service = Timed<S>;
+impl Start for TimedLayer {
+    type Finish = Observation;
 
-    fn layer(&self, inner: S) -> Timed<S> {
-        Timed {
-            inner,
+    fn start(&self, req: &Request) -> Observation {
+        // MatchedPath is a shared string: cloning it does not allocate.
+        Observation {
+            route: req.extensions().get::<MatchedPath>().cloned(),
+            started: Instant::now(),
             metrics: self.0.clone(),
         }
     }
 }
 
-/// The service of [`TimedLayer`].
-#[derive(Clone)]
-pub struct Timed<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
+impl<S> tower::Layer<S> for TimedLayer {
+    type Service = Finished<S, Self>;
 
-impl<S> tower::Service<Request> for Timed<S>
-where
-    S: tower::Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Finishing<S::Future, Observation>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        // MatchedPath is a shared string: cloning it does not allocate.
-        let observation = Observation {
-            route: req.extensions().get::<MatchedPath>().cloned(),
-            started: Instant::now(),
-            metrics: self.metrics.clone(),
-        };
-        Finishing::new(self.inner.call(req), observation)
+    fn layer(&self, inner: S) -> Self::Service {
+        Finished::new(inner, self.clone())
     }
 }
 
-/// A request [`Timed`] counts when it is answered.
+/// A request [`TimedLayer`] counts when it is answered.
 pub struct Observation {
     route: Option<MatchedPath>,
     started: Instant,
