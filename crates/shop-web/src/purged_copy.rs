@@ -167,6 +167,13 @@ pub struct ShownItem {
 }
 
 impl ShownItem {
+    /// The bytes it takes in [`ItemCopies`], about: its JSON, its picture's
+    /// URL, the value itself, its `Arc` and its slot in the map.
+    pub fn bytes(&self) -> u64 {
+        let fixed = std::mem::size_of::<Self>() + 2 * std::mem::size_of::<usize>() + 32;
+        (fixed + self.json.get().len() + self.picture.len()) as u64
+    }
+
     /// `item` as listed.
     pub fn of(item: &Item) -> Self {
         let view = ItemView::from(item);
@@ -211,6 +218,17 @@ impl Span {
 
     fn good_at(&self, purges: u64) -> bool {
         self.stamp.good_at(purges, ITEM_TTL)
+    }
+
+    /// Keeps `item` if it fits in [`ITEM_BYTES`] with what is kept already.
+    fn keep(&mut self, id: ItemId, item: Arc<ShownItem>) {
+        let bytes = item.bytes();
+        if self.bytes + bytes > ITEM_BYTES {
+            return;
+        }
+        if self.items.insert(id, item).is_none() {
+            self.bytes += bytes;
+        }
     }
 }
 
@@ -259,13 +277,7 @@ impl ItemCopies {
         if !span.good_at(mark.0) {
             *span = Span::new(mark.0);
         }
-        let bytes = 48 + item.json.get().len() as u64;
-        if span.bytes + bytes > ITEM_BYTES {
-            return;
-        }
-        if span.items.insert(id, item).is_none() {
-            span.bytes += bytes;
-        }
+        span.keep(id, item);
     }
 
     /// Items held now (a span a purge ended still counts until the next put).
@@ -283,9 +295,12 @@ impl ItemCopies {
     }
 }
 
-/// The most bytes of items kept: the hot items' (one is a hundred bytes or so,
-/// so a hundred thousand of them).
-pub const ITEM_BYTES: u64 = 16 << 20;
+/// The most bytes of items kept ([`ShownItem::bytes`] each): room for the whole
+/// catalogue of the scale the shop is built for (100,000 items), even if every
+/// title were as long as a title may be (about 600 bytes an item then; a
+/// demo item takes about 200). Once full, an item not kept is read from the
+/// database at each call until the span ends (a purge, or [`ITEM_TTL`]).
+pub const ITEM_BYTES: u64 = 64 << 20;
 
 /// The longest an item is kept (a backstop: purges end it sooner).
 pub const ITEM_TTL: Duration = Duration::from_secs(300);
@@ -328,4 +343,69 @@ pub async fn items(
         }
     }
     Ok(found.into_iter().filter_map(|(_, item)| item).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: u64, title: &str, category: &str) -> Item {
+        Item {
+            id: ItemId::new(id).unwrap(),
+            title: title.to_owned(),
+            description: "d".repeat(500),
+            price_cents: 123_456,
+            category: category.to_owned(),
+            retired: false,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn the_whole_catalogue_fits_even_with_titles_as_long_as_they_may_be() {
+        // The scale the shop is built for: 100,000 items, here each with a title
+        // of the most characters a title may have (some of them escaped in JSON).
+        let title = format!(
+            "{}\"Deluxe\" mug",
+            "x".repeat(shop_cache::domain::catalogue::MAX_TITLE - 12)
+        );
+        assert_eq!(
+            title.chars().count(),
+            shop_cache::domain::catalogue::MAX_TITLE
+        );
+        let mut span = Span::new(0);
+        for id in 1..=100_000 {
+            span.keep(
+                ItemId::new(id).unwrap(),
+                Arc::new(ShownItem::of(&item(id, &title, "kitchen-and-dining"))),
+            );
+        }
+        assert_eq!(span.items.len(), 100_000, "kept {} bytes", span.bytes);
+        assert!(
+            span.bytes > 100_000 * 300,
+            "the weight counts the JSON: {}",
+            span.bytes
+        );
+    }
+
+    #[test]
+    fn a_full_copy_keeps_what_it_holds_and_admits_nothing_more() {
+        let big = "x".repeat(shop_cache::domain::catalogue::MAX_TITLE);
+        let shown = |id| Arc::new(ShownItem::of(&item(id, &big, "c")));
+        let mut span = Span::new(0);
+        let tried = 2 * ITEM_BYTES / shown(1).bytes();
+        for id in 1..=tried {
+            span.keep(ItemId::new(id).unwrap(), shown(id));
+        }
+        let kept = span.items.len() as u64;
+        assert!(kept > tried / 3 && kept < tried, "kept {kept} of {tried}");
+        assert!(span.bytes <= ITEM_BYTES);
+        assert!(span.bytes + shown(tried).bytes() > ITEM_BYTES);
+        assert!(span.items.contains_key(&ItemId::new(1).unwrap()));
+        assert!(!span.items.contains_key(&ItemId::new(tried).unwrap()));
+        // The same item again is no more bytes.
+        let before = span.bytes;
+        span.keep(ItemId::new(1).unwrap(), shown(1));
+        assert_eq!(span.bytes, before);
+    }
 }
