@@ -46,7 +46,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use shop_cache::CacheError;
 use shop_cache::cart::CartOf;
-use shop_cache::domain::UserId;
+use shop_cache::domain::{ItemId, UserId};
 use shop_cache::session::{HISTORY_LEN, Holdings};
 
 use crate::AppState;
@@ -62,21 +62,49 @@ pub const PATH: &str = "/api/me";
 /// in `assets/shop.js` and in `shop load`, which asks as the script does.
 pub const PAGE_RECENT: usize = 6;
 
-/// The `recent=` parameter of a query: how many recently viewed items to list
-/// (all of them, [`HISTORY_LEN`], without it).
-pub fn recent_wanted(query: Option<&str>) -> Result<usize, String> {
-    let value = query.and_then(|query| {
-        form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "recent")
-    });
-    match value {
-        None => Ok(HISTORY_LEN),
-        Some((_, value)) => value
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n <= HISTORY_LEN)
-            .ok_or_else(|| {
-                format!("recent must be a count from 0 to {HISTORY_LEN}, not {value:?}")
-            }),
+/// What a per-user call's query asks for, read in one pass by the session
+/// layer (before it touches the session, so a refused call changes nothing),
+/// which hands it to the handler as a request extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MeQuery {
+    /// How many recently viewed items to list (`recent=`, 0 to [`HISTORY_LEN`];
+    /// all of them without it).
+    pub recent: usize,
+    /// The item of the page an edge served (`item=`), whose view this call
+    /// counts ([`crate::views`]).
+    pub item: Option<ItemId>,
+}
+
+impl MeQuery {
+    /// The query's `recent=` and `item=` (the first of each); `Err` says what is
+    /// wrong with a value that is no count or no item id.
+    pub fn parse(query: Option<&str>) -> Result<Self, String> {
+        let (mut recent, mut item) = (None, None);
+        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match &*name {
+                "recent" if recent.is_none() => recent = Some(value),
+                "item" if item.is_none() => item = Some(value),
+                _ => {}
+            }
+        }
+        let item = item
+            .map(|value| {
+                value
+                    .parse::<ItemId>()
+                    .map_err(|_| format!("item must be an item id, not {value:?}"))
+            })
+            .transpose()?;
+        let recent = match recent {
+            None => HISTORY_LEN,
+            Some(value) => value
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= HISTORY_LEN)
+                .ok_or_else(|| {
+                    format!("recent must be a count from 0 to {HISTORY_LEN}, not {value:?}")
+                })?,
+        };
+        Ok(Self { recent, item })
     }
 }
 
@@ -156,10 +184,14 @@ async fn me(
     session: Session,
     holdings: Option<Extension<Holdings>>,
     named: Option<Extension<NamedView>>,
+    asked: Option<Extension<MeQuery>>,
     uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
-    crate::views::named_item(uri.query()).map_err(WebError::bad_request)?;
-    let recent_wanted = recent_wanted(uri.query()).map_err(WebError::bad_request)?;
+    // Read by the session layer; here only where no layer did.
+    let asked = match asked {
+        Some(Extension(asked)) => asked,
+        None => MeQuery::parse(uri.query()).map_err(WebError::bad_request)?,
+    };
     // The item the page's script named: counted (by the session layer) if it
     // can be viewed, as its page would have answered 200.
     let found = match named {
@@ -213,7 +245,7 @@ async fn me(
             }
         };
     }
-    viewed.truncate(recent_wanted);
+    viewed.truncate(asked.recent);
     let recent =
         crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &viewed).await?;
     let body = Me {
@@ -265,4 +297,75 @@ fn unavailable(error: CacheError) -> Result<bool, WebError> {
     )
     .log();
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_is_read_in_one_pass() {
+        let item = |id| Some(ItemId::new(id).unwrap());
+        let parse = MeQuery::parse;
+        assert_eq!(
+            parse(None),
+            Ok(MeQuery {
+                recent: HISTORY_LEN,
+                item: None
+            })
+        );
+        assert_eq!(parse(Some("")), parse(None));
+        assert_eq!(
+            parse(Some("recent=6")),
+            Ok(MeQuery {
+                recent: 6,
+                item: None
+            })
+        );
+        assert_eq!(
+            parse(Some("item=42&recent=0")),
+            Ok(MeQuery {
+                recent: 0,
+                item: item(42)
+            })
+        );
+        // The first of each counts, as a browser's form would send it; others
+        // are ignored.
+        assert_eq!(
+            parse(Some("recent=3&x=y&recent=abc&item=7&item=zz")),
+            Ok(MeQuery {
+                recent: 3,
+                item: item(7)
+            })
+        );
+        assert_eq!(
+            parse(Some("recent=%32%35")),
+            Ok(MeQuery {
+                recent: 25,
+                item: None
+            })
+        );
+        for bad in [
+            "recent=26",
+            "recent=-1",
+            "recent=",
+            "recent=abc",
+            "item=0",
+            "item=abc",
+            "item=",
+            "recent=6&item=x",
+        ] {
+            assert!(parse(Some(bad)).is_err(), "{bad}");
+        }
+        assert!(
+            parse(Some("item=abc"))
+                .unwrap_err()
+                .contains("item must be an item id")
+        );
+        assert!(
+            parse(Some("recent=99"))
+                .unwrap_err()
+                .contains("from 0 to 25")
+        );
+    }
 }

@@ -44,9 +44,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::session::{HISTORY_LEN, Holdings, SessionToken, Sessions, Touch, Touched};
+use shop_cache::session::{Holdings, SessionToken, Sessions, Touch, Touched};
 
 use crate::error::{Cause, WebError};
+use crate::me::MeQuery;
 pub use crate::views::ItemViews;
 
 /// The cookie holding the session token.
@@ -191,32 +192,12 @@ impl SessionLayer {
         self
     }
 
-    /// Whether `req` reads what its session holds: `Some(n)`, reading the `n`
-    /// newest items of its history (its `recent=` parameter, see
-    /// [`crate::me::recent_wanted`]; all of it where that is not a count:
-    /// [`SessionLayer::refusal`] refused it).
-    fn reads_holdings(&self, req: &Request) -> Option<usize> {
-        self.holdings_on
-            .filter(|path| req.method() == axum::http::Method::GET && req.uri().path() == *path)
-            .map(|_| crate::me::recent_wanted(req.uri().query()).unwrap_or(HISTORY_LEN))
-    }
-
-    /// The 400 of a per-user call whose query says nothing the handler can
-    /// answer (a `recent=` that is no count, an `item=` that is no item id),
-    /// given before the session is touched or a view counted: a refused
-    /// request changes nothing.
-    fn refusal(&self, req: &Request) -> Option<Response> {
+    /// The query of a per-user call (`GET` on [`SessionLayer::holdings_on`]),
+    /// read once ([`MeQuery::parse`]); `None` for every other request.
+    fn per_user_query(&self, req: &Request) -> Option<Result<MeQuery, String>> {
         let path = self.holdings_on?;
-        if req.method() != axum::http::Method::GET || req.uri().path() != path {
-            return None;
-        }
-        let query = req.uri().query();
-        let refused = crate::views::named_item(query)
-            .err()
-            .or_else(|| crate::me::recent_wanted(query).err())?;
-        Some(axum::response::IntoResponse::into_response(
-            WebError::bad_request(refused),
-        ))
+        (req.method() == axum::http::Method::GET && req.uri().path() == path)
+            .then(|| MeQuery::parse(req.uri().query()))
     }
 
     /// The same layer counting the item-page views `views` says.
@@ -226,14 +207,14 @@ impl SessionLayer {
     }
 
     /// The item view `req` is: an item page's, or the one its per-user call
-    /// names (see [`crate::views`]).
-    fn view_of(&self, req: &Request) -> Option<Viewed> {
+    /// names (`asked`, see [`crate::views`]).
+    fn view_of(&self, req: &Request, asked: Option<MeQuery>) -> Option<Viewed> {
         let views = self.views.as_ref()?;
         if let Some(view) = views.of(req) {
             return Some(Viewed::Page(view));
         }
-        let path = self.holdings_on?;
-        views.named(req, path).map(Viewed::Named)
+        let item = asked?.item?;
+        Some(Viewed::Named(views.named(req, item)))
     }
 
     /// Whether `req` came over HTTPS, as far as the shop can know.
@@ -273,7 +254,7 @@ pub async fn track_shared(
     track_in(&state, req, next).await
 }
 
-async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
+async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Response {
     let https = state.https(&req);
     let presented = token_named(
         req.headers(),
@@ -283,11 +264,23 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
             COOKIE_NAME
         },
     );
-    // A refused request touches no session and counts no view.
-    let (mut resp, mut issued) = if let Some(refused) = state.refusal(&req) {
-        (refused, None)
-    } else {
-        match state.view_of(&req) {
+    // A per-user call whose query says nothing the handler can answer (a
+    // `recent=` that is no count, an `item=` that is no item id) is refused
+    // here: it touches no session and counts no view.
+    let asked = match state.per_user_query(&req) {
+        Some(Ok(asked)) => {
+            req.extensions_mut().insert(asked);
+            Ok(Some(asked))
+        }
+        Some(Err(refused)) => Err(refused),
+        None => Ok(None),
+    };
+    let (mut resp, mut issued) = match asked {
+        Err(refused) => (
+            axum::response::IntoResponse::into_response(WebError::bad_request(refused)),
+            None,
+        ),
+        Ok(asked) => match state.view_of(&req, asked) {
             Some(Viewed::Page(view)) => {
                 crate::views::serve(state, view, presented, https, req, next).await
             }
@@ -295,7 +288,7 @@ async fn track_in(state: &SessionLayer, req: Request, next: Next) -> Response {
                 crate::views::serve_named(state, view, presented, https, req, next).await
             }
             None => run_identified(state, presented, https, req, next).await,
-        }
+        },
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);
@@ -357,7 +350,9 @@ pub(crate) async fn run_touched(
     mut req: Request,
     next: Next,
 ) -> (Response, Option<SessionToken>) {
-    let read = state.reads_holdings(&req);
+    // A per-user call reads what the session holds: its history's newest
+    // `recent` items.
+    let read = req.extensions().get::<MeQuery>().map(|asked| asked.recent);
     let (session, issued, holdings) = match presented {
         None => {
             let session = Session::guest(SessionToken::generate(), https);

@@ -19,7 +19,7 @@
 //!   HTML mostly never reaches the shop: the edge tells its own fetches apart
 //!   ([`FROM_EDGE`], not counted here) and tells the page's script it served the
 //!   page (`Server-Timing: edge`), and the script's per-user call names the item
-//!   (`/api/me?item=42`, [`named_item`]): that call counts the view, with the
+//!   (`/api/me?item=42`, [`crate::me::MeQuery::item`]): that call counts the view, with the
 //!   session's touch it makes anyway. A page the shop served
 //!   itself was counted at its own request, and its script names no item: each
 //!   view is counted once, wherever the HTML came from. A crawler that runs no
@@ -43,7 +43,7 @@ use crate::session::{Session, SessionLayer, identify, run_identified, run_touche
 pub const FROM_EDGE: &str = "shop-edge";
 
 /// A request extension: the item view the per-user call names
-/// ([`named_item`]), for the handler to say whether that item can be viewed
+/// ([`crate::me::MeQuery::item`]), for the handler to say whether that item can be viewed
 /// (by answering with [`ItemFound`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamedView(pub ItemId);
@@ -52,21 +52,6 @@ pub struct NamedView(pub ItemId);
 /// and is for sale, so its view counts.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemFound;
-
-/// The item a per-user call's query names (`item=<id>`): `Ok(None)` for none,
-/// `Err` for a value that is no item id.
-pub fn named_item(query: Option<&str>) -> Result<Option<ItemId>, String> {
-    let Some(query) = query else {
-        return Ok(None);
-    };
-    match form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "item") {
-        None => Ok(None),
-        Some((_, value)) => value
-            .parse::<ItemId>()
-            .map(Some)
-            .map_err(|_| format!("item must be an item id, not {value:?}")),
-    }
-}
 
 /// Which requests are item-page views, and how their touch is written.
 #[derive(Debug, Clone, Copy)]
@@ -107,13 +92,10 @@ impl ItemViews {
         Some(View::by(req, item))
     }
 
-    /// The view a per-user call (`GET path?item=<id>`) names, if it names one.
-    pub fn named(&self, req: &Request, path: &str) -> Option<View> {
-        if req.method() != Method::GET || req.uri().path() != path {
-            return None;
-        }
-        let item = named_item(req.uri().query()).ok()??;
-        Some(View::by(req, item))
+    /// The view of `item` that a per-user call names (`GET /api/me?item=<id>`,
+    /// [`crate::me::MeQuery::item`]).
+    pub fn named(&self, req: &Request, item: ItemId) -> View {
+        View::by(req, item)
     }
 }
 
