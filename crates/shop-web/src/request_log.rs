@@ -7,13 +7,18 @@
 //!   (while a store is known to be down its failures are `debug`: the outage
 //!   was logged once when it began, not at every answer);
 //! - every other answer of 5xx is a warning (`request failed`), at any log level;
+//! - what is logged while a request runs (a store it goes on without, a write
+//!   left for a daemon to finish) says which request it was: at `info` a line
+//!   formatted by [`NamedRequests`] (the shop's log format) ends with the
+//!   request's `method=` and `path=`, from a task-local the layer sets;
 //! - with `debug` on (`SHOP_LOG=debug`), every answer is a line (`answered`),
-//!   and the request runs in a `request` span holding its method and path, so
-//!   what is logged while it runs says which request it was.
+//!   and the request runs in a `request` span holding its method and path
+//!   instead.
 //!
 //! The span is made only at `debug`: a span's fields are formatted and stored
 //! when it is made, about 3% of a cached page's CPU, at every request, for the
-//! few that log anything.
+//! few that log anything. The task-local costs a clone of the method and the
+//! URI (which shares the request's buffer), and is read only by a line logged.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -22,8 +27,12 @@ use std::time::{Duration, Instant};
 use axum::extract::Request;
 use axum::http::{Method, Uri};
 use axum::response::Response;
+use tokio::task::futures::TaskLocalFuture;
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::answered::{Finish, Finishing};
 use crate::error::Cause;
@@ -52,7 +61,7 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Finishing<Instrumented<S::Future>, Logged>;
+    type Future = Finishing<TaskLocalFuture<Option<Serving>, Instrumented<S::Future>>, Logged>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -75,7 +84,97 @@ where
             started: Instant::now(),
             verbose,
         };
-        Finishing::new(self.inner.call(req).instrument(span), logged)
+        // At `debug` the span names the request.
+        let serving = (!verbose).then(|| Serving {
+            method: logged.method.clone(),
+            uri: logged.uri.clone(),
+        });
+        let answer = SERVING.scope(serving, self.inner.call(req).instrument(span));
+        Finishing::new(answer, logged)
+    }
+}
+
+tokio::task_local! {
+    /// The request the running task serves, for [`NamedRequests`] (none at
+    /// `debug`, where the `request` span says it).
+    static SERVING: Option<Serving>;
+}
+
+/// The request a task serves: its method and path.
+pub struct Serving {
+    method: Method,
+    uri: Uri,
+}
+
+/// A log format: `F`'s lines, and a line logged while the [`RequestLogLayer`]
+/// serves a request (at `info`) ends with the request's `method=` and `path=`
+/// (never its query string). The shop's binary formats its log with it:
+///
+/// ```
+/// tracing_subscriber::fmt()
+///     .map_event_format(shop_web::request_log::NamedRequests)
+///     .finish();
+/// ```
+///
+/// Such a line is written without colours on a terminal (`F` writes it into
+/// a writer that cannot say it may have them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NamedRequests<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for NamedRequests<F>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let serving = SERVING
+            .try_with(|serving| {
+                serving
+                    .as_ref()
+                    .map(|serving| (serving.method.clone(), serving.uri.clone()))
+            })
+            .ok()
+            .flatten();
+        let Some((method, uri)) = serving else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = HeldNewline {
+            out: &mut writer,
+            held: false,
+        };
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        writeln!(writer, " method={method} path={}", uri.path())
+    }
+}
+
+/// Writes through to `out` but holds back a line's final newline, so more can
+/// be said on that line.
+struct HeldNewline<'a, W> {
+    out: &'a mut W,
+    held: bool,
+}
+
+impl<W: std::fmt::Write> std::fmt::Write for HeldNewline<'_, W> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        if text.is_empty() {
+            return Ok(());
+        }
+        if std::mem::take(&mut self.held) {
+            self.out.write_char('\n')?;
+        }
+        match text.strip_suffix('\n') {
+            Some(text) => {
+                self.held = true;
+                self.out.write_str(text)
+            }
+            None => self.out.write_str(text),
+        }
     }
 }
 

@@ -30,6 +30,8 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         // Colours for a terminal, plain text for log files and service managers.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A line logged while a request is served says which request it was.
+        .map_event_format(shop_web::request_log::NamedRequests)
         .init();
     match shop::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -17,6 +17,7 @@ use shop_testapp::{PASSWORD, RedisWaits, TestApp, cookie_of, form_post, json, se
 
 const PANIC_TEXT: &str = "the secret detail of a bug";
 const CAUSE_TEXT: &str = "what failed below the web tier";
+const INSIDE_TEXT: &str = "a store went away; going on without it";
 
 fn get_json(uri: &str) -> Request<Body> {
     Request::get(uri)
@@ -34,6 +35,13 @@ fn hardened(limits: &HttpLimits) -> Router {
                 panic!("{PANIC_TEXT}");
                 #[allow(unreachable_code)]
                 ""
+            }),
+        )
+        .route(
+            "/warns",
+            get(|| async {
+                tracing::warn!("{INSIDE_TEXT}");
+                "served all the same"
             }),
         )
         .route(
@@ -255,6 +263,7 @@ fn capture_logs(
         .with_max_level(level)
         .with_ansi(false)
         .with_writer(move || writer.clone())
+        .map_event_format(shop_web::request_log::NamedRequests)
         .finish();
     // The test's runtime is single-threaded: every task logs through this default.
     let default = tracing::subscriber::set_default(subscriber);
@@ -314,6 +323,44 @@ async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
         !log.contains("query-secret"),
         "a query string is in the log"
     );
+}
+
+/// What is logged while a request runs says which request it was: at `info`
+/// (no span per request) the line ends with its method and path; at `debug`
+/// the request's span says it, once.
+#[tokio::test]
+async fn a_line_logged_while_a_request_runs_names_the_request() {
+    for level in [tracing::Level::INFO, tracing::Level::DEBUG] {
+        let (capture, _guards) = capture_logs(level);
+        let app = hardened(&HttpLimits::default());
+        let resp = send(&app, get_json("/warns?coupon=query-secret")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let log = capture.text();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(INSIDE_TEXT)).collect();
+        assert_eq!(lines.len(), 1, "{level}: {log}");
+        let line = lines[0];
+        assert!(line.contains(" WARN "), "{line}");
+        match level {
+            tracing::Level::INFO => assert!(
+                line.ends_with(&format!("{INSIDE_TEXT} method=GET path=/warns")),
+                "{line}"
+            ),
+            _ => {
+                assert!(line.contains("request{method=GET path=/warns}"), "{line}");
+                assert_eq!(line.matches("path=/warns").count(), 1, "{line}");
+            }
+        }
+        assert!(
+            !log.contains("query-secret"),
+            "a query string is in the log"
+        );
+    }
+    // Outside a request, a line is as it was.
+    let (capture, _guards) = capture_logs(tracing::Level::INFO);
+    tracing::warn!("{INSIDE_TEXT}");
+    let log = capture.text();
+    assert!(log.trim_end().ends_with(INSIDE_TEXT), "{log}");
+    assert_eq!(log.lines().count(), 1, "{log}");
 }
 
 #[tokio::test]
