@@ -169,6 +169,17 @@ impl RedisConn {
         }
     }
 
+    /// Some of a cluster's primaries fail fast now (see
+    /// [`RedisConn::failing_nodes`]) while the others answer: the requests that
+    /// need the failing ones go on without them, the rest are served. Never for
+    /// a one-node handle.
+    pub fn partly_failing(&self) -> bool {
+        match &self.inner {
+            Inner::Node(_) => false,
+            Inner::Cluster(handle) => handle.nodes.some_failing(),
+        }
+    }
+
     /// How many times a cluster connection that stopped answering was replaced.
     pub fn cluster_rebuilds(&self) -> u64 {
         match &self.inner {

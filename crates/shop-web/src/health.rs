@@ -2,7 +2,10 @@
 //! orchestrators and people.
 //!
 //! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
-//! (`"down"` too while Redis does not answer): which part failed is for the
+//! (`"down"` too while Redis does not answer, `"degraded"` while some of a
+//! cluster's nodes fail fast after one missed a request's budget: every web
+//! server sees the same nodes, and taking them all out would drop what the
+//! other nodes still serve): which part failed is for the
 //! operators, on the internal listener ([`crate::internal_router`]), whose
 //! `/healthz` answers `{"status": .., "redis": true|false, "redis_failing_nodes":
 //! [..], "database": ..}` (the nodes, `host:port` on a cluster, whose commands
@@ -183,35 +186,53 @@ async fn check(state: &AppState) -> (bool, Database) {
     (redis, database)
 }
 
+/// Whether Redis serves: it answered the check, or only some of a cluster's
+/// nodes fail fast (a node stalled: the other nodes' requests are served), and
+/// the nodes failing fast now.
+fn redis_serves(state: &AppState, answered: bool) -> (bool, Vec<String>) {
+    (
+        answered || state.redis.partly_failing(),
+        state.redis.failing_nodes(),
+    )
+}
+
 async fn healthz(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
+    let (redis, failing) = redis_serves(&state, redis);
     answer(
         redis,
         database,
-        json!({ "status": status(redis, database) }),
+        json!({ "status": status(redis, &failing, database) }),
     )
 }
 
 async fn healthz_detailed(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
+    // The Redis nodes failing fast now (one missed a request's budget: its
+    // commands fail at once until a probe answers).
+    let (redis, failing) = redis_serves(&state, redis);
     answer(
         redis,
         database,
         json!({
-            "status": status(redis, database),
+            "status": status(redis, &failing, database),
             "redis": redis,
-            // The Redis nodes failing fast now (one missed a request's budget:
-            // its commands fail at once until a probe answers).
-            "redis_failing_nodes": state.redis.failing_nodes(),
+            "redis_failing_nodes": failing,
             "database": database.as_str(),
         }),
     )
 }
 
-/// The one word the public answer gives: the database's state, or `"down"` while
-/// Redis does not answer.
-fn status(redis: bool, database: Database) -> &'static str {
-    if redis { database.as_str() } else { "down" }
+/// The one word the public answer gives: `"down"` while Redis does not answer;
+/// at best `"degraded"` while a Redis node fails fast (the requests that need
+/// it go on without it: a guest's page, a 503 for a write), else the
+/// database's state.
+fn status(redis: bool, failing_nodes: &[String], database: Database) -> &'static str {
+    match database {
+        _ if !redis => "down",
+        Database::Ok if !failing_nodes.is_empty() => Database::Degraded.as_str(),
+        database => database.as_str(),
+    }
 }
 
 /// 200 while this server can take orders, 503 with `Retry-After` otherwise.

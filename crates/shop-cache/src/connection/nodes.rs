@@ -80,6 +80,15 @@ impl NodeBreakers {
         .unwrap_or_default()
     }
 
+    /// Whether some primaries fail fast now while others do not.
+    pub(super) fn some_failing(&self) -> bool {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
+        map.is_some_and(|m| {
+            let failing = m.nodes.iter().filter(|n| n.breaker.is_open()).count();
+            failing > 0 && failing < m.nodes.len()
+        })
+    }
+
     fn read_in_background(self: &Arc<Self>, conn: &ClusterConnection) {
         if self
             .reading
