@@ -516,14 +516,17 @@ pub fn router(state: AppState) -> Router {
         .merge(flash::router(state.clone()))
         // One stack, one box per route: each `Router::layer` boxes every route
         // again, and a request clones (and drops) each box on its way down.
+        // The timing is outermost: a route's latency is the session's touch and
+        // the page's, and a call the session layer refuses (a bad `/api/me`
+        // query) is counted under its route too.
         .route_layer(
             tower::ServiceBuilder::new()
+                .layer(timed())
                 .layer(from_fn_with_state(
                     Arc::new(state.session_layer()),
                     session::track_shared,
                 ))
-                .layer(page_cache::AdminBypassLayer(state.clone()))
-                .layer(timed()),
+                .layer(page_cache::AdminBypassLayer(state.clone())),
         );
     // Probes and static files: no session (a load balancer polling `/healthz`
     // must not create a session per probe). `/metrics` is not here: see

@@ -166,9 +166,17 @@ async fn metrics_count_routes_cache_and_sessions() {
         app.get("/items/1", Some(&cookie)).await;
         app.flush_views().await;
     }
+    // A per-user call refused for its query, before its session is touched,
+    // is counted under its route all the same.
+    let refused = app.get("/api/me?recent=many", Some(&cookie)).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     let body = text(app.internal_get("/metrics").await).await;
     assert!(
         body.contains("shop_http_requests_total{route=\"/items/{id}\",status=\"200\"} 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains("shop_http_requests_total{route=\"/api/me\",status=\"400\"} 1"),
         "{body}"
     );
     assert!(
