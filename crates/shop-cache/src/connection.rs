@@ -100,6 +100,24 @@ pub struct RedisConn {
     budget: Option<Duration>,
 }
 
+/// The nodes failing fast at one moment ([`RedisConn::nodes_failing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodesFailing {
+    /// The nodes failing fast: `host:port` of a cluster's primaries, or
+    /// `redis` for a one-node handle.
+    pub failing: Vec<String>,
+    /// How many nodes there are (1 for a one-node handle).
+    pub of: usize,
+}
+
+impl NodesFailing {
+    /// Some nodes fail fast and others do not: only a cluster can be partly
+    /// failing.
+    pub fn partly(&self) -> bool {
+        !self.failing.is_empty() && self.failing.len() < self.of
+    }
+}
+
 /// What a command that missed its handle's budget fails with (an I/O error, so
 /// that its node's breaker counts it: the node did not answer in time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -169,14 +187,18 @@ impl RedisConn {
         }
     }
 
-    /// Some of a cluster's primaries fail fast now (see
-    /// [`RedisConn::failing_nodes`]) while the others answer: the requests that
-    /// need the failing ones go on without them, the rest are served. Never for
-    /// a one-node handle.
-    pub fn partly_failing(&self) -> bool {
+    /// The nodes failing fast now ([`RedisConn::failing_nodes`]), and how many
+    /// nodes there are, from one look at the breakers.
+    pub fn nodes_failing(&self) -> NodesFailing {
         match &self.inner {
-            Inner::Node(_) => false,
-            Inner::Cluster(handle) => handle.nodes.some_failing(),
+            Inner::Node(_) => NodesFailing {
+                failing: self.failing_nodes(),
+                of: 1,
+            },
+            Inner::Cluster(handle) => {
+                let (failing, of) = handle.nodes.failing_of_all();
+                NodesFailing { failing, of }
+            }
         }
     }
 

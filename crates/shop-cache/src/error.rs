@@ -96,4 +96,15 @@ impl CacheError {
     pub fn is_failing_fast(&self) -> bool {
         matches!(self, CacheError::FailingFast(_))
     }
+
+    /// True when Redis did not answer in time (a missed budget, a time-out) or
+    /// its node fails fast since it did: a node stalled, not one that answered
+    /// with an error or refused the connection.
+    pub fn is_unanswered(&self) -> bool {
+        match self {
+            CacheError::FailingFast(_) => true,
+            CacheError::Redis(e) => crate::BudgetExceeded::is(e) || e.is_timeout(),
+            _ => false,
+        }
+    }
 }

@@ -39,7 +39,7 @@ mod clock;
 pub mod connection;
 
 pub use connection::{
-    BudgetExceeded, RedisConn, connect, connect_cluster, connect_pooled, connect_with,
+    BudgetExceeded, NodesFailing, RedisConn, connect, connect_cluster, connect_pooled, connect_with,
 };
 pub use error::CacheError;
 /// The identifiers shared with the SQL layer.

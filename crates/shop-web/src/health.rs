@@ -8,8 +8,9 @@
 //! other nodes still serve): which part failed is for the
 //! operators, on the internal listener ([`crate::internal_router`]), whose
 //! `/healthz` answers `{"status": .., "redis": true|false, "redis_failing_nodes":
-//! [..], "database": ..}` (the nodes, `host:port` on a cluster, whose commands
-//! fail at once now after one missed a request's budget). The
+//! [..], "database": ..}` (`redis`: every node answered the check; the nodes,
+//! `host:port` on a cluster, whose commands fail at once now after one missed
+//! a request's budget). The
 //! database's states:
 //! - `"ok"`: the database answers reads (`SELECT 1` on the read pool) and a write
 //!   commits now ([`shop_db::Db::probe_write`]: a one-row update on the write
@@ -98,6 +99,28 @@ async fn passes<T, E>(probe: impl Future<Output = Result<T, E>>) -> bool {
     matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(_)))
 }
 
+/// What the Redis check (the sessions' count, on every node) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RedisCheck {
+    /// Every node answered.
+    Answered,
+    /// A node did not answer in time, or fails fast since it missed a
+    /// request's budget: a stalled node.
+    Unanswered,
+    /// Redis answered with an error, or could not be reached.
+    Failed,
+}
+
+/// The Redis check, within [`PROBE_TIMEOUT`].
+async fn check_redis(state: &AppState) -> RedisCheck {
+    match tokio::time::timeout(PROBE_TIMEOUT, state.sessions.count()).await {
+        Ok(Ok(_)) => RedisCheck::Answered,
+        Err(_) => RedisCheck::Unanswered,
+        Ok(Err(error)) if error.is_unanswered() => RedisCheck::Unanswered,
+        Ok(Err(_)) => RedisCheck::Failed,
+    }
+}
+
 /// How long a computed health answer is reused.
 const FRESH_FOR: Duration = Duration::from_secs(1);
 
@@ -108,7 +131,7 @@ pub struct HealthCache(tokio::sync::Mutex<HealthState>);
 
 #[derive(Debug, Default)]
 struct HealthState {
-    last: Option<(Instant, bool, Database)>,
+    last: Option<(Instant, RedisCheck, Database)>,
     /// Since when the write probe has been refused, with the database handle's
     /// commit count then: a write committed since (the shop's own traffic) shows
     /// the failure was not continuous, and restarts the clock.
@@ -137,7 +160,7 @@ async fn probe_writes(state: &AppState) -> Writes {
     }
 }
 
-async fn check(state: &AppState) -> (bool, Database) {
+async fn check(state: &AppState) -> (RedisCheck, Database) {
     let mut health = state.health.0.lock().await;
     if let Some((at, redis, database)) = health.last
         && at.elapsed() < FRESH_FOR
@@ -145,7 +168,7 @@ async fn check(state: &AppState) -> (bool, Database) {
         return (redis, database);
     }
     let (redis, reads, writes) = tokio::join!(
-        passes(state.sessions.count()),
+        check_redis(state),
         passes(state.db.ping()),
         probe_writes(state),
     );
@@ -186,23 +209,28 @@ async fn check(state: &AppState) -> (bool, Database) {
     (redis, database)
 }
 
-/// Whether Redis serves: it answered the check, or only some of a cluster's
-/// nodes fail fast (a node stalled: the other nodes' requests are served), and
-/// the nodes failing fast now.
-fn redis_serves(state: &AppState, answered: bool) -> (bool, Vec<String>) {
-    (
-        answered || state.redis.partly_failing(),
-        state.redis.failing_nodes(),
-    )
+/// Whether Redis serves, and the nodes failing fast now (one snapshot of the
+/// breakers): it answered the check, or only some of a cluster's nodes did
+/// not (stalled: the other nodes' requests are served). An error Redis
+/// answered with (an unknown password, a cluster without full coverage) is
+/// not a stall, whatever the breakers say.
+fn redis_serves(state: &AppState, check: RedisCheck) -> (bool, Vec<String>) {
+    let nodes = state.redis.nodes_failing();
+    let serves = match check {
+        RedisCheck::Answered => true,
+        RedisCheck::Unanswered => nodes.partly(),
+        RedisCheck::Failed => false,
+    };
+    (serves, nodes.failing)
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
-    let (redis, failing) = redis_serves(&state, redis);
+    let (serves, failing) = redis_serves(&state, redis);
     answer(
-        redis,
+        serves,
         database,
-        json!({ "status": status(redis, &failing, database) }),
+        json!({ "status": status(serves, &failing, database) }),
     )
 }
 
@@ -210,26 +238,26 @@ async fn healthz_detailed(State(state): State<AppState>) -> Response {
     let (redis, database) = check(&state).await;
     // The Redis nodes failing fast now (one missed a request's budget: its
     // commands fail at once until a probe answers).
-    let (redis, failing) = redis_serves(&state, redis);
+    let (serves, failing) = redis_serves(&state, redis);
     answer(
-        redis,
+        serves,
         database,
         json!({
-            "status": status(redis, &failing, database),
-            "redis": redis,
+            "status": status(serves, &failing, database),
+            "redis": redis == RedisCheck::Answered,
             "redis_failing_nodes": failing,
             "database": database.as_str(),
         }),
     )
 }
 
-/// The one word the public answer gives: `"down"` while Redis does not answer;
+/// The one word the public answer gives: `"down"` while Redis does not serve;
 /// at best `"degraded"` while a Redis node fails fast (the requests that need
 /// it go on without it: a guest's page, a 503 for a write), else the
 /// database's state.
-fn status(redis: bool, failing_nodes: &[String], database: Database) -> &'static str {
+fn status(redis_serves: bool, failing_nodes: &[String], database: Database) -> &'static str {
     match database {
-        _ if !redis => "down",
+        _ if !redis_serves => "down",
         Database::Ok if !failing_nodes.is_empty() => Database::Degraded.as_str(),
         database => database.as_str(),
     }

@@ -220,10 +220,10 @@ impl Span {
         self.stamp.good_at(purges, ITEM_TTL)
     }
 
-    /// Keeps `item` if it fits in [`ITEM_BYTES`] with what is kept already.
-    fn keep(&mut self, id: ItemId, item: Arc<ShownItem>) {
+    /// Keeps `item` if it fits in `budget` bytes with what is kept already.
+    fn keep(&mut self, id: ItemId, item: Arc<ShownItem>, budget: u64) {
         let bytes = item.bytes();
-        if self.bytes + bytes > ITEM_BYTES {
+        if self.bytes + bytes > budget {
             return;
         }
         if self.items.insert(id, item).is_none() {
@@ -277,7 +277,7 @@ impl ItemCopies {
         if !span.good_at(mark.0) {
             *span = Span::new(mark.0);
         }
-        span.keep(id, item);
+        span.keep(id, item, ITEM_BYTES);
     }
 
     /// Items held now (a span a purge ended still counts until the next put).
@@ -296,10 +296,12 @@ impl ItemCopies {
 }
 
 /// The most bytes of items kept ([`ShownItem::bytes`] each): room for the whole
-/// catalogue of the scale the shop is built for (100,000 items), even if every
-/// title were as long as a title may be (about 600 bytes an item then; a
-/// demo item takes about 200). Once full, an item not kept is read from the
-/// database at each call until the span ends (a purge, or [`ITEM_TTL`]).
+/// catalogue of the scale the shop is built for (100,000 items) even if every
+/// title had the 200 characters a title may have, in ASCII (about 450 bytes an
+/// item then; a demo item takes about 200); about 80,000 such items if those
+/// characters took 3 bytes each (CJK). Once full, an item not kept is read
+/// from the database at each call until the span ends (a purge, or
+/// [`ITEM_TTL`]).
 pub const ITEM_BYTES: u64 = 64 << 20;
 
 /// The longest an item is kept (a backstop: purges end it sooner).
@@ -348,64 +350,57 @@ pub async fn items(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shop_cache::domain::catalogue::MAX_TITLE;
 
-    fn item(id: u64, title: &str, category: &str) -> Item {
-        Item {
+    fn shown(id: u64, title: &str) -> Arc<ShownItem> {
+        Arc::new(ShownItem::of(&Item {
             id: ItemId::new(id).unwrap(),
             title: title.to_owned(),
-            description: "d".repeat(500),
+            description: String::new(),
             price_cents: 123_456,
-            category: category.to_owned(),
+            category: "kitchen-and-dining".to_owned(),
             retired: false,
             version: 1,
-        }
+        }))
+    }
+
+    /// The bytes `count` items titled `title` take.
+    fn weight(count: u64, title: &str) -> u64 {
+        (1..=count).map(|id| shown(id, title).bytes()).sum()
     }
 
     #[test]
     fn the_whole_catalogue_fits_even_with_titles_as_long_as_they_may_be() {
-        // The scale the shop is built for: 100,000 items, here each with a title
-        // of the most characters a title may have (some of them escaped in JSON).
-        let title = format!(
-            "{}\"Deluxe\" mug",
-            "x".repeat(shop_cache::domain::catalogue::MAX_TITLE - 12)
-        );
-        assert_eq!(
-            title.chars().count(),
-            shop_cache::domain::catalogue::MAX_TITLE
-        );
-        let mut span = Span::new(0);
-        for id in 1..=100_000 {
-            span.keep(
-                ItemId::new(id).unwrap(),
-                Arc::new(ShownItem::of(&item(id, &title, "kitchen-and-dining"))),
-            );
-        }
-        assert_eq!(span.items.len(), 100_000, "kept {} bytes", span.bytes);
-        assert!(
-            span.bytes > 100_000 * 300,
-            "the weight counts the JSON: {}",
-            span.bytes
-        );
+        // The scale the shop is built for: 100,000 items, each with a title of
+        // the most characters a title may have (two of them escaped in JSON).
+        let ascii = format!("{}\"Deluxe\" mug", "x".repeat(MAX_TITLE - 12));
+        assert_eq!(ascii.chars().count(), MAX_TITLE);
+        let all = weight(100_000, &ascii);
+        assert!(all <= ITEM_BYTES, "{all} bytes");
+        assert!(all > 100_000 * 300, "the weight counts the JSON: {all}");
+        // As ITEM_BYTES says: about 80,000 with titles of 3-byte characters.
+        let cjk = "\u{5496}".repeat(MAX_TITLE);
+        assert!(weight(80_000, &cjk) <= ITEM_BYTES);
+        assert!(weight(90_000, &cjk) > ITEM_BYTES);
     }
 
     #[test]
     fn a_full_copy_keeps_what_it_holds_and_admits_nothing_more() {
-        let big = "x".repeat(shop_cache::domain::catalogue::MAX_TITLE);
-        let shown = |id| Arc::new(ShownItem::of(&item(id, &big, "c")));
+        let title = "x".repeat(MAX_TITLE);
+        let budget = 100 * shown(1, &title).bytes() + 10;
         let mut span = Span::new(0);
-        let tried = 2 * ITEM_BYTES / shown(1).bytes();
-        for id in 1..=tried {
-            span.keep(ItemId::new(id).unwrap(), shown(id));
+        for id in 1..=200 {
+            span.keep(ItemId::new(id).unwrap(), shown(id, &title), budget);
         }
         let kept = span.items.len() as u64;
-        assert!(kept > tried / 3 && kept < tried, "kept {kept} of {tried}");
-        assert!(span.bytes <= ITEM_BYTES);
-        assert!(span.bytes + shown(tried).bytes() > ITEM_BYTES);
+        assert!((90..=100).contains(&kept), "kept {kept}");
+        assert!(span.bytes <= budget);
+        assert!(span.bytes + shown(200, &title).bytes() > budget);
         assert!(span.items.contains_key(&ItemId::new(1).unwrap()));
-        assert!(!span.items.contains_key(&ItemId::new(tried).unwrap()));
+        assert!(!span.items.contains_key(&ItemId::new(200).unwrap()));
         // The same item again is no more bytes.
         let before = span.bytes;
-        span.keep(ItemId::new(1).unwrap(), shown(1));
+        span.keep(ItemId::new(1).unwrap(), shown(1, &title), budget);
         assert_eq!(span.bytes, before);
     }
 }

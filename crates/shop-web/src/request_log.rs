@@ -116,8 +116,9 @@ pub struct Serving {
 ///     .finish();
 /// ```
 ///
-/// Such a line is written without colours on a terminal (`F` writes it into
-/// a writer that cannot say it may have them).
+/// It appends plain text, so it is for the text formats (`full`, `compact`,
+/// the default), not `json`. Such a line is written without colours on a
+/// terminal (`F` writes it into a writer that cannot say it may have them).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NamedRequests<F>(pub F);
 

@@ -69,24 +69,23 @@ impl NodeBreakers {
 
     /// The nodes whose breaker is open now: their commands fail at once.
     pub(super) fn failing(&self) -> Vec<String> {
+        self.failing_of_all().0
+    }
+
+    /// The primaries failing fast now, of how many (one read of the map and
+    /// the breakers).
+    pub(super) fn failing_of_all(&self) -> (Vec<String>, usize) {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
         map.map(|m| {
-            m.nodes
+            let failing = m
+                .nodes
                 .iter()
                 .filter(|n| n.breaker.is_open())
                 .map(|n| n.addr.clone())
-                .collect()
+                .collect();
+            (failing, m.nodes.len())
         })
         .unwrap_or_default()
-    }
-
-    /// Whether some primaries fail fast now while others do not.
-    pub(super) fn some_failing(&self) -> bool {
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
-        map.is_some_and(|m| {
-            let failing = m.nodes.iter().filter(|n| n.breaker.is_open()).count();
-            failing > 0 && failing < m.nodes.len()
-        })
     }
 
     fn read_in_background(self: &Arc<Self>, conn: &ClusterConnection) {
