@@ -100,7 +100,8 @@ pub struct RedisConn {
     budget: Option<Duration>,
 }
 
-/// The nodes failing fast at one moment ([`RedisConn::nodes_failing`]).
+/// The nodes failing fast at one moment ([`RedisConn::nodes_failing`]): a
+/// node that missed a budgeted command's time, until a probe gets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodesFailing {
     /// The nodes failing fast: `host:port` of a cluster's primaries, or
@@ -177,22 +178,15 @@ impl RedisConn {
         }
     }
 
-    /// The nodes failing fast now (breaker open): `host:port` of a cluster's
-    /// primaries, or `redis` for a one-node handle.
-    pub fn failing_nodes(&self) -> Vec<String> {
-        match &self.inner {
-            Inner::Node(_) if self.is_failing_fast() => vec!["redis".to_owned()],
-            Inner::Node(_) => Vec::new(),
-            Inner::Cluster(handle) => handle.nodes.failing(),
-        }
-    }
-
-    /// The nodes failing fast now ([`RedisConn::failing_nodes`]), and how many
-    /// nodes there are, from one look at the breakers.
+    /// The nodes failing fast now (breaker open: their commands fail at once),
+    /// and how many nodes there are, from one look at the breakers.
     pub fn nodes_failing(&self) -> NodesFailing {
         match &self.inner {
             Inner::Node(_) => NodesFailing {
-                failing: self.failing_nodes(),
+                failing: match self.is_failing_fast() {
+                    true => vec!["redis".to_owned()],
+                    false => Vec::new(),
+                },
                 of: 1,
             },
             Inner::Cluster(handle) => {

@@ -4,11 +4,11 @@
 //! [`AppState`] and wraps them in the shop's layers, outermost first: the security
 //! headers, errors as HTML pages for people ([`error::ErrorPagesLayer`]), the
 //! request log ([`request_log`]), the limits (panic catching, timeout, body
-//! size: [`http_limits`]), cross-site
-//! protection ([`csrf`]), sessions ([`session`], on the visitors' routes only, not
-//! on probes or static files), then per route the metrics and,
-//! on item pages, their insights, listings and the flash-sale shell, the page
-//! cache ([`page_cache`]).
+//! size: [`http_limits`]), cross-site protection ([`csrf`]), then per route
+//! the metrics ([`metrics::TimedLayer`]), sessions ([`session`], on the
+//! visitors' routes only, not on probes or static files) and, on item pages,
+//! their insights, listings and the flash-sale shell, the page cache
+//! ([`page_cache`]).
 //! `/metrics` and the detailed health check are on [`internal_router`], for a
 //! listener of their own.
 //! Errors from the layers below become HTTP answers in one place, [`error::WebError`].

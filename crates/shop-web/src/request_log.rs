@@ -78,18 +78,20 @@ where
             false => tracing::Span::none(),
         };
         // Cheap: a known method is a tag, and the URI shares the request's buffer.
-        let logged = Logged {
+        let serving = Serving {
             method: req.method().clone(),
             uri: req.uri().clone(),
+        };
+        let logged = Logged {
+            request: serving.clone(),
             started: Instant::now(),
             verbose,
         };
         // At `debug` the span names the request.
-        let serving = (!verbose).then(|| Serving {
-            method: logged.method.clone(),
-            uri: logged.uri.clone(),
-        });
-        let answer = SERVING.scope(serving, self.inner.call(req).instrument(span));
+        let answer = SERVING.scope(
+            (!verbose).then_some(serving),
+            self.inner.call(req).instrument(span),
+        );
         Finishing::new(answer, logged)
     }
 }
@@ -101,6 +103,7 @@ tokio::task_local! {
 }
 
 /// The request a task serves: its method and path.
+#[derive(Clone)]
 pub struct Serving {
     method: Method,
     uri: Uri,
@@ -134,15 +137,8 @@ where
         mut writer: Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        let serving = SERVING
-            .try_with(|serving| {
-                serving
-                    .as_ref()
-                    .map(|serving| (serving.method.clone(), serving.uri.clone()))
-            })
-            .ok()
-            .flatten();
-        let Some((method, uri)) = serving else {
+        let serving = SERVING.try_with(Option::clone).ok().flatten();
+        let Some(Serving { method, uri }) = serving else {
             return self.0.format_event(ctx, writer, event);
         };
         let mut line = HeldNewline {
@@ -181,8 +177,7 @@ impl<W: std::fmt::Write> std::fmt::Write for HeldNewline<'_, W> {
 
 /// What [`RequestLog`] keeps of a request until it is answered.
 pub struct Logged {
-    method: Method,
-    uri: Uri,
+    request: Serving,
     started: Instant,
     verbose: bool,
 }
@@ -195,7 +190,7 @@ impl Finish for Logged {
             return resp;
         }
         let latency_us = as_micros(self.started.elapsed());
-        let (method, path) = (&self.method, self.uri.path());
+        let (method, path) = (&self.request.method, self.request.uri.path());
         let status = resp.status().as_u16();
         match cause {
             Some(cause) => cause.log_answer(method, path, status, latency_us),

@@ -214,7 +214,7 @@ impl SessionLayer {
             return Some(Viewed::Page(view));
         }
         let item = asked?.item?;
-        Some(Viewed::Named(views.named(req, item)))
+        Some(Viewed::Named(crate::views::View::by(req, item)))
     }
 
     /// Whether `req` came over HTTPS, as far as the shop can know.
@@ -267,28 +267,25 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
     // A per-user call whose query says nothing the handler can answer (a
     // `recent=` that is no count, an `item=` that is no item id) is refused
     // here: it touches no session and counts no view.
-    let asked = match state.per_user_query(&req) {
-        Some(Ok(asked)) => {
-            req.extensions_mut().insert(asked);
-            Ok(Some(asked))
-        }
-        Some(Err(refused)) => Err(refused),
-        None => Ok(None),
-    };
-    let (mut resp, mut issued) = match asked {
+    let (mut resp, mut issued) = match state.per_user_query(&req).transpose() {
         Err(refused) => (
             axum::response::IntoResponse::into_response(WebError::bad_request(refused)),
             None,
         ),
-        Ok(asked) => match state.view_of(&req, asked) {
-            Some(Viewed::Page(view)) => {
-                crate::views::serve(state, view, presented, https, req, next).await
+        Ok(asked) => {
+            if let Some(asked) = asked {
+                req.extensions_mut().insert(asked);
             }
-            Some(Viewed::Named(view)) => {
-                crate::views::serve_named(state, view, presented, https, req, next).await
+            match state.view_of(&req, asked) {
+                Some(Viewed::Page(view)) => {
+                    crate::views::serve(state, view, presented, https, req, next).await
+                }
+                Some(Viewed::Named(view)) => {
+                    crate::views::serve_named(state, view, presented, https, req, next).await
+                }
+                None => run_identified(state, presented, https, req, next).await,
             }
-            None => run_identified(state, presented, https, req, next).await,
-        },
+        }
     };
     if let Some(NewToken(token)) = resp.extensions_mut().remove::<NewToken>() {
         issued = Some(token);

@@ -91,17 +91,12 @@ impl ItemViews {
         let item = (self.item_of)(req.uri().path())?;
         Some(View::by(req, item))
     }
-
-    /// The view of `item` that a per-user call names (`GET /api/me?item=<id>`,
-    /// [`crate::me::MeQuery::item`]).
-    pub fn named(&self, req: &Request, item: ItemId) -> View {
-        View::by(req, item)
-    }
 }
 
 impl View {
-    /// The view of `item` by the client of `req`.
-    fn by(req: &Request, item: ItemId) -> Self {
+    /// The view of `item` by the client of `req` (an item page's, or the one
+    /// a per-user call names: `/api/me?item=<id>`, [`crate::me::MeQuery::item`]).
+    pub(crate) fn by(req: &Request, item: ItemId) -> Self {
         match says_it_is_a_bot(req.headers()) {
             true => View::Bot(item),
             false => View::Shopper(item),

@@ -67,13 +67,8 @@ impl NodeBreakers {
         map.nodes.get(node as usize).map(|n| n.breaker.clone())
     }
 
-    /// The nodes whose breaker is open now: their commands fail at once.
-    pub(super) fn failing(&self) -> Vec<String> {
-        self.failing_of_all().0
-    }
-
-    /// The primaries failing fast now, of how many (one read of the map and
-    /// the breakers).
+    /// The primaries whose breaker is open now (their commands fail at once),
+    /// of how many (one read of the map and the breakers).
     pub(super) fn failing_of_all(&self) -> (Vec<String>, usize) {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
         map.map(|m| {
