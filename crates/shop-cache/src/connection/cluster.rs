@@ -24,7 +24,11 @@ pub(super) const CLUSTER_RETRY_WAIT: (u64, u64) = (50, 1_000);
 /// slot refresh during the promotion that never completed, and from then on every
 /// command on it timed out, for good (about one run in five; logged "beginning slot
 /// refresh" with no "complete"). A fresh connection discovers the slots anew and
-/// works at once. So a command that times out has a new connection built in the
+/// works at once. The same when a primary dies (SIGKILL) under traffic: within
+/// 200 ms the live primaries' commands missed their budgets too, and went on
+/// missing them (for good in the drill, until a command's 2 s time-out) while
+/// the node stayed dead. So a command that times out, or misses its budget
+/// while more than one primary fails fast, has a new connection built in the
 /// background (at most one at a time, at most one per [`CLUSTER_REBUILD_EVERY`]);
 /// the commands after it use the new one. In-flight commands finish on the old one.
 pub(super) struct ClusterHandle {
@@ -56,9 +60,17 @@ impl ClusterHandle {
         self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Learns from a command's outcome: a time-out starts a rebuild.
+    /// Learns from a command's outcome: a time-out starts a rebuild, and so does
+    /// a missed budget while more than one primary fails fast. One node failing
+    /// is that node (stalled or gone: the others' commands go on); several at
+    /// once is this connection stuck (see [`ClusterHandle`]).
     pub(super) fn record<T>(self: &Arc<Self>, result: &Result<T, RedisError>) {
-        if !matches!(result, Err(e) if e.is_timeout()) {
+        let stuck = match result {
+            Err(e) if e.is_timeout() => true,
+            Err(e) if super::BudgetExceeded::is(e) => self.nodes.failing() > 1,
+            _ => false,
+        };
+        if !stuck {
             return;
         }
         let now = self.epoch.elapsed().as_millis() as u64 + 1;

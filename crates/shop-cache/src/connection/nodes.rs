@@ -67,6 +67,14 @@ impl NodeBreakers {
         map.nodes.get(node as usize).map(|n| n.breaker.clone())
     }
 
+    /// How many primaries' breakers are open now.
+    pub(super) fn failing(&self) -> usize {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner()).clone();
+        map.map_or(0, |m| {
+            m.nodes.iter().filter(|n| n.breaker.is_open()).count()
+        })
+    }
+
     /// The primaries whose breaker is open now (their commands fail at once),
     /// of how many (one read of the map and the breakers).
     pub(super) fn failing_of_all(&self) -> (Vec<String>, usize) {

@@ -5,6 +5,7 @@ mod account_cart;
 mod browser;
 mod cli;
 mod cluster;
+mod dead_node;
 mod defaults;
 mod drills;
 mod e2e;
