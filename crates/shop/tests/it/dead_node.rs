@@ -168,17 +168,16 @@ async fn a_dead_primary_leaves_the_shop_degraded_not_down() {
          {served_after} times, degraded {} times; /healthz said {timeline:?}",
         degraded.load(Ordering::Relaxed)
     );
-    // Before the fix: 503 in 85% of the answers, "degraded" naming it alone in
-    // 10%; after: 503 in 1-4%, "degraded" naming it alone in 80-90% (the
-    // others name a live primary too for a moment, as the stuck connection is
-    // replaced).
-    // Wide margins both ways: a busy machine misses more budgets.
+    // Before the fix (three runs): 503 in 50-85% of the answers, "degraded"
+    // naming it alone in 10-40%; after: 503 in 1-4%, "degraded" naming it
+    // alone in 80-90% (the others name a live primary too for a moment, as
+    // the stuck connection is replaced), also with two busy loops beside it.
     assert!(
-        down * 5 < polls * 2,
+        down * 4 < polls,
         "/healthz said 503 in {down} of {polls} answers: {timeline:?}"
     );
     assert!(
-        as_expected * 5 > polls * 2,
+        as_expected * 2 > polls,
         "/healthz said 200 \"degraded\" naming only {victim_addr} in {as_expected} of \
          {polls} answers: {timeline:?}"
     );
