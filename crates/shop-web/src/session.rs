@@ -100,10 +100,15 @@ impl Session {
     }
 
     /// The logged-in user or none; 503 (with `Retry-After`) while the session
-    /// store cannot say which.
+    /// store cannot say which. That answer's cause is `debug`: the store's
+    /// failure was logged as the touch failed (at its level, quietly while the
+    /// store is known to be down), not again at every request it refuses.
     pub fn known_user(&self) -> Result<Option<UserId>, WebError> {
         if self.store_failed {
-            return Err(WebError::unavailable());
+            return Err(WebError::unavailable().caused_by(Cause::new(
+                tracing::Level::DEBUG,
+                "the session store could not say who is asking",
+            )));
         }
         Ok(self.user)
     }

@@ -325,6 +325,31 @@ async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
     );
 }
 
+/// While the session store is down its failures are not a warning each: the
+/// outage is logged as it begins (the breaker's line, the first touch that
+/// failed), and the writes it refuses answer 503 without a line of their own
+/// at `info` (before, every refused cart write was a `request failed`).
+#[tokio::test]
+async fn a_store_outage_is_not_a_warning_per_request() {
+    let mut shop = shop().await;
+    let guest = cookie_of(&shop.get("/api/me", None).await).unwrap();
+    let (capture, _guards) = capture_logs(tracing::Level::INFO);
+    shop.redis.kill();
+    for _ in 0..20 {
+        let resp = shop
+            .post("/cart", Some(&guest), "item=3&count=1", false)
+            .await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let log = capture.text();
+    let lines = log.lines().filter(|l| l.contains("path=/cart")).count();
+    assert!(
+        (1..=3).contains(&lines),
+        "{lines} lines for 20 refused cart writes:\n{log}"
+    );
+    assert!(!log.contains("request failed"), "{log}");
+}
+
 /// What is logged while a request runs says which request it was: at `info`
 /// (no span per request) the line ends with its method and path; at `debug`
 /// the request's span says it, once.
