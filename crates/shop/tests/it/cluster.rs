@@ -19,14 +19,14 @@ fn json(reply: &Reply) -> serde_json::Value {
 
 /// A shop on its own cluster: the cluster, a SQLite database seeded with `items`
 /// items, and a working directory; `command()` is `shop` pointed at them.
-struct ClusterShop {
-    cluster: TestRedisCluster,
-    db: TestDb,
+pub(crate) struct ClusterShop {
+    pub(crate) cluster: TestRedisCluster,
+    pub(crate) db: TestDb,
     cwd: tempfile::TempDir,
 }
 
 impl ClusterShop {
-    fn seeded(items: &str) -> Self {
+    pub(crate) fn seeded(items: &str) -> Self {
         Self::seeded_on(TestDb::sqlite(), items)
     }
 
@@ -54,7 +54,7 @@ impl ClusterShop {
         ]));
     }
 
-    fn command(&self) -> std::process::Command {
+    pub(crate) fn command(&self) -> std::process::Command {
         let mut cmd = shop();
         cmd.current_dir(self.cwd.path())
             .env("SHOP_REDIS_CLUSTER", self.cluster.seeds_arg())

@@ -16,9 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use shop_testkit::{TestDb, TestRedisCluster};
+use shop_testkit::TestRedisCluster;
 
-use crate::e2e::{request, seed, serve_with_metrics, stop};
+use crate::cluster::ClusterShop;
+
+use crate::e2e::{request, serve_with_metrics, stop};
 
 /// How long `/healthz` is watched after the kill: several of the health
 /// check's 1 s rounds.
@@ -58,28 +60,18 @@ async fn replica_of(cluster: &TestRedisCluster, primary: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_primary_leaves_the_shop_degraded_not_down() {
-    let mut cluster = TestRedisCluster::start();
-    let db = TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let command = || {
-        let mut cmd = crate::shop();
-        cmd.current_dir(cwd.path())
-            .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
-            .env("DATABASE_URL", db.url());
-        cmd
-    };
-    seed(command(), "100");
-    for n in 0..cluster.addrs().len() {
+    let mut shop = ClusterShop::seeded("100");
+    for n in 0..shop.cluster.addrs().len() {
         let _: () = redis::cmd("CONFIG")
             .arg("SET")
             .arg("cluster-require-full-coverage")
             .arg("no")
-            .query_async(&mut node(&cluster, n).await)
+            .query_async(&mut node(&shop.cluster, n).await)
             .await
             .unwrap();
     }
     let (child, addr, internal) = serve_with_metrics(
-        command(),
+        shop.command(),
         &[
             "--uncached-per-address",
             "10000000",
@@ -124,11 +116,11 @@ async fn a_dead_primary_leaves_the_shop_degraded_not_down() {
         .collect();
     std::thread::sleep(Duration::from_secs(1));
 
-    let victim = cluster.primaries()[0];
-    let victim_addr = cluster.addrs()[victim].clone();
-    let replica = replica_of(&cluster, victim).await;
-    cluster.kill(replica);
-    cluster.kill(victim);
+    let victim = shop.cluster.primaries()[0];
+    let victim_addr = shop.cluster.addrs()[victim].clone();
+    let replica = replica_of(&shop.cluster, victim).await;
+    shop.cluster.kill(replica);
+    shop.cluster.kill(victim);
     let killed = Instant::now();
     // `/healthz` every 100 ms for WATCH: what it said, and for how long.
     let expected = (200, "degraded".to_owned(), vec![victim_addr.clone()]);

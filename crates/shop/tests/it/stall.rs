@@ -11,12 +11,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shop_testkit::TestRedisCluster;
-
+use crate::cluster::ClusterShop;
 use crate::drills::{Drill, Sample, pct, select, summary};
 use crate::e2e::{
-    Binary, checkout_form, log_in, request, request_with, seed, seeded, serve_with_metrics, stop,
-    succeed,
+    Binary, checkout_form, log_in, request, request_with, seeded, serve_with_metrics, stop, succeed,
 };
 
 /// One cart write a probe made: the line, the count it set, and the answer.
@@ -425,26 +423,16 @@ async fn a_stalled_redis_costs_the_budget_not_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
-    let cluster = TestRedisCluster::start();
-    let db = shop_testkit::TestDb::sqlite();
-    let cwd = tempfile::tempdir().unwrap();
-    let command = || {
-        let mut cmd = crate::shop();
-        cmd.current_dir(cwd.path())
-            .env("SHOP_REDIS_CLUSTER", cluster.seeds_arg())
-            .env("DATABASE_URL", db.url());
-        cmd
-    };
-    seed(command(), "200");
-    start_sale(command());
-    let (child, addr, internal) = serve_with_metrics(command(), &STALL_FLAGS);
-    let primary = cluster.primaries()[0];
+    let shop = ClusterShop::seeded("200");
+    start_sale(shop.command());
+    let (child, addr, internal) = serve_with_metrics(shop.command(), &STALL_FLAGS);
+    let primary = shop.cluster.primaries()[0];
     stalled_node(
-        command(),
-        (&addr, &internal, db.url()),
-        &cluster.addrs()[primary],
-        || cluster.pause(primary),
-        || cluster.resume(primary),
+        shop.command(),
+        (&addr, &internal, shop.db.url()),
+        &shop.cluster.addrs()[primary],
+        || shop.cluster.pause(primary),
+        || shop.cluster.resume(primary),
     )
     .await;
     assert!(stop(child).success());
