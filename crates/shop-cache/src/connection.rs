@@ -34,7 +34,8 @@
 //! failing node serves fail fast; after a failover its slots are the replica's at
 //! the next map read. The cluster client's own retries (a few, short:
 //! [`CLUSTER_RETRIES`]) wait for the replica's promotion. A cluster connection
-//! whose commands time out is rebuilt (see `ClusterHandle`).
+//! whose commands time out, or miss their budgets on more than one primary at
+//! once, is rebuilt (see `ClusterHandle`).
 //!
 //! Pipelines on a cluster: redis-rs sends a pipeline to one node and refuses one
 //! whose commands hash to different slots. The shop's pipelines are not

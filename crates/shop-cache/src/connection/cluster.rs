@@ -1,5 +1,6 @@
 //! The cluster connection: its retry settings, and the handle that replaces a
-//! connection whose commands time out.
+//! connection that is stuck (its commands time out, or miss their budgets on
+//! more than one primary at once).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,14 +66,13 @@ impl ClusterHandle {
     /// is that node (stalled or gone: the others' commands go on); several at
     /// once is this connection stuck (see [`ClusterHandle`]).
     pub(super) fn record<T>(self: &Arc<Self>, result: &Result<T, RedisError>) {
-        let stuck = match result {
-            Err(e) if e.is_timeout() => true,
-            Err(e) if super::BudgetExceeded::is(e) => self.nodes.failing() > 1,
-            _ => false,
+        let why = match result {
+            Err(e) if e.is_timeout() => "a command timed out",
+            Err(e) if super::BudgetExceeded::is(e) && self.nodes.failing() > 1 => {
+                "more than one primary missed its budget"
+            }
+            _ => return,
         };
-        if !stuck {
-            return;
-        }
         let now = self.epoch.elapsed().as_millis() as u64 + 1;
         let last = self.last_rebuild_ms.load(Ordering::Acquire);
         if (last != 0 && now < last + CLUSTER_REBUILD_EVERY.as_millis() as u64)
@@ -95,7 +95,7 @@ impl ClusterHandle {
                 Ok(Ok(conn)) => {
                     *handle.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
                     handle.rebuilds.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("redis cluster connection timed out; replaced it");
+                    tracing::warn!("redis cluster connection replaced: {why}");
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "could not rebuild the cluster connection")

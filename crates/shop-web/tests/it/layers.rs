@@ -335,16 +335,20 @@ async fn a_store_outage_is_not_a_warning_per_request() {
     let guest = cookie_of(&shop.get("/api/me", None).await).unwrap();
     let (capture, _guards) = capture_logs(tracing::Level::INFO);
     shop.redis.kill();
+    let began = Instant::now();
     for _ in 0..20 {
         let resp = shop
             .post("/cart", Some(&guest), "item=3&count=1", false)
             .await;
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
+    // The breaker's line and the first touch's; on a slow machine also a
+    // failed probe's, one every 250 ms.
+    let most = 3 + began.elapsed().as_millis() as usize / 250;
     let log = capture.text();
     let lines = log.lines().filter(|l| l.contains("path=/cart")).count();
     assert!(
-        (1..=3).contains(&lines),
+        (1..=most).contains(&lines),
         "{lines} lines for 20 refused cart writes:\n{log}"
     );
     assert!(!log.contains("request failed"), "{log}");
