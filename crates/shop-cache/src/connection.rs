@@ -113,10 +113,11 @@ pub struct NodesFailing {
 }
 
 impl NodesFailing {
-    /// Some nodes fail fast and others do not: only a cluster can be partly
-    /// failing.
-    pub fn partly(&self) -> bool {
-        !self.failing.is_empty() && self.failing.len() < self.of
+    /// A cluster (as far as its slot map is known) some of whose nodes do not
+    /// fail fast: what they serve is served, whatever the others do. Never a
+    /// one-node handle.
+    pub fn some_serve(&self) -> bool {
+        self.of > 1 && self.failing.len() < self.of
     }
 }
 

@@ -97,13 +97,20 @@ impl CacheError {
         matches!(self, CacheError::FailingFast(_))
     }
 
-    /// True when Redis did not answer in time (a missed budget, a time-out) or
-    /// its node fails fast since it did: a node stalled, not one that answered
-    /// with an error or refused the connection.
+    /// True when Redis did not answer: it could not be reached (a refused or
+    /// dropped connection, an I/O error), did not answer in time (a missed
+    /// budget, a time-out), or its node fails fast since: a node stalled or
+    /// gone, not one that answered with an error (a refused password, a
+    /// reply that does not parse).
     pub fn is_unanswered(&self) -> bool {
         match self {
             CacheError::FailingFast(_) => true,
-            CacheError::Redis(e) => crate::BudgetExceeded::is(e) || e.is_timeout(),
+            CacheError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.is_connection_dropped()
+            }
             _ => false,
         }
     }

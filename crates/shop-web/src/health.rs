@@ -3,9 +3,9 @@
 //!
 //! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
 //! (`"down"` too while Redis does not answer, `"degraded"` while some of a
-//! cluster's nodes fail fast after one missed a request's budget: every web
-//! server sees the same nodes, and taking them all out would drop what the
-//! other nodes still serve): which part failed is for the
+//! cluster's nodes fail fast or do not answer, stalled or gone, and others
+//! do: every web server sees the same nodes, and taking them all out would
+//! drop what the other nodes still serve): which part failed is for the
 //! operators, on the internal listener ([`crate::internal_router`]), whose
 //! `/healthz` answers `{"status": .., "redis": true|false, "redis_failing_nodes":
 //! [..], "database": ..}` (`redis`: every node answered the check; the nodes,
@@ -47,6 +47,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+
+use shop_cache::NodesFailing;
 
 use crate::AppState;
 
@@ -104,10 +106,11 @@ async fn passes<T, E>(probe: impl Future<Output = Result<T, E>>) -> bool {
 enum RedisCheck {
     /// Every node answered.
     Answered,
-    /// A node did not answer in time, or fails fast since it missed a
-    /// request's budget: a stalled node.
+    /// A node did not answer: not in time, or it fails fast since it did not,
+    /// or it could not be reached (a stalled or a dead node).
     Unanswered,
-    /// Redis answered with an error, or could not be reached.
+    /// Redis answered with an error (a wrong password, a cluster without all
+    /// its slots, a script's error).
     Failed,
 }
 
@@ -210,18 +213,25 @@ async fn check(state: &AppState) -> (RedisCheck, Database) {
 }
 
 /// Whether Redis serves, and the nodes failing fast now (one snapshot of the
-/// breakers): it answered the check, or only some of a cluster's nodes did
-/// not (stalled: the other nodes' requests are served). An error Redis
-/// answered with (an unknown password, a cluster without full coverage) is
-/// not a stall, whatever the breakers say.
+/// breakers).
 fn redis_serves(state: &AppState, check: RedisCheck) -> (bool, Vec<String>) {
     let nodes = state.redis.nodes_failing();
-    let serves = match check {
+    (serves(check, &nodes), nodes.failing)
+}
+
+/// Redis serves when it answered the check, or when a node of a cluster did
+/// not while some of its nodes do not fail fast: the other nodes' requests
+/// are served. That holds too in the moments before the node's breaker opens
+/// (its first missed budgets, a refused connection) and as a stall ends: one
+/// node is never the cluster. The one Redis of a shop not answering, every
+/// node of a cluster failing fast, or an error Redis answered with (an
+/// unknown password, a cluster without full coverage) is Redis down.
+fn serves(check: RedisCheck, nodes: &NodesFailing) -> bool {
+    match check {
         RedisCheck::Answered => true,
-        RedisCheck::Unanswered => nodes.partly(),
+        RedisCheck::Unanswered => nodes.some_serve(),
         RedisCheck::Failed => false,
-    };
-    (serves, nodes.failing)
+    }
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {
@@ -230,7 +240,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
     answer(
         serves,
         database,
-        json!({ "status": status(serves, &failing, database) }),
+        json!({ "status": status(serves, redis, &failing, database) }),
     )
 }
 
@@ -243,7 +253,7 @@ async fn healthz_detailed(State(state): State<AppState>) -> Response {
         serves,
         database,
         json!({
-            "status": status(serves, &failing, database),
+            "status": status(serves, redis, &failing, database),
             "redis": redis == RedisCheck::Answered,
             "redis_failing_nodes": failing,
             "database": database.as_str(),
@@ -252,13 +262,19 @@ async fn healthz_detailed(State(state): State<AppState>) -> Response {
 }
 
 /// The one word the public answer gives: `"down"` while Redis does not serve;
-/// at best `"degraded"` while a Redis node fails fast (the requests that need
-/// it go on without it: a guest's page, a 503 for a write), else the
-/// database's state.
-fn status(redis_serves: bool, failing_nodes: &[String], database: Database) -> &'static str {
+/// at best `"degraded"` while a Redis node fails fast or did not answer the
+/// check (the requests that need it go on without it: a guest's page, a 503
+/// for a write), else the database's state.
+fn status(
+    redis_serves: bool,
+    check: RedisCheck,
+    failing_nodes: &[String],
+    database: Database,
+) -> &'static str {
+    let whole = check == RedisCheck::Answered && failing_nodes.is_empty();
     match database {
         _ if !redis_serves => "down",
-        Database::Ok if !failing_nodes.is_empty() => Database::Degraded.as_str(),
+        Database::Ok if !whole => Database::Degraded.as_str(),
         database => database.as_str(),
     }
 }
@@ -273,4 +289,70 @@ fn answer(redis: bool, database: Database, body: serde_json::Value) -> Response 
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(failing: usize, of: usize) -> NodesFailing {
+        NodesFailing {
+            failing: (0..failing)
+                .map(|n| format!("127.0.0.1:{}", 7001 + n))
+                .collect(),
+            of,
+        }
+    }
+
+    /// One node of a cluster not answering is never Redis down, whether its
+    /// breaker has opened yet or not (the check met it first, or as its stall
+    /// ended); the one Redis of a shop, every node of a cluster, or an error
+    /// Redis answered with is.
+    #[test]
+    fn a_node_that_does_not_answer_is_not_the_cluster() {
+        use RedisCheck::*;
+        for (check, failing, of, expected) in [
+            (Answered, 0, 3, true),
+            (Answered, 1, 3, true),
+            (Unanswered, 1, 3, true),
+            // The check met the node before its breaker opened.
+            (Unanswered, 0, 3, true),
+            (Unanswered, 3, 3, false),
+            (Failed, 0, 3, false),
+            (Failed, 1, 3, false),
+            (Unanswered, 0, 1, false),
+            (Unanswered, 1, 1, false),
+            // A cluster whose slot map is not known yet.
+            (Unanswered, 0, 0, false),
+        ] {
+            assert_eq!(
+                serves(check, &nodes(failing, of)),
+                expected,
+                "{check:?}, {failing} of {of} failing"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_that_did_not_answer_makes_it_degraded_not_ok() {
+        let none: &[String] = &[];
+        let one = ["127.0.0.1:7001".to_owned()];
+        assert_eq!(status(true, RedisCheck::Answered, none, Database::Ok), "ok");
+        assert_eq!(
+            status(true, RedisCheck::Unanswered, none, Database::Ok),
+            "degraded"
+        );
+        assert_eq!(
+            status(true, RedisCheck::Answered, &one, Database::Ok),
+            "degraded"
+        );
+        assert_eq!(
+            status(false, RedisCheck::Unanswered, none, Database::Ok),
+            "down"
+        );
+        assert_eq!(
+            status(true, RedisCheck::Unanswered, none, Database::ReadOnly),
+            "read_only"
+        );
+    }
 }

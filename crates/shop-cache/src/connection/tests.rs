@@ -145,3 +145,17 @@ fn late_answers_from_before_a_change_do_not_flip_it() {
     assert!(b.admit().is_ok(), "a failure sent before the recovery");
     assert_eq!(b.trips.load(Ordering::Relaxed), 1);
 }
+
+#[test]
+fn a_node_gone_is_unanswered_an_error_it_answered_is_not() {
+    let budget = RedisError::from(std::io::Error::other(super::BudgetExceeded));
+    for unanswered in [io_error(), budget, crate::error::FailingFast::redis_error()] {
+        assert!(CacheError::from(unanswered).is_unanswered());
+    }
+    for answered in [
+        RedisError::from((ErrorKind::AuthenticationFailed, "wrong password")),
+        RedisError::from((ErrorKind::UnexpectedReturnType, "x")),
+    ] {
+        assert!(!CacheError::from(answered).is_unanswered());
+    }
+}
