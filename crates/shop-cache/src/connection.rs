@@ -59,6 +59,7 @@ use cluster::CLUSTER_RETRY_WAIT;
 use slots::{first_key, run_parts, split_by_slot};
 
 mod breaker;
+pub(crate) use breaker::no_answer;
 mod cluster;
 pub(crate) mod nodes;
 mod pool;
@@ -102,7 +103,8 @@ pub struct RedisConn {
 }
 
 /// The nodes failing fast at one moment ([`RedisConn::nodes_failing`]): a
-/// node that missed a budgeted command's time, until a probe gets through.
+/// node that missed a budgeted command's time or could not be reached, until
+/// a probe gets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodesFailing {
     /// The nodes failing fast: `host:port` of a cluster's primaries, or

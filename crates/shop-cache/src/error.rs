@@ -105,12 +105,7 @@ impl CacheError {
     pub fn is_unanswered(&self) -> bool {
         match self {
             CacheError::FailingFast(_) => true,
-            CacheError::Redis(e) => {
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_refusal()
-                    || e.is_connection_dropped()
-            }
+            CacheError::Redis(e) => crate::connection::no_answer(e),
             _ => false,
         }
     }

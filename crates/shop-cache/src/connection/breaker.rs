@@ -178,9 +178,11 @@ impl Breaker {
 /// Does this error mean Redis could not be reached (rather than that it answered
 /// with an error)?
 pub(super) fn unreachable(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
+    no_answer(e) || e.is_unrecoverable_error()
+}
+
+/// Did Redis give no answer at all: an I/O error (a missed budget is one), a
+/// time-out, a refused or dropped connection? ([`crate::CacheError::is_unanswered`])
+pub(crate) fn no_answer(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
