@@ -96,7 +96,9 @@ async fn a_best_seller_does_not_crowd_out_a_pair_bought_together(fx: Fixture) {
     // And nothing beside the best seller: item 2 is bought with it only as often
     // as chance predicts.
     assert_eq!(insights.get(best).await.unwrap().also_bought, vec![]);
-    assert_eq!(got.buyers, 20);
+    // Buyers are counted in a HyperLogLog of the 20 random session tokens: two
+    // may share a register (about one run in a hundred), as in the test above.
+    assert!(got.buyers.abs_diff(20) <= 1, "{got:?}");
     // Never bought: zeros, not an error.
     let none = insights.get(item(99)).await.unwrap();
     assert_eq!(
