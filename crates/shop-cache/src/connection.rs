@@ -42,6 +42,8 @@
 //! transactions (those keep to one slot by the key layout), so [`RedisConn`] splits
 //! such a pipeline by slot, keeps the order within each slot, sends the parts at
 //! once and puts the answers back in order: callers write one pipeline for both.
+//! Each node the parts go to is asked through its own breaker (a pipeline that
+//! needs a node failing fast fails at once; a missed budget is the slow node's).
 //!
 //! Scripts: `redis::Script` runs `EVALSHA` and, on `NOSCRIPT`, loads the script
 //! (`SCRIPT LOAD` goes to every primary on a cluster) and runs it again, so a node
@@ -147,6 +149,21 @@ async fn within<T>(
             .await
             .unwrap_or_else(|_| Err(std::io::Error::other(BudgetExceeded).into())),
     }
+}
+
+/// `call` within `budget`, through `breaker` where there is one: admitted (or
+/// failed at once while it is open), then told how the call went.
+async fn guarded<T>(
+    breaker: Option<&Breaker>,
+    budget: Option<Duration>,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    let admitted = breaker.map(Breaker::admit).transpose()?;
+    let result = within(budget, call).await;
+    if let Some(admitted) = admitted {
+        admitted.record(result.as_ref().err());
+    }
+    result
 }
 
 /// What every clone of a [`RedisConn`] shares besides the connection.
@@ -363,19 +380,14 @@ impl ConnectionLike for RedisConn {
         Box::pin(async move {
             match &mut self.inner {
                 Inner::Node(pool) => {
-                    let admitted = self.shared.breaker.admit()?;
-                    let result = within(self.budget, pool.pick().req_packed_command(cmd)).await;
-                    admitted.record(result.as_ref().err());
-                    result
+                    let breaker = Some(&self.shared.breaker);
+                    guarded(breaker, self.budget, pool.pick().req_packed_command(cmd)).await
                 }
                 Inner::Cluster(handle) => {
                     let mut conn = handle.conn();
                     let node = first_key(cmd).and_then(|key| handle.breaker_of(key, &conn));
-                    let admitted = node.as_deref().map(Breaker::admit).transpose()?;
-                    let result = within(self.budget, conn.req_packed_command(cmd)).await;
-                    if let Some(admitted) = admitted {
-                        admitted.record(result.as_ref().err());
-                    }
+                    let result =
+                        guarded(node.as_deref(), self.budget, conn.req_packed_command(cmd)).await;
                     handle.record(&result);
                     result
                 }
@@ -395,14 +407,9 @@ impl ConnectionLike for RedisConn {
         Box::pin(async move {
             match &mut self.inner {
                 Inner::Node(pool) => {
-                    let admitted = self.shared.breaker.admit()?;
-                    let result = within(
-                        self.budget,
-                        pool.pick().req_packed_commands(pipeline, offset, count),
-                    )
-                    .await;
-                    admitted.record(result.as_ref().err());
-                    result
+                    let mut conn = pool.pick();
+                    let sent = conn.req_packed_commands(pipeline, offset, count);
+                    guarded(Some(&self.shared.breaker), self.budget, sent).await
                 }
                 Inner::Cluster(handle) => {
                     // A transaction (offset > 0) is sent as it is: it must be one slot.
@@ -412,23 +419,18 @@ impl ConnectionLike for RedisConn {
                         split_by_slot(pipeline)
                     };
                     let mut inner = handle.conn();
-                    // Held to its first key's node (a pipeline split over several
-                    // nodes answers when the slowest does).
-                    let node = pipeline
-                        .cmd_iter()
-                        .find_map(first_key)
-                        .and_then(|key| handle.breaker_of(key, &inner));
-                    let admitted = node.as_deref().map(Breaker::admit).transpose()?;
-                    let result = within(self.budget, async {
-                        match parts {
-                            None => inner.req_packed_commands(pipeline, offset, count).await,
-                            Some(parts) => run_parts(&inner, parts, count).await,
+                    let result = match parts {
+                        // One slot: its node's breaker, as for one command.
+                        None => {
+                            let node = pipeline
+                                .cmd_iter()
+                                .find_map(first_key)
+                                .and_then(|key| handle.breaker_of(key, &inner));
+                            let sent = inner.req_packed_commands(pipeline, offset, count);
+                            guarded(node.as_deref(), self.budget, sent).await
                         }
-                    })
-                    .await;
-                    if let Some(admitted) = admitted {
-                        admitted.record(result.as_ref().err());
-                    }
+                        Some(parts) => run_parts(handle, &inner, self.budget, parts, count).await,
+                    };
                     handle.record(&result);
                     result
                 }

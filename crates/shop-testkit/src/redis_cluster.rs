@@ -175,6 +175,20 @@ impl TestRedisCluster {
             .collect()
     }
 
+    /// The live node that replicates `primary` (by its own `INFO replication`), so
+    /// that a test can take a primary's slots away for good (its replica
+    /// stopped too: no failover). Panics if none does.
+    pub async fn replica_of(&self, primary: usize) -> usize {
+        let port = self.nodes[primary].port;
+        for node in self.live().collect::<Vec<_>>() {
+            let info: String = self.ask(node, redis::cmd("INFO").arg("replication")).await;
+            if !is_primary(&info) && info.contains(&format!("master_port:{port}\r\n")) {
+                return node;
+            }
+        }
+        panic!("no live node replicates node {primary}");
+    }
+
     /// Kills one node with SIGKILL, as a crash would: no goodbye to the other nodes,
     /// which notice it only through the cluster bus's timeout. Its log stays readable.
     pub fn kill(&mut self, node: usize) {

@@ -1,10 +1,17 @@
 //! Pipelines on a cluster: split by hash slot, sent at once, answers put back in
 //! order.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Arg, Cmd, Pipeline, RedisError, Value};
+
+use super::breaker::Breaker;
+use super::cluster::ClusterHandle;
+use super::within;
 
 /// One slot's share of a split pipeline: its commands, in order, and where their
 /// answers go in the whole pipeline's answer.
@@ -45,23 +52,64 @@ pub(super) fn split_by_slot(pipeline: &Pipeline) -> Option<Vec<Part>> {
     Some(parts)
 }
 
-/// Sends the parts at once and puts their answers back in pipeline order.
+/// Sends the parts at once and puts their answers back in pipeline order. Each
+/// node the parts go to is asked once through its breaker and learns from its
+/// own parts' answers: a part whose node fails fast fails the pipeline before
+/// anything is sent, and a budget missed on one node is that node's, not the
+/// first key's. (The sessions' count over every shard is the health check's
+/// look at every primary: charged to its first key's node alone, it opened
+/// that node's breaker, failing the node's own commands, and never a stalled
+/// node's, so an idle web server cut off from its whole cluster said
+/// "degraded" until other traffic opened the rest.)
 pub(super) async fn run_parts(
+    handle: &ClusterHandle,
     conn: &ClusterConnection,
+    budget: Option<Duration>,
     parts: Vec<Part>,
     count: usize,
 ) -> Result<Vec<Value>, RedisError> {
-    let answers = futures::future::try_join_all(parts.iter().map(|part| {
+    // Each part's node (none until the slot map is known), each node once.
+    let mut nodes: Vec<Arc<Breaker>> = Vec::new();
+    let node_of: Vec<Option<usize>> = parts
+        .iter()
+        .map(|part| {
+            let breaker = part
+                .pipeline
+                .cmd_iter()
+                .find_map(first_key)
+                .and_then(|key| handle.breaker_of(key, conn))?;
+            Some(match nodes.iter().position(|n| Arc::ptr_eq(n, &breaker)) {
+                Some(index) => index,
+                None => {
+                    nodes.push(breaker);
+                    nodes.len() - 1
+                }
+            })
+        })
+        .collect();
+    let admitted = nodes
+        .iter()
+        .map(|node| node.admit())
+        .collect::<Result<Vec<_>, _>>()?;
+    let answers = futures::future::join_all(parts.iter().map(|part| {
         let mut conn = conn.clone();
-        async move {
+        within(budget, async move {
             conn.req_packed_commands(&part.pipeline, 0, part.positions.len())
                 .await
-        }
+        })
     }))
-    .await?;
+    .await;
+    for (index, admitted) in admitted.into_iter().enumerate() {
+        let error = node_of
+            .iter()
+            .zip(&answers)
+            .filter(|(node, _)| **node == Some(index))
+            .find_map(|(_, answer)| answer.as_ref().err());
+        admitted.record(error);
+    }
     let mut out = vec![Value::Nil; count];
     for (part, values) in parts.iter().zip(answers) {
-        for (position, value) in part.positions.iter().zip(values) {
+        for (position, value) in part.positions.iter().zip(values?) {
             out[*position] = value;
         }
     }

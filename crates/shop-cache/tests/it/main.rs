@@ -10,6 +10,7 @@ mod flash_sale;
 mod insights;
 mod lifetimes;
 mod login_limit;
+mod node_breakers;
 mod outage;
 mod row_cache;
 mod session;

@@ -41,26 +41,6 @@ async fn node(cluster: &TestRedisCluster, node: usize) -> redis::aio::Multiplexe
         .unwrap()
 }
 
-/// The node that replicates `primary`.
-async fn replica_of(cluster: &TestRedisCluster, primary: usize) -> usize {
-    let port = cluster.addrs()[primary]
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .to_owned();
-    for n in 0..cluster.addrs().len() {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut node(cluster, n).await)
-            .await
-            .unwrap();
-        if info.contains("role:slave") && info.contains(&format!("master_port:{port}\r\n")) {
-            return n;
-        }
-    }
-    panic!("no replica of node {primary}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_primary_leaves_the_shop_degraded_not_down() {
     let mut shop = ClusterShop::seeded("100");
@@ -121,7 +101,7 @@ async fn a_dead_primary_leaves_the_shop_degraded_not_down() {
 
     let victim = shop.cluster.primaries()[0];
     let victim_addr = shop.cluster.addrs()[victim].clone();
-    let replica = replica_of(&shop.cluster, victim).await;
+    let replica = shop.cluster.replica_of(victim).await;
     shop.cluster.kill(replica);
     shop.cluster.kill(victim);
     let killed = Instant::now();
