@@ -2,20 +2,62 @@
 //! asks, stop promptly when the shutdown token is cancelled.
 //!
 //! A daemon's work lives in its `step()`, which tests call directly; this loop only
-//! adds pacing, error logging and shutdown. A step interrupted by shutdown is
+//! adds pacing, error logging and shutdown. A run of failed steps (Redis or the
+//! database gone for a while) is logged as it begins, then once a minute, and
+//! when a step succeeds again: not a warning a second from every daemon. A step interrupted by shutdown is
 //! dropped mid-way, so every step must be safe to drop: each is one Redis script or
 //! command, which Redis runs entirely or not at all, or (the view flusher, whose
 //! write takes views from memory) runs as a task of its own that outlives the
 //! dropped step and that the daemon's `finish` waits for.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 /// How long a daemon waits after a failed step before trying again, so an outage
-/// of Redis costs a log line a second, not a busy loop.
+/// of Redis costs a try a second, not a busy loop.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How often a daemon whose steps keep failing warns again (with how many
+/// failed); the failures in between are logged at `debug`.
+pub const FAILING_REMINDER: Duration = Duration::from_secs(60);
+
+/// A run of failed steps, for the log: whether a failure is worth a warning,
+/// and what to say when a step succeeds again.
+#[derive(Debug, Default)]
+struct Failing {
+    /// When the run began and when it was last warned of; none while steps
+    /// succeed.
+    since: Option<(Instant, Instant)>,
+    /// Failed steps in the run.
+    steps: u64,
+}
+
+impl Failing {
+    /// Counts a failed step; true when it is to be warned of: the run's
+    /// first, then one per [`FAILING_REMINDER`].
+    fn failed(&mut self, now: Instant) -> bool {
+        self.steps += 1;
+        match &mut self.since {
+            None => {
+                self.since = Some((now, now));
+                true
+            }
+            Some((_, warned)) if now.duration_since(*warned) >= FAILING_REMINDER => {
+                *warned = now;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Ends the run, if there was one: how many steps failed, for how long.
+    fn succeeded(&mut self, now: Instant) -> Option<(u64, Duration)> {
+        let (began, _) = self.since.take()?;
+        Some((std::mem::take(&mut self.steps), now.duration_since(began)))
+    }
+}
 
 /// A background job made of repeated single steps.
 pub trait Daemon: Send {
@@ -41,13 +83,33 @@ pub trait Daemon: Send {
 /// [`ERROR_BACKOFF`]; they never end the loop.
 pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
     tracing::info!(daemon = D::NAME, "started");
+    let mut failing = Failing::default();
     loop {
         let pause = tokio::select! {
             _ = shutdown.cancelled() => break,
             outcome = daemon.tick() => match outcome {
-                Ok(pause) => pause,
+                Ok(pause) => {
+                    if let Some((steps, lasted)) = failing.succeeded(Instant::now()) {
+                        tracing::info!(
+                            daemon = D::NAME,
+                            failed_steps = steps,
+                            failing_for_ms = lasted.as_millis() as u64,
+                            "steps succeed again"
+                        );
+                    }
+                    pause
+                }
+                Err(error) if failing.failed(Instant::now()) => {
+                    tracing::warn!(
+                        daemon = D::NAME,
+                        %error,
+                        failed_steps = failing.steps,
+                        "step failed (said again each minute it goes on failing)"
+                    );
+                    ERROR_BACKOFF
+                }
                 Err(error) => {
-                    tracing::warn!(daemon = D::NAME, %error, "step failed");
+                    tracing::debug!(daemon = D::NAME, %error, "step failed");
                     ERROR_BACKOFF
                 }
             },
@@ -64,4 +126,31 @@ pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
     }
     daemon.finish().await;
     tracing::info!(daemon = D::NAME, "stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_failures_is_warned_of_once_a_minute_and_its_end_once() {
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let mut failing = Failing::default();
+        assert_eq!(failing.succeeded(at(0)), None, "no run, nothing to say");
+        let warned: Vec<u64> = (0..=130).filter(|&s| failing.failed(at(s))).collect();
+        assert_eq!(warned, [0, 60, 120]);
+        assert_eq!(
+            failing.succeeded(at(131)),
+            Some((131, Duration::from_secs(131)))
+        );
+        assert_eq!(failing.succeeded(at(132)), None, "said once");
+        // A new run is warned of at once.
+        assert!(failing.failed(at(133)));
+        assert!(!failing.failed(at(134)));
+        assert_eq!(
+            failing.succeeded(at(140)),
+            Some((2, Duration::from_secs(7)))
+        );
+    }
 }
