@@ -4,11 +4,13 @@
 //! A daemon's work lives in its `step()`, which tests call directly; this loop only
 //! adds pacing, error logging and shutdown. A run of failed steps (Redis or the
 //! database gone for a while) is logged as it begins, then once a minute, and
-//! when a step succeeds again: not a warning a second from every daemon. A step interrupted by shutdown is
-//! dropped mid-way, so every step must be safe to drop: each is one Redis script or
-//! command, which Redis runs entirely or not at all, or (the view flusher, whose
-//! write takes views from memory) runs as a task of its own that outlives the
-//! dropped step and that the daemon's `finish` waits for.
+//! when a step succeeds again: not a warning a second from every daemon.
+//!
+//! A step interrupted by shutdown is dropped mid-way, so every step must be safe
+//! to drop: each is one Redis script or command, which Redis runs entirely or not
+//! at all, or (the view flusher, whose write takes views from memory) runs as a
+//! task of its own that outlives the dropped step and that the daemon's `finish`
+//! waits for.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -79,8 +81,9 @@ pub trait Daemon: Send {
     }
 }
 
-/// Runs `daemon` until `shutdown` is cancelled. Errors are logged and retried after
-/// [`ERROR_BACKOFF`]; they never end the loop.
+/// Runs `daemon` until `shutdown` is cancelled. Errors are retried after
+/// [`ERROR_BACKOFF`] and logged as a run ([`FAILING_REMINDER`]); they never end
+/// the loop.
 pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
     tracing::info!(daemon = D::NAME, "started");
     let mut failing = Failing::default();
