@@ -26,38 +26,43 @@ pub const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 pub const FAILING_REMINDER: Duration = Duration::from_secs(60);
 
 /// A run of failed steps, for the log: whether a failure is worth a warning,
-/// and what to say when a step succeeds again.
+/// and what to say when a step succeeds again. Warnings are a
+/// [`FAILING_REMINDER`] apart across runs too, so steps that fail and succeed
+/// by turns (one node of several gone) do not warn at every turn.
 #[derive(Debug, Default)]
 struct Failing {
-    /// When the run began and when it was last warned of; none while steps
-    /// succeed.
-    since: Option<(Instant, Instant)>,
+    /// When the run began, none while steps succeed.
+    since: Option<Instant>,
     /// Failed steps in the run.
     steps: u64,
+    /// Whether this run was warned of.
+    warned: bool,
+    /// When the last warning was given, in any run.
+    last_warning: Option<Instant>,
 }
 
 impl Failing {
-    /// Counts a failed step; true when it is to be warned of: the run's
-    /// first, then one per [`FAILING_REMINDER`].
+    /// Counts a failed step; true when it is to be warned of: at most one per
+    /// [`FAILING_REMINDER`].
     fn failed(&mut self, now: Instant) -> bool {
         self.steps += 1;
-        match &mut self.since {
-            None => {
-                self.since = Some((now, now));
-                true
-            }
-            Some((_, warned)) if now.duration_since(*warned) >= FAILING_REMINDER => {
-                *warned = now;
-                true
-            }
-            Some(_) => false,
+        self.since.get_or_insert(now);
+        let due = self
+            .last_warning
+            .is_none_or(|last| now.duration_since(last) >= FAILING_REMINDER);
+        if due {
+            self.last_warning = Some(now);
+            self.warned = true;
         }
+        due
     }
 
-    /// Ends the run, if there was one: how many steps failed, for how long.
+    /// Ends the run: how many steps failed and for how long, if it was
+    /// warned of (else it passes as quietly as it went).
     fn succeeded(&mut self, now: Instant) -> Option<(u64, Duration)> {
-        let (began, _) = self.since.take()?;
-        Some((std::mem::take(&mut self.steps), now.duration_since(began)))
+        let began = self.since.take()?;
+        let steps = std::mem::take(&mut self.steps);
+        std::mem::take(&mut self.warned).then(|| (steps, now.duration_since(began)))
     }
 }
 
@@ -148,12 +153,18 @@ mod tests {
             Some((131, Duration::from_secs(131)))
         );
         assert_eq!(failing.succeeded(at(132)), None, "said once");
-        // A new run is warned of at once.
-        assert!(failing.failed(at(133)));
-        assert!(!failing.failed(at(134)));
+        // Failing and succeeding by turns: a warning a minute at most, and
+        // only a warned run's end is said.
+        assert!(
+            !failing.failed(at(133)),
+            "within a minute of the last warning"
+        );
+        assert_eq!(failing.succeeded(at(134)), None);
+        assert!(failing.failed(at(180)));
+        assert!(!failing.failed(at(181)));
         assert_eq!(
-            failing.succeeded(at(140)),
-            Some((2, Duration::from_secs(7)))
+            failing.succeeded(at(190)),
+            Some((2, Duration::from_secs(10)))
         );
     }
 }

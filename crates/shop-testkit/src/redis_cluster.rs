@@ -22,6 +22,7 @@ use crate::redis_server::cannot_run;
 use info::{info_field, is_primary, offset, total_calls};
 
 mod info;
+mod roles;
 use shop_redis_server::server_bin;
 
 /// Three primaries and one replica for each.
@@ -159,34 +160,6 @@ impl TestRedisCluster {
         }
         keys.sort();
         keys
-    }
-
-    /// The live nodes that are primaries now, each by its own account (`INFO
-    /// replication`), so that a test can pick a primary to kill or see which replica
-    /// took over.
-    pub fn primaries(&self) -> Vec<usize> {
-        self.live()
-            .filter(|&node| {
-                let info = self
-                    .ask_blocking(node, redis::cmd("INFO").arg("replication"))
-                    .unwrap_or_else(|e| panic!("INFO replication on node {node}: {e}"));
-                is_primary(&info)
-            })
-            .collect()
-    }
-
-    /// The live node that replicates `primary` (by its own `INFO replication`), so
-    /// that a test can take a primary's slots away for good (its replica
-    /// stopped too: no failover). Panics if none does.
-    pub async fn replica_of(&self, primary: usize) -> usize {
-        let port = self.nodes[primary].port;
-        for node in self.live().collect::<Vec<_>>() {
-            let info: String = self.ask(node, redis::cmd("INFO").arg("replication")).await;
-            if !is_primary(&info) && info.contains(&format!("master_port:{port}\r\n")) {
-                return node;
-            }
-        }
-        panic!("no live node replicates node {primary}");
     }
 
     /// Kills one node with SIGKILL, as a crash would: no goodbye to the other nodes,

@@ -9,7 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Arg, Cmd, Pipeline, RedisError, Value};
 
-use super::breaker::Breaker;
+use super::breaker::{Breaker, unreachable};
 use super::cluster::ClusterHandle;
 use super::within;
 
@@ -56,7 +56,8 @@ pub(super) fn split_by_slot(pipeline: &Pipeline) -> Option<Vec<Part>> {
 /// node the parts go to is asked once through its breaker and learns from its
 /// own parts' answers: a part whose node fails fast fails the pipeline before
 /// anything is sent, and a budget missed on one node is that node's, not the
-/// first key's. (The sessions' count over every shard is the health check's
+/// first key's. The pipeline answers when its slowest part does, each within
+/// the budget, even where another part failed at once. (The sessions' count over every shard is the health check's
 /// look at every primary: charged to its first key's node alone, it opened
 /// that node's breaker, failing the node's own commands, and never a stalled
 /// node's, so an idle web server cut off from its whole cluster said
@@ -91,7 +92,7 @@ pub(super) async fn run_parts(
         .iter()
         .map(|node| node.admit())
         .collect::<Result<Vec<_>, _>>()?;
-    let answers = futures::future::join_all(parts.iter().map(|part| {
+    let mut answers = futures::future::join_all(parts.iter().map(|part| {
         let mut conn = conn.clone();
         within(budget, async move {
             conn.req_packed_commands(&part.pipeline, 0, part.positions.len())
@@ -99,17 +100,34 @@ pub(super) async fn run_parts(
         })
     }))
     .await;
+    // Where a node's parts (or the pipeline's) failed in different ways, the
+    // error that says the node did not answer is the one that counts: a
+    // probe must not close a breaker on an error another node's part answered
+    // with, nor a missed budget go unseen by the connection's rebuild.
     for (index, admitted) in admitted.into_iter().enumerate() {
-        let error = node_of
-            .iter()
-            .zip(&answers)
-            .filter(|(node, _)| **node == Some(index))
-            .find_map(|(_, answer)| answer.as_ref().err());
-        admitted.record(error);
+        let errors = || {
+            node_of
+                .iter()
+                .zip(&answers)
+                .filter(move |(node, _)| **node == Some(index))
+                .filter_map(|(_, answer)| answer.as_ref().err())
+        };
+        admitted.record(
+            errors()
+                .find(|e| unreachable(e))
+                .or_else(|| errors().next()),
+        );
+    }
+    let failed = answers
+        .iter()
+        .position(|answer| answer.as_ref().is_err_and(unreachable))
+        .or_else(|| answers.iter().position(Result::is_err));
+    if let Some(Err(error)) = failed.map(|at| answers.swap_remove(at)) {
+        return Err(error);
     }
     let mut out = vec![Value::Nil; count];
-    for (part, values) in parts.iter().zip(answers) {
-        for (position, value) in part.positions.iter().zip(values?) {
+    for (part, values) in parts.iter().zip(answers.into_iter().flatten()) {
+        for (position, value) in part.positions.iter().zip(values) {
             out[*position] = value;
         }
     }
