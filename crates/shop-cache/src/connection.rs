@@ -354,6 +354,8 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
             epoch: Instant::now(),
             rebuilds: AtomicU64::new(0),
             nodes: Arc::default(),
+            replacing: Default::default(),
+            unbuilt: Default::default(),
         })),
         shared: Arc::new(Shared {
             breaker: Breaker::new(BACKOFF),

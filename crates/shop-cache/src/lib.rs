@@ -37,6 +37,7 @@ pub mod testing;
 
 mod clock;
 pub mod connection;
+mod repeating;
 
 pub use connection::{
     BudgetExceeded, NodesFailing, RedisConn, connect, connect_cluster, connect_pooled, connect_with,

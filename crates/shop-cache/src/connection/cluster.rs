@@ -2,14 +2,20 @@
 //! connection that is stuck (its commands time out, or miss their budgets on
 //! more than one primary at once).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
 use redis::cluster_async::ClusterConnection;
 
 use super::{CONNECTION_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::repeating::Repeating;
+
+/// `run`, locked (a panic elsewhere while it was held leaves it usable).
+fn lock(run: &Mutex<Repeating>) -> MutexGuard<'_, Repeating> {
+    run.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// How many times the cluster client retries a command that met a moved slot, a
 /// lost node or a failover in progress, waiting `CLUSTER_RETRY_WAIT` growing
@@ -42,6 +48,11 @@ pub(super) struct ClusterHandle {
     pub(super) rebuilds: AtomicU64,
     /// A breaker per primary, found by the slot map.
     pub(super) nodes: Arc<super::nodes::NodeBreakers>,
+    /// The connection replaced, for the log (once a second while a primary
+    /// is dead: a warning a minute).
+    pub(super) replacing: Mutex<Repeating>,
+    /// Rebuilds that failed (the whole cluster away), for the log.
+    pub(super) unbuilt: Mutex<Repeating>,
 }
 
 /// The least time between two rebuilds of a cluster connection.
@@ -91,16 +102,43 @@ impl ClusterHandle {
                 handle.client.get_async_connection(),
             )
             .await;
+            let now = Instant::now();
+            let fresh = match fresh {
+                Ok(fresh) => fresh.map_err(|error| error.to_string()),
+                Err(_) => Err("timed out".to_owned()),
+            };
             match fresh {
-                Ok(Ok(conn)) => {
+                Ok(conn) => {
                     *handle.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
-                    handle.rebuilds.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("redis cluster connection replaced: {why}");
+                    let rebuilds = handle.rebuilds.fetch_add(1, Ordering::Relaxed) + 1;
+                    if let Some((tries, lasted)) = lock(&handle.unbuilt).ended(now) {
+                        tracing::info!(
+                            failed_tries = tries,
+                            failing_for_ms = lasted.as_millis() as u64,
+                            "the cluster connection could be rebuilt again"
+                        );
+                    }
+                    if lock(&handle.replacing).again(now) {
+                        tracing::warn!(
+                            rebuilds,
+                            "redis cluster connection replaced: {why} (said again each minute it goes on)"
+                        );
+                    } else {
+                        tracing::debug!(rebuilds, "redis cluster connection replaced: {why}");
+                    }
                 }
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "could not rebuild the cluster connection")
+                Err(error) => {
+                    let mut unbuilt = lock(&handle.unbuilt);
+                    if unbuilt.again(now) {
+                        tracing::warn!(
+                            %error,
+                            failed_tries = unbuilt.count(),
+                            "could not rebuild the cluster connection (said again each minute it goes on)"
+                        );
+                    } else {
+                        tracing::debug!(%error, "could not rebuild the cluster connection");
+                    }
                 }
-                Err(_) => tracing::warn!("rebuilding the cluster connection timed out"),
             }
             handle.rebuilding.store(false, Ordering::Release);
         });
