@@ -288,6 +288,13 @@ fn answer(redis: bool, database: Database, body: serde_json::Value) -> Response 
     let mut resp = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    // The answer is the report, asked for every second or so by each balancer:
+    // not a `request failed` warning each time. Why is logged where it is
+    // found (a breaker opening, the write probe refused).
+    resp.extensions_mut().insert(crate::error::Cause::new(
+        tracing::Level::DEBUG,
+        "this server cannot take orders now",
+    ));
     resp
 }
 

@@ -328,7 +328,8 @@ async fn a_failed_request_is_a_warning_with_its_path_status_and_latency() {
 /// While the session store is down its failures are not a warning each: the
 /// outage is logged as it begins (the breaker's line, the first touch that
 /// failed), and the writes it refuses answer 503 without a line of their own
-/// at `info` (before, every refused cart write was a `request failed`).
+/// at `info` (before, every refused cart write was a `request failed`), nor
+/// does `/healthz`'s 503 (before, one at every health check).
 #[tokio::test]
 async fn a_store_outage_is_not_a_warning_per_request() {
     let mut shop = shop().await;
@@ -342,6 +343,11 @@ async fn a_store_outage_is_not_a_warning_per_request() {
             .await;
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
+    // A balancer's health checks are answered 503 (the answer is the report).
+    for _ in 0..3 {
+        let resp = shop.get("/healthz", None).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
     // The breaker's line and the first touch's; on a slow machine also a
     // failed probe's, one every 250 ms.
     let most = 3 + began.elapsed().as_millis() as usize / 250;
@@ -352,6 +358,7 @@ async fn a_store_outage_is_not_a_warning_per_request() {
         "{lines} lines for 20 refused cart writes:\n{log}"
     );
     assert!(!log.contains("request failed"), "{log}");
+    assert!(!log.contains("path=/healthz"), "{log}");
 }
 
 /// What is logged while a request runs says which request it was: at `info`
