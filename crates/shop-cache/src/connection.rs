@@ -356,6 +356,7 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
             nodes: Arc::default(),
             replacing: Default::default(),
             unbuilt: Default::default(),
+            unbuilt_open: AtomicBool::new(false),
         })),
         shared: Arc::new(Shared {
             breaker: Breaker::new(BACKOFF),

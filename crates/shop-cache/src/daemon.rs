@@ -64,17 +64,17 @@ pub async fn run<D: Daemon>(mut daemon: D, shutdown: CancellationToken) {
                     }
                     pause
                 }
-                Err(error) if failing.again(Instant::now()) => {
-                    tracing::warn!(
-                        daemon = D::NAME,
-                        %error,
-                        failed_steps = failing.count(),
-                        "step failed (said again each minute it goes on failing)"
-                    );
-                    ERROR_BACKOFF
-                }
                 Err(error) => {
-                    tracing::debug!(daemon = D::NAME, %error, "step failed");
+                    if failing.again(Instant::now()) {
+                        tracing::warn!(
+                            daemon = D::NAME,
+                            %error,
+                            failed_steps = failing.count(),
+                            "step failed (said again each minute it goes on failing)"
+                        );
+                    } else {
+                        tracing::debug!(daemon = D::NAME, %error, "step failed");
+                    }
                     ERROR_BACKOFF
                 }
             },

@@ -28,6 +28,7 @@ pub mod insights;
 pub mod keys;
 pub mod lock;
 pub mod login_limit;
+pub mod repeating;
 pub mod row_cache;
 pub mod scripts;
 pub mod session;
@@ -37,7 +38,6 @@ pub mod testing;
 
 mod clock;
 pub mod connection;
-mod repeating;
 
 pub use connection::{
     BudgetExceeded, NodesFailing, RedisConn, connect, connect_cluster, connect_pooled, connect_with,

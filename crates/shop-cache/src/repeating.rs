@@ -1,18 +1,19 @@
 //! Something that goes on happening while a store is away (a daemon's step
-//! failing, the cluster connection replaced or not rebuilt), for the log: a
-//! warning as it begins, then at most one per [`REMINDER`] with how many times
-//! it happened, and one line when it ends, not a warning at every try.
+//! failing, the cluster connection replaced or not rebuilt, the database
+//! refusing the health check's write), for the log: a warning as it begins,
+//! then at most one per [`REMINDER`] with how many times it happened, and,
+//! where the caller sees it end, one line then; not a warning at every try.
 
 use std::time::{Duration, Instant};
 
 /// The least time between two warnings of one [`Repeating`].
-pub(crate) const REMINDER: Duration = Duration::from_secs(60);
+pub const REMINDER: Duration = Duration::from_secs(60);
 
 /// A run of the same event. Warnings are a [`REMINDER`] apart across runs
 /// too, so events that come and go by turns (one node of several gone, a
 /// step that fails every other time) do not warn at every turn.
 #[derive(Debug, Default)]
-pub(crate) struct Repeating {
+pub struct Repeating {
     /// When the run began, none between runs.
     since: Option<Instant>,
     /// Events in the run.
@@ -26,7 +27,7 @@ pub(crate) struct Repeating {
 impl Repeating {
     /// Counts one more event; true when it is to be warned of: at most one per
     /// [`REMINDER`].
-    pub(crate) fn again(&mut self, now: Instant) -> bool {
+    pub fn again(&mut self, now: Instant) -> bool {
         self.count += 1;
         self.since.get_or_insert(now);
         let due = self
@@ -40,13 +41,13 @@ impl Repeating {
     }
 
     /// Events in the run so far.
-    pub(crate) fn count(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         self.count
     }
 
     /// Ends the run: how many events and for how long, if it was warned of
     /// (else it passes as quietly as it went).
-    pub(crate) fn ended(&mut self, now: Instant) -> Option<(u64, Duration)> {
+    pub fn ended(&mut self, now: Instant) -> Option<(u64, Duration)> {
         let began = self.since.take()?;
         let count = std::mem::take(&mut self.count);
         std::mem::take(&mut self.warned).then(|| (count, now.duration_since(began)))

@@ -114,13 +114,14 @@ enum RedisCheck {
     Failed,
 }
 
-/// The Redis check, within [`PROBE_TIMEOUT`].
-async fn check_redis(state: &AppState) -> RedisCheck {
+/// The Redis check, within [`PROBE_TIMEOUT`], and the error Redis answered
+/// with when it [`RedisCheck::Failed`].
+async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
     match tokio::time::timeout(PROBE_TIMEOUT, state.sessions.count()).await {
-        Ok(Ok(_)) => RedisCheck::Answered,
-        Err(_) => RedisCheck::Unanswered,
-        Ok(Err(error)) if error.is_unanswered() => RedisCheck::Unanswered,
-        Ok(Err(_)) => RedisCheck::Failed,
+        Ok(Ok(_)) => (RedisCheck::Answered, None),
+        Err(_) => (RedisCheck::Unanswered, None),
+        Ok(Err(error)) if error.is_unanswered() => (RedisCheck::Unanswered, None),
+        Ok(Err(error)) => (RedisCheck::Failed, Some(error.to_string())),
     }
 }
 
@@ -139,6 +140,8 @@ struct HealthState {
     /// commit count then: a write committed since (the shop's own traffic) shows
     /// the failure was not continuous, and restarts the clock.
     writes_failing: Option<(Instant, u64)>,
+    /// Checks whose write did not commit, for the log (a warning a minute).
+    unwritable: shop_cache::repeating::Repeating,
 }
 
 /// What the write probe found.
@@ -170,17 +173,34 @@ async fn check(state: &AppState) -> (RedisCheck, Database) {
     {
         return (redis, database);
     }
-    let (redis, reads, writes) = tokio::join!(
+    let ((redis, answered), reads, writes) = tokio::join!(
         check_redis(state),
         passes(state.db.ping()),
         probe_writes(state),
     );
     let now = Instant::now();
+    // An error Redis answers with is said where it begins and ends (its 503s
+    // are not logged each: see `answer`); a node not answering is logged by
+    // its breaker.
+    let was_failed = health
+        .last
+        .is_some_and(|(_, redis, _)| redis == RedisCheck::Failed);
+    match (was_failed, answered) {
+        (false, Some(error)) => {
+            tracing::warn!(%error, "health check: Redis answers with an error")
+        }
+        (true, None) => tracing::info!("health check: Redis no longer answers with an error"),
+        _ => {}
+    }
     let commits = state.db.commits();
     health.writes_failing = match (writes, health.writes_failing) {
-        (Writes::Commit, failing) => {
-            if failing.is_some() {
-                tracing::info!("health check: the database commits writes again");
+        (Writes::Commit, _) => {
+            if let Some((checks, lasted)) = health.unwritable.ended(now) {
+                tracing::info!(
+                    failed_checks = checks,
+                    failing_for_ms = lasted.as_millis() as u64,
+                    "health check: the database commits writes again"
+                );
             }
             None
         }
@@ -201,12 +221,23 @@ async fn check(state: &AppState) -> (RedisCheck, Database) {
         let failing_for_ms = health
             .writes_failing
             .map_or(0, |(since, _)| (now - since).as_millis() as u64);
-        tracing::warn!(
-            reads,
-            refused = writes == Writes::Refused,
-            failing_for_ms,
-            "health check: the database cannot commit a write"
-        );
+        let refused = writes == Writes::Refused;
+        if health.unwritable.again(now) {
+            tracing::warn!(
+                reads,
+                refused,
+                failing_for_ms,
+                failed_checks = health.unwritable.count(),
+                "health check: the database cannot commit a write (said again each minute it goes on)"
+            );
+        } else {
+            tracing::debug!(
+                reads,
+                refused,
+                failing_for_ms,
+                "health check: the database cannot commit a write"
+            );
+        }
     }
     health.last = Some((now, redis, database));
     (redis, database)
@@ -290,7 +321,8 @@ fn answer(redis: bool, database: Database, body: serde_json::Value) -> Response 
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     // The answer is the report, asked for every second or so by each balancer:
     // not a `request failed` warning each time. Why is logged where it is
-    // found (a breaker opening, the write probe refused).
+    // found (a breaker opening, the write probe refused, an error Redis
+    // answered the check with: `check`).
     resp.extensions_mut().insert(crate::error::Cause::new(
         tracing::Level::DEBUG,
         "this server cannot take orders now",

@@ -49,10 +49,14 @@ pub(super) struct ClusterHandle {
     /// A breaker per primary, found by the slot map.
     pub(super) nodes: Arc<super::nodes::NodeBreakers>,
     /// The connection replaced, for the log (once a second while a primary
-    /// is dead: a warning a minute).
+    /// is dead: a warning a minute at most; the run is never ended, the
+    /// warning counts every rebuild).
     pub(super) replacing: Mutex<Repeating>,
-    /// Rebuilds that failed (the whole cluster away), for the log.
+    /// Rebuilds that failed (the whole cluster away), for the log; the run
+    /// ends at the next command answered.
     pub(super) unbuilt: Mutex<Repeating>,
+    /// A rebuild failed and no command was answered since.
+    pub(super) unbuilt_open: AtomicBool,
 }
 
 /// The least time between two rebuilds of a cluster connection.
@@ -77,6 +81,17 @@ impl ClusterHandle {
     /// is that node (stalled or gone: the others' commands go on); several at
     /// once is this connection stuck (see [`ClusterHandle`]).
     pub(super) fn record<T>(self: &Arc<Self>, result: &Result<T, RedisError>) {
+        if result.is_ok()
+            && self.unbuilt_open.load(Ordering::Relaxed)
+            && self.unbuilt_open.swap(false, Ordering::AcqRel)
+            && let Some((tries, lasted)) = lock(&self.unbuilt).ended(Instant::now())
+        {
+            tracing::info!(
+                failed_rebuilds = tries,
+                failing_for_ms = lasted.as_millis() as u64,
+                "the redis cluster answers again"
+            );
+        }
         let why = match result {
             Err(e) if e.is_timeout() => "a command timed out",
             Err(e) if super::BudgetExceeded::is(e) && self.nodes.failing() > 1 => {
@@ -111,13 +126,6 @@ impl ClusterHandle {
                 Ok(conn) => {
                     *handle.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
                     let rebuilds = handle.rebuilds.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some((tries, lasted)) = lock(&handle.unbuilt).ended(now) {
-                        tracing::info!(
-                            failed_tries = tries,
-                            failing_for_ms = lasted.as_millis() as u64,
-                            "the cluster connection could be rebuilt again"
-                        );
-                    }
                     if lock(&handle.replacing).again(now) {
                         tracing::warn!(
                             rebuilds,
@@ -128,6 +136,7 @@ impl ClusterHandle {
                     }
                 }
                 Err(error) => {
+                    handle.unbuilt_open.store(true, Ordering::Release);
                     let mut unbuilt = lock(&handle.unbuilt);
                     if unbuilt.again(now) {
                         tracing::warn!(
