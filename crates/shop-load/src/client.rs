@@ -50,6 +50,43 @@ impl Reply {
 pub const BROWSER_AGENT: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 \
      (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36 shop-load";
 
+/// The shop's address as a connection needs it, `host:port`, from what a person
+/// types: `host:port`, or a URL with nothing after the address
+/// (`http://127.0.0.1:8080/`), as a browser's address bar shows it. `Err` says
+/// what is wrong: the load generator speaks plain HTTP/1.1 to one address, so an
+/// `https://` URL, a path or a query, or an address with no port is refused
+/// before anything is sent, not retried as connection failures for the run.
+pub fn target(given: &str) -> Result<String, String> {
+    let trimmed = given.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return Err(
+            "the load generator speaks plain HTTP; give the shop's host:port \
+             (behind TLS, its own listener's)"
+                .to_owned(),
+        );
+    }
+    let address = match lower.strip_prefix("http://") {
+        Some(_) => &trimmed["http://".len()..],
+        None if lower.contains("://") => {
+            return Err("give host:port, or an http:// URL".to_owned());
+        }
+        None => trimmed,
+    };
+    let address = address.strip_suffix('/').unwrap_or(address);
+    if address.contains(['/', '?', '#']) {
+        return Err("give only the address, host:port (the load chooses its own paths)".to_owned());
+    }
+    let port = match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && !host.ends_with(':') => port,
+        _ => return Err("give host:port (a port is required)".to_owned()),
+    };
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(address.to_owned()),
+        _ => Err(format!("{port:?} is not a port (1 to 65535)")),
+    }
+}
+
 /// How long opening a connection may take. A target that drops the handshake (a
 /// firewall, a host gone from the network) would otherwise hold a virtual connection
 /// for the kernel's SYN retries, about two minutes, and the run past its end.
@@ -208,5 +245,36 @@ mod tests {
         backoff.succeeded();
         assert_eq!(backoff.failed(0.0), Backoff::FIRST / 2);
         assert_eq!(backoff.failed(0.5), Backoff::FIRST * 2 * 3 / 4);
+    }
+
+    #[test]
+    fn a_target_is_host_port_or_an_http_url_of_one() {
+        for (given, address) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("localhost:80", "localhost:80"),
+            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
+            ("HTTP://shop.internal:8080/", "shop.internal:8080"),
+            (" [::1]:8080 ", "[::1]:8080"),
+            ("http://[::1]:8080/", "[::1]:8080"),
+        ] {
+            assert_eq!(target(given).as_deref(), Ok(address), "{given}");
+        }
+        for (given, says) in [
+            ("https://127.0.0.1:8443", "plain HTTP"),
+            ("http://127.0.0.1:8080/items/42", "only the address"),
+            ("127.0.0.1:8080?x=1", "only the address"),
+            ("127.0.0.1", "a port is required"),
+            ("http://127.0.0.1", "a port is required"),
+            ("::1", "a port is required"),
+            (":8080", "a port is required"),
+            ("", "a port is required"),
+            ("127.0.0.1:http", "is not a port"),
+            ("127.0.0.1:0", "is not a port"),
+            ("127.0.0.1:65536", "is not a port"),
+            ("ftp://127.0.0.1:21", "an http:// URL"),
+        ] {
+            let error = target(given).unwrap_err();
+            assert!(error.contains(says), "{given}: {error}");
+        }
     }
 }

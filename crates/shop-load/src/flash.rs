@@ -23,7 +23,7 @@ use crate::report::Latency;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct FlashLoad {
-    /// The shop: `host:port`.
+    /// The shop: `host:port` (or `http://host:port`, see [`crate::target`]).
     pub target: String,
     /// The item on sale.
     pub item: u64,
@@ -122,8 +122,9 @@ struct Tally {
 }
 
 /// Runs the burst and returns the report.
-pub async fn run(config: FlashLoad) -> anyhow::Result<FlashReport> {
+pub async fn run(mut config: FlashLoad) -> anyhow::Result<FlashReport> {
     anyhow::ensure!(config.connections > 0, "at least one connection");
+    config.target = crate::address(&config.target)?;
     let config = Arc::new(config);
     let next = Arc::new(AtomicUsize::new(0));
     let connections = config.connections.min(config.cookies.len().max(1));

@@ -35,6 +35,7 @@ use anyhow::{Context, bail};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+pub use client::target;
 pub use mix::Mix;
 pub use report::{CacheStats, Report};
 
@@ -53,7 +54,7 @@ pub const ME: &str = "/api/me?recent=6";
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    /// The shop: `host:port`.
+    /// The shop: `host:port` (or `http://host:port`, see [`target`]).
     pub target: String,
     /// Where the shop serves `/metrics` (its operators' address, `host:port`),
     /// read before and after the run for the page cache's counters; `None`: the
@@ -141,7 +142,9 @@ struct Shared {
 }
 
 /// Runs the load and returns the report.
-pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
+pub async fn run(mut config: LoadConfig) -> anyhow::Result<Report> {
+    config.target = address(&config.target)?;
+    config.metrics = config.metrics.as_deref().map(address).transpose()?;
     if config.duration.is_none() && config.requests.is_none() {
         bail!("give a duration or a request count");
     }
@@ -378,6 +381,11 @@ async fn pause(shared: &Shared, wait: Duration) -> bool {
         _ = shared.stop.cancelled() => true,
         _ = shared.drained.cancelled() => true,
     }
+}
+
+/// [`target`], its error naming what was given.
+fn address(given: &str) -> anyhow::Result<String> {
+    target(given).map_err(|why| anyhow::anyhow!("the address {given:?}: {why}"))
 }
 
 /// `host:port` with the port one higher: where `shop serve` puts its operators'

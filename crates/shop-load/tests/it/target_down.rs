@@ -204,3 +204,20 @@ async fn the_last_requests_are_sent_though_other_connections_ran_out_of_them() {
     assert_eq!(report.requests, 3, "{report:?}");
     assert_eq!(report.connection_failures, 0, "{report:?}");
 }
+
+#[tokio::test]
+async fn a_target_that_is_no_address_fails_the_run_before_it_starts() {
+    let started = Instant::now();
+    let error = shop_load::run(LoadConfig {
+        duration: Some(Duration::from_secs(30)),
+        ..config("https://127.0.0.1:8443".to_owned(), 2)
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("\"https://127.0.0.1:8443\"") && error.contains("plain HTTP"),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "not run");
+}

@@ -49,12 +49,12 @@ pub enum Command {
 /// `shop load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The shop to drive: host:port.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    /// The shop to drive: host:port, or an http:// URL of it (http://host:port/).
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = shop_load::target)]
     pub target: String,
     /// Where the shop serves /metrics (its --metrics-bind), read for the page
     /// cache's counters; default: the target's port + 1.
-    #[arg(long)]
+    #[arg(long, value_parser = shop_load::target)]
     pub metrics: Option<String>,
     /// Concurrent connections.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]

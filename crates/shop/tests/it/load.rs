@@ -151,11 +151,13 @@ async fn listing_and_search_loads_ask_only_for_pages_that_exist() {
     let test_shop = seeded(300).await;
     // The load generator is one address: its searches and listings are all uncached.
     let (server, addr) = test_shop.serve(&["--uncached-per-address", "10000000"]);
-    for only in ["browse", "search"] {
+    // The address as a browser's address bar shows it is taken too.
+    let url = format!("http://{addr}/");
+    for (only, target) in [("browse", &addr), ("search", &url)] {
         let json = test_shop.cwd.path().join(format!("{only}.json"));
         crate::e2e::succeed(
             shop()
-                .args(["load", "--target", &addr, "--duration", "1"])
+                .args(["load", "--target", target, "--duration", "1"])
                 .args(["--connections", "2", "--items", "300", "--quiet"])
                 .args(["--only", only, "--json"])
                 .arg(&json),
@@ -240,4 +242,31 @@ fn the_load_generators_per_user_call_is_the_pages() {
             shop_web::me::PAGE_RECENT
         )
     );
+}
+
+/// A target the load generator cannot drive is refused before anything runs, with
+/// what to give instead: not retried as connection failures for the whole run.
+#[test]
+fn a_target_that_is_no_address_is_refused_at_once() {
+    for (target, says) in [
+        ("https://127.0.0.1:8443", "plain HTTP"),
+        ("http://127.0.0.1:8080/items/42", "only the address"),
+        ("127.0.0.1", "a port is required"),
+    ] {
+        let started = std::time::Instant::now();
+        let out = shop()
+            .args(["load", "--target", target, "--duration", "30", "--quiet"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{target}: {stderr}");
+        assert!(
+            stderr.contains("--target") && stderr.contains(says),
+            "{target}: {stderr}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{target}: refused, not run"
+        );
+    }
 }
