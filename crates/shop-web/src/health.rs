@@ -37,6 +37,12 @@
 //! others get that answer. Any client may call `/healthz`, and each write probe
 //! takes the database's write connection for a moment: unthrottled, a flood of
 //! health checks would crowd out checkouts.
+//!
+//! A server does not wait to be asked to learn that Redis stopped answering:
+//! its [`HealthWatch`] asks every node once a second (the Redis part of the
+//! check, no database probe), so the breakers of nodes that stopped answering
+//! open within about three seconds of a stall (see `shop_cache::connection`)
+//! even on a server with no traffic, and a balancer's next look says so.
 
 use std::time::Duration;
 use std::time::Instant;
@@ -115,9 +121,14 @@ enum RedisCheck {
 }
 
 /// The Redis check, within [`PROBE_TIMEOUT`], and the error Redis answered
-/// with when it [`RedisCheck::Failed`].
+/// with when it [`RedisCheck::Failed`]. Each node has the request budget to
+/// answer (at most [`PROBE_TIMEOUT`]), so a node that misses it is charged
+/// with it, however long an operator made the budget.
 async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
-    match tokio::time::timeout(PROBE_TIMEOUT, state.sessions.count()).await {
+    let budget = state.config.redis_budget.min(PROBE_TIMEOUT);
+    let sessions = state.sessions.over(state.redis.with_budget(budget));
+    // The budget ends the check; this only bounds what it does not cover.
+    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
         Ok(Ok(_)) => (RedisCheck::Answered, None),
         Err(_) => (RedisCheck::Unanswered, None),
         Ok(Err(error)) if error.is_unanswered() => (RedisCheck::Unanswered, None),
@@ -125,8 +136,47 @@ async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
     }
 }
 
-/// How long a computed health answer is reused.
+/// How long a computed health answer is reused; also how often the
+/// [`HealthWatch`] asks Redis.
 const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The daemon that asks Redis the health check's question once a second
+/// (`FRESH_FOR`) on its own: a node that does not answer it within a
+/// request's budget counts against its breaker, as a request's miss does.
+///
+/// Without it a server learned of a stall only from its own traffic and from
+/// `/healthz` when asked: an idle server's breakers opened after three missed
+/// looks, about 15 s of a stall behind a balancer that looks every 5 s, which
+/// was told 200 `"degraded"` meanwhile. With it, about three seconds
+/// (`scripts/drill-health`). It reads no database and keeps no answer: a look
+/// at `/healthz` still makes its own check, and sees the breakers as they are.
+///
+/// `shop serve` runs one; an app that mounts the health routes itself runs
+/// [`AppState::health_watch`] with `shop_cache::daemon::run`.
+pub struct HealthWatch(AppState);
+
+impl HealthWatch {
+    /// The watch over `state`'s Redis.
+    pub fn new(state: AppState) -> Self {
+        Self(state)
+    }
+
+    /// One look: whether every node answered the check in time (`false` too for
+    /// an error Redis answered with; `/healthz` says that one).
+    pub async fn step(&self) -> bool {
+        check_redis(&self.0).await.0 == RedisCheck::Answered
+    }
+}
+
+impl shop_cache::daemon::Daemon for HealthWatch {
+    const NAME: &'static str = "health-watch";
+    type Error = std::convert::Infallible;
+
+    async fn tick(&mut self) -> Result<Duration, Self::Error> {
+        self.step().await;
+        Ok(FRESH_FOR)
+    }
+}
 
 /// The last health answer and when it was computed, and since when writes have
 /// been failing; the lock makes one request at a time compute it.

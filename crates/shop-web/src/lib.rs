@@ -457,6 +457,13 @@ impl AppState {
         ops::TrafficSampler::new(self.metrics.clone(), self.traffic.clone())
     }
 
+    /// The daemon that asks Redis the health check's question each second, so
+    /// an idle server's breakers learn of a stall (a server runs one; see
+    /// [`health::HealthWatch`]).
+    pub fn health_watch(&self) -> health::HealthWatch {
+        health::HealthWatch::new(self.clone())
+    }
+
     /// The daemon that keeps [`AppParts::top_items`] current (a server runs one).
     pub fn top_items_refresher(&self) -> TopItemsRefresher {
         TopItemsRefresher(self.top_items.clone())

@@ -218,6 +218,11 @@ async fn serve_with(
     if let Some(feed) = state.tier_feed() {
         daemons.spawn(shop_cache::daemon::run(feed, shutdown.clone()));
     }
+    // Asks Redis each second, traffic or not, so /healthz knows of a stall.
+    daemons.spawn(shop_cache::daemon::run(
+        state.health_watch(),
+        shutdown.clone(),
+    ));
     // And keeps the last minutes of its own traffic for /ops.
     daemons.spawn(shop_cache::daemon::run(
         state.traffic_sampler(),

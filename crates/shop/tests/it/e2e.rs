@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shop_db::Db;
@@ -191,16 +192,39 @@ pub fn serve(cmd: Command, extra: &[&str]) -> (Served, String) {
 /// which `serve` prints before its own.
 pub fn serve_with_metrics(cmd: Command, extra: &[&str]) -> (Served, String, String) {
     let (child, addr, printed) = serve_printing(cmd, extra);
-    let metrics = printed
+    (child, addr, metrics_address(&printed))
+}
+
+/// The operators' address among the lines `shop serve` printed.
+fn metrics_address(printed: &[String]) -> String {
+    printed
         .iter()
         .find_map(|line| line.split("metrics at http://").nth(1))
         .map(|rest| rest.trim_end_matches("/metrics").to_owned())
-        .unwrap_or_default();
-    (child, addr, metrics)
+        .unwrap_or_default()
 }
 
 /// [`serve`], also returning the lines it printed before it served.
-pub fn serve_printing(mut cmd: Command, extra: &[&str]) -> (Served, String, Vec<String>) {
+pub fn serve_printing(cmd: Command, extra: &[&str]) -> (Served, String, Vec<String>) {
+    serve_into(cmd, extra, None)
+}
+
+/// [`serve_with_metrics`], also keeping every line the server logs (its
+/// stderr) in the returned list as it comes.
+pub fn serve_logged(
+    cmd: Command,
+    extra: &[&str],
+) -> (Served, String, String, Arc<Mutex<Vec<String>>>) {
+    let log = Arc::<Mutex<Vec<String>>>::default();
+    let (child, addr, printed) = serve_into(cmd, extra, Some(log.clone()));
+    (child, addr, metrics_address(&printed), log)
+}
+
+fn serve_into(
+    mut cmd: Command,
+    extra: &[&str],
+    log: Option<Arc<Mutex<Vec<String>>>>,
+) -> (Served, String, Vec<String>) {
     cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(extra);
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -219,7 +243,13 @@ pub fn serve_printing(mut cmd: Command, extra: &[&str]) -> (Served, String, Vec<
     // (a drill makes it log).
     std::thread::spawn(move || for _ in lines {});
     if let Some(stderr) = child.stderr.take() {
-        std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(log) = &log {
+                    log.lock().unwrap().push(line);
+                }
+            }
+        });
     }
     (Served(Some(child)), addr, printed)
 }

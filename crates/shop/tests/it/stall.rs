@@ -437,3 +437,93 @@ async fn a_stalled_cluster_node_costs_the_budget_not_seconds() {
     .await;
     assert!(stop(child).success());
 }
+
+/// The nodes the server's log says it fails fast on now: named in a breaker's
+/// "failing fast" warning.
+fn failing_fast_in(log: &[String]) -> std::collections::BTreeSet<String> {
+    log.iter()
+        .filter(|line| line.contains("failing fast"))
+        .filter_map(|line| line.split("node=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|node| node.trim_matches('"').to_owned())
+        .collect()
+}
+
+/// A web server with no traffic, its whole cluster stalled: it learns so by
+/// itself (its health watch asks every node each second), so the first look at
+/// `/healthz` after the stall began says 503 `"down"`, where before an idle
+/// server went on saying 200 `"degraded"` until it had been asked about three
+/// times (about 15 s behind a balancer that looks every 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_learns_of_a_stalled_cluster_without_being_asked() {
+    let shop = ClusterShop::seeded("20");
+    // No workers: the daemons that would meet the stall on their own are gone.
+    // The shop's default budget: with the test kit's (1 s), each missed check
+    // takes a second more.
+    let mut cmd = shop.command();
+    cmd.env("SHOP_REDIS_BUDGET_MS", "100");
+    let (child, _addr, internal, log) = crate::e2e::serve_logged(cmd, &["--no-workers"]);
+    let health = |expected: (u16, &str), within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let reply = request(&internal, "GET", "/healthz", None, None);
+            let status = serde_json::from_str::<serde_json::Value>(&reply.body)
+                .ok()
+                .and_then(|json| json["status"].as_str().map(str::to_owned));
+            if (reply.status, status.as_deref()) == (expected.0, Some(expected.1)) {
+                return reply.body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/healthz: {} {}, expected {expected:?}",
+                reply.status,
+                reply.body
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    health((200, "ok"), Duration::from_secs(30));
+    let primaries: std::collections::BTreeSet<String> = shop
+        .cluster
+        .primaries()
+        .into_iter()
+        .map(|node| shop.cluster.addrs()[node].clone())
+        .collect();
+    let nodes = shop.cluster.addrs().len();
+    for node in 0..nodes {
+        shop.cluster.pause(node);
+    }
+    let stalled = Instant::now();
+    // Nothing asks the server anything meanwhile: its log says when it knows.
+    let deadline = stalled + Duration::from_secs(20);
+    loop {
+        let failing = failing_fast_in(&log.lock().unwrap());
+        if primaries.is_subset(&failing) {
+            println!(
+                "DRILL every primary failing fast {:?} into the stall",
+                stalled.elapsed()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no look at /healthz, and after {:?} the server fails fast on {failing:?} of {primaries:?}",
+            stalled.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The first look says so.
+    let first = request(&internal, "GET", "/healthz", None, None);
+    let json: serde_json::Value = serde_json::from_str(&first.body).unwrap();
+    assert_eq!(
+        (first.status, json["status"].as_str()),
+        (503, Some("down")),
+        "{}",
+        first.body
+    );
+    for node in 0..nodes {
+        shop.cluster.resume(node);
+    }
+    health((200, "ok"), Duration::from_secs(30));
+    assert!(stop(child).success());
+}
