@@ -54,8 +54,9 @@ pub const BROWSER_AGENT: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537
 /// types: `host:port`, or a URL with nothing after the address
 /// (`http://127.0.0.1:8080/`), as a browser's address bar shows it. `Err` says
 /// what is wrong: the load generator speaks plain HTTP/1.1 to one address, so an
-/// `https://` URL, a path or a query, or an address with no port is refused
-/// before anything is sent, not retried as connection failures for the run.
+/// `https://` URL, a path or a query, a user or password, or an address with no
+/// port is refused before anything is sent, not retried as connection failures
+/// for the run. An IPv6 address is written in brackets (`[::1]:8080`).
 pub fn target(given: &str) -> Result<String, String> {
     let trimmed = given.trim();
     let lower = trimmed.to_ascii_lowercase();
@@ -77,13 +78,41 @@ pub fn target(given: &str) -> Result<String, String> {
     if address.contains(['/', '?', '#']) {
         return Err("give only the address, host:port (the load chooses its own paths)".to_owned());
     }
-    let port = match address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && !host.ends_with(':') => port,
+    if address.contains('@') {
+        return Err("give only the address, host:port (no user or password)".to_owned());
+    }
+    if address.contains(char::is_whitespace) {
+        return Err("give host:port, with no spaces".to_owned());
+    }
+    let (host, port) = match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() => (host, port),
         _ => return Err("give host:port (a port is required)".to_owned()),
     };
+    let bracketed = host.starts_with('[') && host.ends_with(']') && host.len() > 2;
+    if host.contains([':', '[', ']']) && !bracketed {
+        return Err(
+            "write an IPv6 address in brackets, [::1]:8080 (a port is required)".to_owned(),
+        );
+    }
     match port.parse::<u16>() {
-        Ok(port) if port > 0 => Ok(address.to_owned()),
+        Ok(number) if number > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(format!("{host}:{number}"))
+        }
         _ => Err(format!("{port:?} is not a port (1 to 65535)")),
+    }
+}
+
+/// [`target`] for where the shop serves `/metrics`: also the URL `shop serve`
+/// prints for it (`http://127.0.0.1:8081/metrics`).
+pub fn metrics_target(given: &str) -> Result<String, String> {
+    let trimmed = given.trim();
+    match trimmed.len().checked_sub("/metrics".len()) {
+        Some(at)
+            if trimmed.is_char_boundary(at) && trimmed[at..].eq_ignore_ascii_case("/metrics") =>
+        {
+            target(&trimmed[..at])
+        }
+        _ => target(trimmed),
     }
 }
 
@@ -256,16 +285,30 @@ mod tests {
             ("HTTP://shop.internal:8080/", "shop.internal:8080"),
             (" [::1]:8080 ", "[::1]:8080"),
             ("http://[::1]:8080/", "[::1]:8080"),
+            ("127.0.0.1:08080", "127.0.0.1:8080"),
         ] {
             assert_eq!(target(given).as_deref(), Ok(address), "{given}");
         }
+        for (given, address) in [
+            ("http://127.0.0.1:8081/metrics", "127.0.0.1:8081"),
+            ("127.0.0.1:8081", "127.0.0.1:8081"),
+            ("http://127.0.0.1:8081/", "127.0.0.1:8081"),
+        ] {
+            assert_eq!(metrics_target(given).as_deref(), Ok(address), "{given}");
+        }
+        assert!(metrics_target("http://127.0.0.1:8081/ops").is_err());
         for (given, says) in [
             ("https://127.0.0.1:8443", "plain HTTP"),
             ("http://127.0.0.1:8080/items/42", "only the address"),
             ("127.0.0.1:8080?x=1", "only the address"),
             ("127.0.0.1", "a port is required"),
             ("http://127.0.0.1", "a port is required"),
-            ("::1", "a port is required"),
+            ("::1", "in brackets"),
+            ("2001:db8:0:0:0:0:0:1", "in brackets"),
+            ("http://u:p@127.0.0.1:8080", "no user or password"),
+            ("http:// 127.0.0.1:8080", "no spaces"),
+            ("127.0.0.1:+80", "is not a port"),
+            ("[]:80", "in brackets"),
             (":8080", "a port is required"),
             ("", "a port is required"),
             ("127.0.0.1:http", "is not a port"),

@@ -35,7 +35,7 @@ use anyhow::{Context, bail};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-pub use client::target;
+pub use client::{metrics_target, target};
 pub use mix::Mix;
 pub use report::{CacheStats, Report};
 
@@ -144,7 +144,13 @@ struct Shared {
 /// Runs the load and returns the report.
 pub async fn run(mut config: LoadConfig) -> anyhow::Result<Report> {
     config.target = address(&config.target)?;
-    config.metrics = config.metrics.as_deref().map(address).transpose()?;
+    config.metrics = config
+        .metrics
+        .as_deref()
+        .map(|given| {
+            metrics_target(given).map_err(|why| anyhow::anyhow!("the address {given:?}: {why}"))
+        })
+        .transpose()?;
     if config.duration.is_none() && config.requests.is_none() {
         bail!("give a duration or a request count");
     }

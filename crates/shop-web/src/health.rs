@@ -39,10 +39,12 @@
 //! health checks would crowd out checkouts.
 //!
 //! A server does not wait to be asked to learn that Redis stopped answering:
-//! its [`HealthWatch`] asks every node once a second (the Redis part of the
-//! check, no database probe), so the breakers of nodes that stopped answering
-//! open within about three seconds of a stall (see `shop_cache::connection`)
-//! even on a server with no traffic, and a balancer's next look says so.
+//! its [`HealthWatch`] asks every node about once a second (the Redis part of
+//! the check, no database probe). The check asks each shard with a command of
+//! its own, so every node that stopped answering misses all its shards' budgets
+//! at once and its breaker opens (see `shop_cache::connection`) within a second
+//! or two of a stall, even on a server with no traffic, and a balancer's next
+//! look says so.
 
 use std::time::Duration;
 use std::time::Instant;
@@ -120,15 +122,15 @@ enum RedisCheck {
     Failed,
 }
 
-/// The Redis check, within [`PROBE_TIMEOUT`], and the error Redis answered
-/// with when it [`RedisCheck::Failed`]. Each node has the request budget to
-/// answer (at most [`PROBE_TIMEOUT`]), so a node that misses it is charged
-/// with it, however long an operator made the budget.
-async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
-    let budget = state.config.redis_budget.min(PROBE_TIMEOUT);
+/// The Redis check, and the error Redis answered with when it
+/// [`RedisCheck::Failed`]. Each node has `budget` to answer (at most
+/// [`PROBE_TIMEOUT`]), and a node that misses it is charged with the miss; the
+/// whole check ends within twice [`PROBE_TIMEOUT`].
+async fn check_redis(state: &AppState, budget: Duration) -> (RedisCheck, Option<String>) {
+    let budget = budget.min(PROBE_TIMEOUT);
     let sessions = state.sessions.over(state.redis.with_budget(budget));
     // The budget ends the check; this only bounds what it does not cover.
-    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
+    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count_by_shard()).await {
         Ok(Ok(_)) => (RedisCheck::Answered, None),
         Err(_) => (RedisCheck::Unanswered, None),
         Ok(Err(error)) if error.is_unanswered() => (RedisCheck::Unanswered, None),
@@ -140,16 +142,21 @@ async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
 /// [`HealthWatch`] asks Redis.
 const FRESH_FOR: Duration = Duration::from_secs(1);
 
-/// The daemon that asks Redis the health check's question once a second
-/// (`FRESH_FOR`) on its own: a node that does not answer it within a
-/// request's budget counts against its breaker, as a request's miss does.
+/// The daemon that asks Redis the health check's question a second
+/// (`FRESH_FOR`) after its last answer, on its own: a node that does not
+/// answer within a request's budget (at most `PROBE_TIMEOUT`) counts
+/// against its breaker, as a request's miss does. So a Redis slower than the
+/// budget (a long fork, a slow script) opens an idle server's breakers for
+/// their back-off as a busy server's requests open them.
 ///
 /// Without it a server learned of a stall only from its own traffic and from
 /// `/healthz` when asked: an idle server's breakers opened after three missed
 /// looks, about 15 s of a stall behind a balancer that looks every 5 s, which
-/// was told 200 `"degraded"` meanwhile. With it, about three seconds
-/// (`scripts/drill-health`). It reads no database and keeps no answer: a look
-/// at `/healthz` still makes its own check, and sees the breakers as they are.
+/// was told 200 `"degraded"` meanwhile. With it, within about two seconds
+/// (`scripts/drill-health`; the test `stall::an_idle_server_learns_of_a_stalled_cluster_without_being_asked`).
+/// It reads no database and keeps no answer: a look at `/healthz` still makes
+/// its own check, and sees the breakers as they are. Its cost: the check, one
+/// `ZCARD` a shard (64 by default), a second per server.
 ///
 /// `shop serve` runs one; an app that mounts the health routes itself runs
 /// [`AppState::health_watch`] with `shop_cache::daemon::run`.
@@ -164,7 +171,7 @@ impl HealthWatch {
     /// One look: whether every node answered the check in time (`false` too for
     /// an error Redis answered with; `/healthz` says that one).
     pub async fn step(&self) -> bool {
-        check_redis(&self.0).await.0 == RedisCheck::Answered
+        check_redis(&self.0, self.0.config.redis_budget).await.0 == RedisCheck::Answered
     }
 }
 
@@ -224,7 +231,7 @@ async fn check(state: &AppState) -> (RedisCheck, Database) {
         return (redis, database);
     }
     let ((redis, answered), reads, writes) = tokio::join!(
-        check_redis(state),
+        check_redis(state, state.config.redis_budget),
         passes(state.db.ping()),
         probe_writes(state),
     );

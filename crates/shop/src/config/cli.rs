@@ -53,8 +53,9 @@ pub struct LoadArgs {
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = shop_load::target)]
     pub target: String,
     /// Where the shop serves /metrics (its --metrics-bind), read for the page
-    /// cache's counters; default: the target's port + 1.
-    #[arg(long, value_parser = shop_load::target)]
+    /// cache's counters: host:port, or the URL shop serve prints
+    /// (http://host:port/metrics); default: the target's port + 1.
+    #[arg(long, value_parser = shop_load::metrics_target)]
     pub metrics: Option<String>,
     /// Concurrent connections.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]

@@ -244,9 +244,11 @@ fn serve_into(
     std::thread::spawn(move || for _ in lines {});
     if let Some(stderr) = child.stderr.take() {
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
                 if let Some(log) = &log {
-                    log.lock().unwrap().push(line);
+                    log.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&line).into_owned());
                 }
             }
         });
