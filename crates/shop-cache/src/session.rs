@@ -464,38 +464,4 @@ impl Sessions {
         let sizes: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(sizes.iter().sum())
     }
-
-    /// [`Sessions::count`] asked shard by shard, a command each, all at once:
-    /// for the health check, which must reach every node to learn of each. In
-    /// one pipeline a part on a node that fails fast fails it before anything
-    /// is sent, so once some of a stalled cluster's breakers had opened, the
-    /// others' nodes were no longer asked, and never charged. The error, when
-    /// any shard failed: one Redis answered with, else one of a node that did
-    /// not answer.
-    pub async fn count_by_shard(&self) -> Result<u64, CacheError> {
-        let asks = self.keys.shards().map(|shard| {
-            let mut conn = self.conn.clone();
-            let key = self.keys.recent_in(shard);
-            async move {
-                redis::cmd("ZCARD")
-                    .arg(key)
-                    .query_async::<u64>(&mut conn)
-                    .await
-                    .map_err(CacheError::from)
-            }
-        });
-        let mut total = 0;
-        let mut failed: Option<CacheError> = None;
-        for answer in futures::future::join_all(asks).await {
-            match answer {
-                Ok(size) => total += size,
-                Err(error) => {
-                    if failed.as_ref().is_none_or(CacheError::is_unanswered) {
-                        failed = Some(error);
-                    }
-                }
-            }
-        }
-        failed.map_or(Ok(total), Err)
-    }
 }

@@ -84,11 +84,17 @@ pub fn target(given: &str) -> Result<String, String> {
     if address.contains(char::is_whitespace) {
         return Err("give host:port, with no spaces".to_owned());
     }
+    if address.starts_with('[') && address.ends_with(']') {
+        return Err("give host:port (a port is required)".to_owned());
+    }
     let (host, port) = match address.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() => (host, port),
         _ => return Err("give host:port (a port is required)".to_owned()),
     };
-    let bracketed = host.starts_with('[') && host.ends_with(']') && host.len() > 2;
+    let bracketed = host
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|inside| inside.parse::<std::net::Ipv6Addr>().is_ok());
     if host.contains([':', '[', ']']) && !bracketed {
         return Err(
             "write an IPv6 address in brackets, [::1]:8080 (a port is required)".to_owned(),
@@ -106,6 +112,7 @@ pub fn target(given: &str) -> Result<String, String> {
 /// prints for it (`http://127.0.0.1:8081/metrics`).
 pub fn metrics_target(given: &str) -> Result<String, String> {
     let trimmed = given.trim();
+    let trimmed = trimmed.strip_suffix('/').unwrap_or(trimmed);
     match trimmed.len().checked_sub("/metrics".len()) {
         Some(at)
             if trimmed.is_char_boundary(at) && trimmed[at..].eq_ignore_ascii_case("/metrics") =>
@@ -293,6 +300,7 @@ mod tests {
             ("http://127.0.0.1:8081/metrics", "127.0.0.1:8081"),
             ("127.0.0.1:8081", "127.0.0.1:8081"),
             ("http://127.0.0.1:8081/", "127.0.0.1:8081"),
+            ("http://127.0.0.1:8081/metrics/", "127.0.0.1:8081"),
         ] {
             assert_eq!(metrics_target(given).as_deref(), Ok(address), "{given}");
         }
@@ -309,6 +317,9 @@ mod tests {
             ("http:// 127.0.0.1:8080", "no spaces"),
             ("127.0.0.1:+80", "is not a port"),
             ("[]:80", "in brackets"),
+            ("[[::1]]:80", "in brackets"),
+            ("[example.com]:80", "in brackets"),
+            ("[::1]", "a port is required"),
             (":8080", "a port is required"),
             ("", "a port is required"),
             ("127.0.0.1:http", "is not a port"),

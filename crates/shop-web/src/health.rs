@@ -40,11 +40,10 @@
 //!
 //! A server does not wait to be asked to learn that Redis stopped answering:
 //! its [`HealthWatch`] asks every node about once a second (the Redis part of
-//! the check, no database probe). The check asks each shard with a command of
-//! its own, so every node that stopped answering misses all its shards' budgets
-//! at once and its breaker opens (see `shop_cache::connection`) within a second
-//! or two of a stall, even on a server with no traffic, and a balancer's next
-//! look says so.
+//! the check, no database probe), so the breakers of nodes that stopped
+//! answering open after three missed looks (see `shop_cache::connection`),
+//! about five seconds into a stall, even on a server with no traffic, and a
+//! balancer's next look says so.
 
 use std::time::Duration;
 use std::time::Instant;
@@ -130,7 +129,7 @@ async fn check_redis(state: &AppState, budget: Duration) -> (RedisCheck, Option<
     let budget = budget.min(PROBE_TIMEOUT);
     let sessions = state.sessions.over(state.redis.with_budget(budget));
     // The budget ends the check; this only bounds what it does not cover.
-    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count_by_shard()).await {
+    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
         Ok(Ok(_)) => (RedisCheck::Answered, None),
         Err(_) => (RedisCheck::Unanswered, None),
         Ok(Err(error)) if error.is_unanswered() => (RedisCheck::Unanswered, None),
@@ -145,18 +144,16 @@ const FRESH_FOR: Duration = Duration::from_secs(1);
 /// The daemon that asks Redis the health check's question a second
 /// (`FRESH_FOR`) after its last answer, on its own: a node that does not
 /// answer within a request's budget (at most `PROBE_TIMEOUT`) counts
-/// against its breaker, as a request's miss does. So a Redis slower than the
-/// budget (a long fork, a slow script) opens an idle server's breakers for
-/// their back-off as a busy server's requests open them.
+/// against its breaker, as a request's miss does (three in a row open it).
 ///
 /// Without it a server learned of a stall only from its own traffic and from
 /// `/healthz` when asked: an idle server's breakers opened after three missed
 /// looks, about 15 s of a stall behind a balancer that looks every 5 s, which
-/// was told 200 `"degraded"` meanwhile. With it, within about two seconds
+/// was told 200 `"degraded"` meanwhile. With it, about five seconds
 /// (`scripts/drill-health`; the test `stall::an_idle_server_learns_of_a_stalled_cluster_without_being_asked`).
 /// It reads no database and keeps no answer: a look at `/healthz` still makes
 /// its own check, and sees the breakers as they are. Its cost: the check, one
-/// `ZCARD` a shard (64 by default), a second per server.
+/// pipeline of a `ZCARD` a shard (64 by default), a second per server.
 ///
 /// `shop serve` runs one; an app that mounts the health routes itself runs
 /// [`AppState::health_watch`] with `shop_cache::daemon::run`.
