@@ -124,7 +124,7 @@ struct Tally {
 /// Runs the burst and returns the report.
 pub async fn run(mut config: FlashLoad) -> anyhow::Result<FlashReport> {
     anyhow::ensure!(config.connections > 0, "at least one connection");
-    config.target = crate::address(&config.target)?;
+    config.target = crate::address(&config.target, crate::target)?;
     let config = Arc::new(config);
     let next = Arc::new(AtomicUsize::new(0));
     let connections = config.connections.min(config.cookies.len().max(1));

@@ -143,13 +143,11 @@ struct Shared {
 
 /// Runs the load and returns the report.
 pub async fn run(mut config: LoadConfig) -> anyhow::Result<Report> {
-    config.target = address(&config.target)?;
+    config.target = address(&config.target, target)?;
     config.metrics = config
         .metrics
         .as_deref()
-        .map(|given| {
-            metrics_target(given).map_err(|why| anyhow::anyhow!("the address {given:?}: {why}"))
-        })
+        .map(|given| address(given, metrics_target))
         .transpose()?;
     if config.duration.is_none() && config.requests.is_none() {
         bail!("give a duration or a request count");
@@ -389,9 +387,10 @@ async fn pause(shared: &Shared, wait: Duration) -> bool {
     }
 }
 
-/// [`target`], its error naming what was given.
-fn address(given: &str) -> anyhow::Result<String> {
-    target(given).map_err(|why| anyhow::anyhow!("the address {given:?}: {why}"))
+/// `given` read by `parse` ([`target`] or [`metrics_target`]), its error
+/// naming what was given.
+fn address(given: &str, parse: fn(&str) -> Result<String, String>) -> anyhow::Result<String> {
+    parse(given).map_err(|why| anyhow::anyhow!("the address {given:?}: {why}"))
 }
 
 /// `host:port` with the port one higher: where `shop serve` puts its operators'

@@ -122,11 +122,11 @@ enum RedisCheck {
 }
 
 /// The Redis check, and the error Redis answered with when it
-/// [`RedisCheck::Failed`]. Each node has `budget` to answer (at most
+/// [`RedisCheck::Failed`]. Each node has the request budget to answer (at most
 /// [`PROBE_TIMEOUT`]), and a node that misses it is charged with the miss; the
 /// whole check ends within twice [`PROBE_TIMEOUT`].
-async fn check_redis(state: &AppState, budget: Duration) -> (RedisCheck, Option<String>) {
-    let budget = budget.min(PROBE_TIMEOUT);
+async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
+    let budget = state.config.redis_budget.min(PROBE_TIMEOUT);
     let sessions = state.sessions.over(state.redis.with_budget(budget));
     // The budget ends the check; this only bounds what it does not cover.
     match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
@@ -168,7 +168,7 @@ impl HealthWatch {
     /// One look: whether every node answered the check in time (`false` too for
     /// an error Redis answered with; `/healthz` says that one).
     pub async fn step(&self) -> bool {
-        check_redis(&self.0, self.0.config.redis_budget).await.0 == RedisCheck::Answered
+        check_redis(&self.0).await.0 == RedisCheck::Answered
     }
 }
 
@@ -228,7 +228,7 @@ async fn check(state: &AppState) -> (RedisCheck, Database) {
         return (redis, database);
     }
     let ((redis, answered), reads, writes) = tokio::join!(
-        check_redis(state, state.config.redis_budget),
+        check_redis(state),
         passes(state.db.ping()),
         probe_writes(state),
     );

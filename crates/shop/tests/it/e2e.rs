@@ -54,12 +54,18 @@ impl Reply {
 /// the view flusher are daemons (their effect arrives within a second), and a
 /// server's in-process page tier drops a purged page as the purge's event arrives
 /// (within milliseconds of the command's return).
-pub fn eventually(
+pub fn eventually(what: &str, get: impl FnMut() -> Reply, done: impl Fn(&Reply) -> bool) -> Reply {
+    eventually_within(what, Duration::from_secs(10), get, done)
+}
+
+/// [`eventually`] with a deadline of `within`.
+pub fn eventually_within(
     what: &str,
+    within: Duration,
     mut get: impl FnMut() -> Reply,
     done: impl Fn(&Reply) -> bool,
 ) -> Reply {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + within;
     loop {
         let reply = get();
         if done(&reply) {
