@@ -43,7 +43,8 @@
 //! such a pipeline by slot, keeps the order within each slot, sends the parts at
 //! once and puts the answers back in order: callers write one pipeline for both.
 //! Each node the parts go to is asked through its own breaker (a pipeline that
-//! needs a node failing fast fails at once; a missed budget is the slow node's).
+//! needs a node failing fast fails at once, unless its handle asks every node:
+//! [`RedisConn::asking_every_node`]; a missed budget is the slow node's).
 //!
 //! Scripts: `redis::Script` runs `EVALSHA` and, on `NOSCRIPT`, loads the script
 //! (`SCRIPT LOAD` goes to every primary on a cluster) and runs it again, so a node
@@ -102,6 +103,9 @@ pub struct RedisConn {
     /// before it fails and counts against its node ([`RedisConn::with_budget`]);
     /// none: the connection's own time-out.
     budget: Option<Duration>,
+    /// Whether this handle's pipelines over several nodes go to every node not
+    /// failing fast even when one is ([`RedisConn::asking_every_node`]).
+    every_node: bool,
 }
 
 /// The nodes failing fast at one moment ([`RedisConn::nodes_failing`]): a
@@ -195,6 +199,20 @@ impl RedisConn {
     pub fn with_budget(&self, budget: Duration) -> RedisConn {
         RedisConn {
             budget: Some(budget),
+            ..self.clone()
+        }
+    }
+
+    /// A clone for a read that must reach every node (the health check): a
+    /// pipeline over several nodes of a cluster is sent to each node that does
+    /// not fail fast even when another does, so each node is asked and its
+    /// breaker learns from its own answer. The pipeline still fails when a part
+    /// does (a node failing fast fails its part at once). Other clones send
+    /// nothing when one node of a pipeline fails fast (a write is not sent in
+    /// part). One node: no difference.
+    pub fn asking_every_node(&self) -> RedisConn {
+        RedisConn {
+            every_node: true,
             ..self.clone()
         }
     }
@@ -322,6 +340,7 @@ pub async fn connect_pooled(
             sent: AtomicU64::new(0),
         }),
         budget: None,
+        every_node: false,
     })
 }
 
@@ -364,6 +383,7 @@ pub async fn connect_cluster(seeds: &[String]) -> Result<RedisConn, CacheError> 
             sent: AtomicU64::new(0),
         }),
         budget: None,
+        every_node: false,
     })
 }
 
@@ -432,7 +452,10 @@ impl ConnectionLike for RedisConn {
                             let sent = inner.req_packed_commands(pipeline, offset, count);
                             guarded(node.as_deref(), self.budget, sent).await
                         }
-                        Some(parts) => run_parts(handle, &inner, self.budget, parts, count).await,
+                        Some(parts) => {
+                            let (budget, every) = (self.budget, self.every_node);
+                            run_parts(handle, &inner, budget, every, parts, count).await
+                        }
                     };
                     handle.record(&result);
                     result

@@ -127,7 +127,10 @@ enum RedisCheck {
 /// whole check ends within twice [`PROBE_TIMEOUT`].
 async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
     let budget = state.config.redis_budget.min(PROBE_TIMEOUT);
-    let sessions = state.sessions.over(state.redis.with_budget(budget));
+    // Every node is asked, even with another failing fast: a stalled node
+    // whose breaker lags the others' is asked until it opens.
+    let redis = state.redis.with_budget(budget).asking_every_node();
+    let sessions = state.sessions.over(redis);
     // The budget ends the check; this only bounds what it does not cover.
     match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
         Ok(Ok(_)) => (RedisCheck::Answered, None),

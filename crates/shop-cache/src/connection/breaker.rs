@@ -35,7 +35,8 @@ pub(super) struct Breaker {
     pub(super) backoff: Duration,
     pub(super) trips: AtomicU64,
     pub(super) fast_failures: AtomicU64,
-    /// Budget misses since a command last answered.
+    /// Budget misses since a command last answered (of commands sent since the
+    /// breaker last opened or closed).
     pub(super) misses: AtomicU64,
     /// The node it guards, for the log (a cluster's per-node breakers); none for
     /// a one-node handle's.
@@ -61,9 +62,15 @@ impl Admitted<'_> {
         if let Some(e) = error
             && !self.probe
             && super::BudgetExceeded::is(e)
-            && b.misses.fetch_add(1, Ordering::AcqRel) + 1 < MISSES_TO_OPEN
         {
-            return;
+            // A miss of a command sent before the breaker last opened or
+            // closed says nothing of the node now: not counted toward the
+            // next opening (it could not open the breaker anyway).
+            if self.generation != b.generation.load(Ordering::Acquire)
+                || b.misses.fetch_add(1, Ordering::AcqRel) + 1 < MISSES_TO_OPEN
+            {
+                return;
+            }
         }
         // Every answered command passes here: a store only when there is a count
         // to clear, so the hot path writes no shared cache line.

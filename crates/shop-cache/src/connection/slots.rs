@@ -12,6 +12,7 @@ use redis::{Arg, Cmd, Pipeline, RedisError, Value};
 use super::breaker::{Breaker, unreachable};
 use super::cluster::ClusterHandle;
 use super::within;
+use crate::error::FailingFast;
 
 /// One slot's share of a split pipeline: its commands, in order, and where their
 /// answers go in the whole pipeline's answer.
@@ -54,18 +55,22 @@ pub(super) fn split_by_slot(pipeline: &Pipeline) -> Option<Vec<Part>> {
 
 /// Sends the parts at once and puts their answers back in pipeline order. Each
 /// node the parts go to is asked once through its breaker and learns from its
-/// own parts' answers: a part whose node fails fast fails the pipeline before
-/// anything is sent, and a budget missed on one node is that node's, not the
-/// first key's. The pipeline answers when its slowest part does, each within
-/// the budget, even where another part failed at once. (The sessions' count over every shard is the health check's
-/// look at every primary: charged to its first key's node alone, it opened
-/// that node's breaker, failing the node's own commands, and never a stalled
-/// node's, so an idle web server cut off from its whole cluster said
-/// "degraded" until other traffic opened the rest.)
+/// own parts' answers: a budget missed on one node is that node's, not the
+/// first key's. A part whose node fails fast fails the pipeline before anything
+/// is sent, unless `every_node` (a read that must reach each node: the health
+/// check), where the other nodes' parts are sent all the same, so that each
+/// node is asked and charged by its own answer. The pipeline answers when its
+/// slowest part does, each within the budget, even where another part failed
+/// at once. (The sessions' count over every shard is the health check's look
+/// at every primary: charged to its first key's node alone, it opened that
+/// node's breaker and never a stalled node's; sent to no node once one failed
+/// fast, it left a stalled node whose breaker lagged the others' unasked, and
+/// closed, for good.)
 pub(super) async fn run_parts(
     handle: &ClusterHandle,
     conn: &ClusterConnection,
     budget: Option<Duration>,
+    every_node: bool,
     parts: Vec<Part>,
     count: usize,
 ) -> Result<Vec<Value>, RedisError> {
@@ -88,13 +93,25 @@ pub(super) async fn run_parts(
             })
         })
         .collect();
-    let admitted = nodes
+    let mut admitted = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        match node.admit() {
+            Ok(node) => admitted.push(Some(node)),
+            Err(fast) if !every_node => return Err(fast),
+            Err(_) => admitted.push(None),
+        }
+    }
+    // Which parts fail at once: their node fails fast.
+    let fast: Vec<bool> = node_of
         .iter()
-        .map(|node| node.admit())
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut answers = futures::future::join_all(parts.iter().map(|part| {
+        .map(|node| node.is_some_and(|n| admitted[n].is_none()))
+        .collect();
+    let mut answers = futures::future::join_all(parts.iter().zip(&fast).map(|(part, &fast)| {
         let mut conn = conn.clone();
         within(budget, async move {
+            if fast {
+                return Err(FailingFast::redis_error());
+            }
             conn.req_packed_commands(&part.pipeline, 0, part.positions.len())
                 .await
         })
@@ -105,6 +122,7 @@ pub(super) async fn run_parts(
     // probe must not close a breaker on an error another node's part answered
     // with, nor a missed budget go unseen by the connection's rebuild.
     for (index, admitted) in admitted.into_iter().enumerate() {
+        let Some(admitted) = admitted else { continue };
         let errors = || {
             node_of
                 .iter()
@@ -118,10 +136,14 @@ pub(super) async fn run_parts(
                 .or_else(|| errors().next()),
         );
     }
-    let failed = answers
-        .iter()
-        .position(|answer| answer.as_ref().is_err_and(unreachable))
-        .or_else(|| answers.iter().position(Result::is_err));
+    // A part that was sent says more than one that failed at once.
+    let sent = |at: &usize| !fast[*at];
+    let errored = |at: &usize| answers[*at].is_err();
+    let failed = (0..answers.len())
+        .filter(sent)
+        .find(|at| answers[*at].as_ref().is_err_and(unreachable))
+        .or_else(|| (0..answers.len()).filter(sent).find(errored))
+        .or_else(|| (0..answers.len()).find(errored));
     if let Some(Err(error)) = failed.map(|at| answers.swap_remove(at)) {
         return Err(error);
     }

@@ -147,6 +147,27 @@ fn late_answers_from_before_a_change_do_not_flip_it() {
 }
 
 #[test]
+fn misses_from_before_a_change_do_not_count_toward_the_next_opening() {
+    let b = breaker();
+    let miss = || RedisError::from(std::io::Error::other(super::BudgetExceeded));
+    // Commands sent before an outage, answered (missed) after the recovery.
+    let late: Vec<_> = (0..MISSES_TO_OPEN).map(|_| b.admit().unwrap()).collect();
+    trip(&b);
+    expire(&b);
+    b.admit().unwrap().record(None);
+    for admitted in late {
+        admitted.record(Some(&miss()));
+    }
+    b.admit().unwrap().record(Some(&miss()));
+    assert!(b.admit().is_ok(), "one miss of now does not open it");
+    for _ in 1..MISSES_TO_OPEN {
+        b.admit().unwrap().record(Some(&miss()));
+    }
+    assert!(b.admit().is_err(), "{MISSES_TO_OPEN} misses of now do");
+    assert_eq!(b.trips.load(Ordering::Relaxed), 2);
+}
+
+#[test]
 fn a_node_gone_is_unanswered_an_error_it_answered_is_not() {
     let budget = RedisError::from(std::io::Error::other(super::BudgetExceeded));
     for unanswered in [io_error(), budget, crate::error::FailingFast::redis_error()] {
