@@ -32,8 +32,12 @@
 //! gives its slot, the cluster's slot map (read every [`TOPOLOGY_EVERY`]) its node.
 //! A cluster is not down as a whole when one node is, so only the commands the
 //! failing node serves fail fast; after a failover its slots are the replica's at
-//! the next map read. The cluster client's own retries (a few, short:
-//! [`CLUSTER_RETRIES`]) wait for the replica's promotion. A cluster connection
+//! the next map read. A node's probe first connects to the node on its own
+//! (`Breaker::admit_checked`): a node that takes no connection (a host gone)
+//! fails it without the cluster client seeing the command, which would rebuild
+//! its slot map and connect to every node while every other command waits.
+//! The cluster client's own retries (a few, short: [`CLUSTER_RETRIES`]) wait
+//! for the replica's promotion. A cluster connection
 //! whose commands time out, or miss their budgets on more than one primary at
 //! once, is rebuilt (see `ClusterHandle`).
 //!
@@ -162,7 +166,10 @@ async fn guarded<T>(
     budget: Option<Duration>,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
 ) -> redis::RedisResult<T> {
-    let admitted = breaker.map(Breaker::admit).transpose()?;
+    let admitted = match breaker {
+        Some(breaker) => Some(breaker.admit_checked(budget).await?),
+        None => None,
+    };
     let result = within(budget, call).await;
     if let Some(admitted) = admitted {
         admitted.record(result.as_ref().err());

@@ -21,7 +21,8 @@ impl RunningExample {
         let binary = profile_dir.join("examples").join(name);
         assert!(
             binary.exists(),
-            "{} (built by cargo test)",
+            "{} is not built: a whole `cargo test` builds the examples, a run of \
+             one test target (`--test it`) does not; `cargo build --examples` first",
             binary.display()
         );
         let mut child = Command::new(&binary)

@@ -14,6 +14,7 @@
 //! test's web servers.
 
 mod database;
+mod dead_host;
 mod example;
 mod redis_cluster;
 mod redis_server;
@@ -21,6 +22,7 @@ mod small_disk;
 mod varnish;
 
 pub use database::{SqliteWalPin, SqliteWriteLock, TestDb};
+pub use dead_host::DeadHost;
 pub use example::{Reply, RunningExample};
 pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;

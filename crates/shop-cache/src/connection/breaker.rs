@@ -180,7 +180,55 @@ impl Breaker {
         self.fast_failures.fetch_add(1, Ordering::Relaxed);
         Err(crate::error::FailingFast::redis_error())
     }
+
+    /// [`Breaker::admit`], and for the probe of a cluster node's breaker a
+    /// connection of its own to the node first (within `budget`, at most
+    /// [`PROBE_CONNECT`]): a node that takes no connection fails the probe
+    /// without the command reaching the cluster client. There a command for a
+    /// node it has no connection to rebuilds its slot map and connects to every
+    /// node of the map before any other command of any node goes on, and a
+    /// connection to a host that is gone waits for its time-out: each probe of
+    /// a dead host held every primary's commands for a second (their breakers
+    /// opened in turn, `/healthz` said "down" for a cluster with two live
+    /// primaries of three: `FAULT=dead-host scripts/drill-stall`).
+    pub(super) async fn admit_checked(
+        &self,
+        budget: Option<Duration>,
+    ) -> Result<Admitted<'_>, RedisError> {
+        let admitted = self.admit()?;
+        let Some(node) = self.node.as_deref().filter(|_| admitted.probe) else {
+            return Ok(admitted);
+        };
+        let wait = budget.map_or(PROBE_CONNECT, |budget| budget.min(PROBE_CONNECT));
+        let connected = match node.rsplit_once(':') {
+            Some((host, port)) => match port.parse::<u16>() {
+                Ok(port) => {
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let connect = tokio::net::TcpStream::connect((host, port));
+                    match tokio::time::timeout(wait, connect).await {
+                        Ok(connected) => connected.map(drop),
+                        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+                    }
+                }
+                // Not an address this check knows: the command is the probe.
+                Err(_) => Ok(()),
+            },
+            None => Ok(()),
+        };
+        match connected {
+            Ok(()) => Ok(admitted),
+            Err(error) => {
+                admitted.record(Some(&RedisError::from(error)));
+                self.fast_failures.fetch_add(1, Ordering::Relaxed);
+                Err(crate::error::FailingFast::redis_error())
+            }
+        }
+    }
 }
+
+/// How long the probe of a cluster node's breaker waits for a connection of
+/// its own to the node ([`Breaker::admit_checked`]), at most.
+pub(super) const PROBE_CONNECT: Duration = Duration::from_secs(1);
 
 /// Does this error mean Redis could not be reached (rather than that it answered
 /// with an error)?

@@ -94,8 +94,10 @@ pub(super) async fn run_parts(
         })
         .collect();
     let mut admitted = Vec::with_capacity(nodes.len());
-    for node in &nodes {
-        match node.admit() {
+    let admissions =
+        futures::future::join_all(nodes.iter().map(|node| node.admit_checked(budget))).await;
+    for admission in admissions {
+        match admission {
             Ok(node) => admitted.push(Some(node)),
             Err(fast) if !every_node => return Err(fast),
             Err(_) => admitted.push(None),

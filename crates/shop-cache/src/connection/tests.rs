@@ -167,6 +167,58 @@ fn misses_from_before_a_change_do_not_count_toward_the_next_opening() {
     assert_eq!(b.trips.load(Ordering::Relaxed), 2);
 }
 
+/// A cluster node's breaker, open, its back-off over: the next command is its
+/// probe.
+fn probing(node: &str) -> Breaker {
+    let b = Breaker::new(Duration::from_secs(600)).naming(node);
+    trip(&b);
+    expire(&b);
+    b
+}
+
+#[tokio::test]
+async fn a_probe_of_a_node_that_takes_no_connection_is_not_sent() {
+    let budget = Some(Duration::from_millis(200));
+    // A port nothing listens on refuses at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = probing(&format!("127.0.0.1:{port}"));
+    let fast = refused
+        .admit_checked(budget)
+        .await
+        .expect_err("not admitted");
+    assert!(CacheError::from(fast).is_failing_fast());
+    assert!(refused.admit().is_err(), "open for another back-off");
+    assert!(
+        !refused.probing.load(Ordering::Acquire),
+        "no probe left in flight"
+    );
+    assert_eq!(refused.trips.load(Ordering::Relaxed), 1, "the same outage");
+    // A host gone: the connection waits, for the budget at most.
+    let gone = shop_testkit::DeadHost::at(&format!("127.0.0.1:{port}"));
+    let waits = probing(&format!("127.0.0.1:{port}"));
+    let began = std::time::Instant::now();
+    assert!(waits.admit_checked(budget).await.is_err());
+    assert!(began.elapsed() >= Duration::from_millis(200));
+    assert!(waits.admit().is_err());
+    drop(gone);
+    // A node that takes the connection: the command is the probe.
+    let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let open = probing(&listening.local_addr().unwrap().to_string());
+    let probe = open.admit_checked(budget).await.expect("admitted");
+    assert!(probe.probe);
+    probe.record(None);
+    assert!(open.admit().is_ok(), "closed by the probe");
+    // A one-node handle's breaker (no node named) admits as before.
+    let b = breaker();
+    trip(&b);
+    expire(&b);
+    assert!(b.admit_checked(budget).await.unwrap().probe);
+}
+
 #[test]
 fn a_node_gone_is_unanswered_an_error_it_answered_is_not() {
     let budget = RedisError::from(std::io::Error::other(super::BudgetExceeded));
