@@ -21,6 +21,11 @@ use crate::AppError;
 
 /// How often a sale item's cached row is refreshed by default, in seconds.
 pub const DEFAULT_REFRESH: f64 = 1.0;
+/// The longest sale `shop sale start` starts: a year, in minutes.
+pub const MAX_MINUTES: i64 = 366 * 24 * 60;
+/// The shortest and longest refresh of a sale item's cached row, in seconds
+/// (shorter would have the row refresher read it without pause).
+pub const REFRESH_RANGE: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
 
 /// Where a sale is started: the database, and the Redis parts that show and
 /// decide it.

@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use shop_cache::domain::ItemId;
+use shop_cache::domain::catalogue::MAX_PRICE_CENTS;
 use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 
 use super::edge::EdgeSettings;
@@ -220,8 +221,9 @@ pub enum RowsCommand {
     Schedule {
         /// The row (item id).
         id: ItemId,
-        /// Refresh interval in seconds.
-        #[arg(allow_negative_numbers = true)]
+        /// Refresh interval in seconds (0.1 to 86,400; 0 or less stops
+        /// caching it, as `unschedule` does).
+        #[arg(allow_negative_numbers = true, value_parser = row_delay)]
         delay: f64,
     },
     /// Stop caching a row (its copy goes at the next refresher step).
@@ -388,15 +390,16 @@ pub enum SaleCommand {
         /// Units on sale.
         #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         stock: i64,
-        /// Sale price in cents.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        /// Sale price in cents (0 to 1,000,000,000, as an item's price).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..=MAX_PRICE_CENTS))]
         price_cents: i64,
-        /// How long the sale lasts, in minutes.
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(i64).range(1..))]
+        /// How long the sale lasts, in minutes (1 to 527,040: a year).
+        #[arg(long, default_value_t = 60,
+              value_parser = clap::value_parser!(i64).range(1..=shop_app::sale::MAX_MINUTES))]
         minutes: i64,
         /// How often the item's cached database row (`/api/inventory/{id}`) is
-        /// refreshed, in seconds.
-        #[arg(long, default_value_t = shop_app::sale::DEFAULT_REFRESH)]
+        /// refreshed, in seconds (0.1 to 86,400).
+        #[arg(long, default_value_t = shop_app::sale::DEFAULT_REFRESH, value_parser = refresh_seconds)]
         refresh: f64,
         /// Redis settings.
         #[command(flatten)]
@@ -408,4 +411,26 @@ pub enum SaleCommand {
         #[command(flatten)]
         edge: EdgeSettings,
     },
+}
+
+/// `--refresh`: seconds within [`shop_app::sale::REFRESH_RANGE`].
+fn refresh_seconds(given: &str) -> Result<f64, String> {
+    let range = shop_app::sale::REFRESH_RANGE;
+    match given.trim().parse::<f64>() {
+        Ok(seconds) if range.contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "give seconds from {} to {}, such as 1 or 0.5",
+            range.start(),
+            range.end()
+        )),
+    }
+}
+
+/// `rows schedule`'s delay: as `--refresh`, or 0 or less (stop caching the
+/// row, the book's way).
+fn row_delay(given: &str) -> Result<f64, String> {
+    match given.trim().parse::<f64>() {
+        Ok(seconds) if seconds <= 0.0 => Ok(seconds),
+        _ => refresh_seconds(given).map_err(|e| format!("{e}, or 0 to stop caching the row")),
+    }
 }

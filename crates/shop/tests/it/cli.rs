@@ -116,6 +116,18 @@ fn rows_schedule_list_and_unschedule() {
     let bad = run(&["rows", "schedule", "0", "5"], &env);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("item id"));
+    // A delay that is no number of seconds (NaN reached Redis's script) or
+    // would have the refresher read the row without pause.
+    for delay in ["nan", "inf", "0.01", "86401"] {
+        let bad = run(&["rows", "schedule", "43", delay], &env);
+        assert_eq!(bad.status.code(), Some(2), "{delay}");
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("give seconds"));
+    }
+    let listed = stdout(&run(&["rows", "list"], &env));
+    assert!(
+        !listed.lines().any(|l| l.trim_start().starts_with("43")),
+        "{listed}"
+    );
 }
 
 #[test]
@@ -144,6 +156,59 @@ fn sale_start_refuses_an_unknown_item() {
     );
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("there is no item 11"));
+    // Terms no sale has are refused before anything is written: minutes that
+    // overflowed the end time (a sale that ended before it began, or half
+    // written when Redis refused its expiry), a price no item can have, a
+    // refresh that is no number of seconds.
+    let sale_of_4 = |flag: &str, value: &str| {
+        let mut terms = vec![("--stock", "5"), ("--price-cents", "100")];
+        terms.retain(|(given, _)| *given != flag);
+        terms.push((flag, value));
+        let mut args = vec!["sale", "start", "4"];
+        args.extend(terms.iter().flat_map(|(flag, value)| [*flag, *value]));
+        run(&args, &env)
+    };
+    for (flag, value) in [
+        ("--minutes", "9223372036854775807"),
+        ("--minutes", "153722867280912930"),
+        ("--minutes", "527041"),
+        ("--price-cents", "1000000001"),
+        ("--refresh", "nan"),
+        ("--refresh", "0"),
+    ] {
+        let refused = sale_of_4(flag, value);
+        assert_eq!(refused.status.code(), Some(2), "{flag} {value}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains(flag), "{flag} {value}: {said}");
+    }
+    let mut redis_conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let sale_keys: Vec<String> = redis::cmd("KEYS")
+        .arg("sale:*4*")
+        .query(&mut redis_conn)
+        .unwrap();
+    assert_eq!(
+        sale_keys,
+        Vec::<String>::new(),
+        "nothing of a sale of item 4"
+    );
+    let longest = stdout(&run(
+        &[
+            "sale",
+            "start",
+            "4",
+            "--stock",
+            "5",
+            "--price-cents",
+            "1000000000",
+            "--minutes",
+            "527040",
+        ],
+        &env,
+    ));
+    assert!(longest.contains("item 4 is on sale"), "{longest}");
 }
 
 #[tokio::test]
