@@ -89,6 +89,7 @@ struct Names {
 #[derive(Debug, PartialEq, Eq)]
 struct ShardNames {
     recent: String,
+    ended: String,
     guests: String,
     anonymous: String,
     login: String,
@@ -124,6 +125,7 @@ impl Keys {
                 prefix: prefix.to_owned(),
                 shards: vec![ShardNames {
                     recent: p("recent:"),
+                    ended: p("ended:"),
                     guests: p("guests:"),
                     anonymous: p("anonymous:"),
                     login: p("login:"),
@@ -150,6 +152,7 @@ impl Keys {
                     shards: (0..shards)
                         .map(|s| ShardNames {
                             recent: p(&format!("recent:{{s{s}}}")),
+                            ended: p(&format!("ended:{{s{s}}}")),
                             guests: p(&format!("guests:{{s{s}}}")),
                             anonymous: p(&format!("anonymous:{{s{s}}}")),
                             login: p(&format!("login:{{s{s}}}")),

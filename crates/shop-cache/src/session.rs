@@ -99,6 +99,13 @@ pub use views::{Holdings, Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
 /// How many of a session's most recent item views `viewed:<token>` keeps.
 pub const HISTORY_LEN: usize = 25;
 
+/// How long an ended session's token is kept in `ended:` ([`Keys::ended_in`]),
+/// at least: a touch held back before the end (write-behind, written within a
+/// tenth of a second, or at the next flush after a failed one) is refused for
+/// so long, and so is the old cookie. Each end trims the entries older than
+/// this, so `ended:` holds no more than a window's logouts.
+pub const ENDED_FOR: Duration = Duration::from_secs(120);
+
 /// How long a login form's one-time key remembers the session it made.
 pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// How long a second submit of a login form waits, in steps, for the first one to
@@ -331,9 +338,11 @@ impl Sessions {
             .key(self.keys.guests_of(old))
             .key(self.keys.logins_of(old))
             .key(self.keys.anonymous_of(old))
+            .key(self.keys.ended_of(old))
             .arg(old.expose())
             .arg(new.expose())
             .arg(user)
+            .arg(ENDED_FOR.as_secs())
             .invoke_async(&mut self.conn.clone())
             .await?;
         // The login is done: what follows tidies up, and a failure of it must not
@@ -355,6 +364,7 @@ impl Sessions {
     /// together, so the token is worth nothing afterwards; then it leaves its
     /// user's list of sessions.
     pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
+        let now = crate::clock::unix_now();
         let (user,): (Option<String>,) = redis::pipe()
             .atomic()
             .hget(self.keys.login_of(token), token.expose())
@@ -371,6 +381,14 @@ impl Sessions {
             .del(self.keys.viewed_by(token))
             .ignore()
             .del(self.keys.cart(token))
+            .ignore()
+            .zadd(self.keys.ended_of(token), token.expose(), now)
+            .ignore()
+            .zrembyscore(
+                self.keys.ended_of(token),
+                "-inf",
+                now - ENDED_FOR.as_secs_f64(),
+            )
             .ignore()
             .query_async(&mut self.conn.clone())
             .await?;

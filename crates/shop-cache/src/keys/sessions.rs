@@ -67,6 +67,21 @@ impl Keys {
         self.recent_in(self.shard_of(token))
     }
 
+    /// Sorted set: session token -> unix time it ended (logout, or ended from
+    /// the account page), for the last [`crate::session::ENDED_FOR`] of one
+    /// shard: a touch held back before the end (write-behind) and written after
+    /// it does not bring the session back (its history under the old token, a
+    /// guest session for whoever holds the old cookie), and the old cookie gets
+    /// a new token. Trimmed at each end; not one of the book's keys.
+    pub fn ended_in(&self, shard: Shard) -> &str {
+        &self.shard(shard).ended
+    }
+
+    /// [`Keys::ended_in`] the token's shard.
+    pub fn ended_of(&self, token: &SessionToken) -> &str {
+        self.ended_in(self.shard_of(token))
+    }
+
     /// Sorted set: item id -> time viewed, the session's most recent views.
     pub fn viewed_by(&self, token: &SessionToken) -> String {
         self.viewed_by_member(self.shard_of(token), token.expose())

@@ -14,6 +14,7 @@ fn default_layout_is_the_books() {
     assert_eq!(k.shards().len(), 1);
     assert_eq!(k.login_in(s), "login:");
     assert_eq!(k.recent_in(s), "recent:");
+    assert_eq!(k.ended_in(s), "ended:");
     assert_eq!(k.guests_in(s), "guests:");
     assert_eq!(k.anonymous_in(s), "anonymous:");
     assert_eq!(k.logins_in(s), "logins:");
@@ -50,6 +51,7 @@ fn every_key(k: &Keys, t: &SessionToken) -> Vec<String> {
     vec![
         k.login_of(t).to_owned(),
         k.recent_of(t).to_owned(),
+        k.ended_of(t).to_owned(),
         k.guests_of(t).to_owned(),
         k.anonymous_of(t).to_owned(),
         k.logins_of(t).to_owned(),
@@ -115,6 +117,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
         // touch, logout, cleaner: the index and the session's own keys.
         for key in [
             k.login_of(&t).to_owned(),
+            k.ended_of(&t).to_owned(),
             k.guests_of(&t).to_owned(),
             k.anonymous_of(&t).to_owned(),
             k.logins_of(&t).to_owned(),

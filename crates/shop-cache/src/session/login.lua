@@ -2,12 +2,15 @@
 -- The new token is in the old one's shard, so every key here shares one slot.
 -- KEYS[1] recent:  KEYS[2] login:  KEYS[3] viewed:<old>  KEYS[4] viewed:<new>
 -- KEYS[5] cart:<old>  KEYS[6] cart:<new>  KEYS[7] guests:  KEYS[8] logins:
--- KEYS[9] anonymous:
+-- KEYS[9] anonymous:  KEYS[10] ended:
 -- The new token's login time goes into logins:, which the absolute lifetime counts
 -- from (a login always starts it afresh: the new token is a new login).
 -- The old token need not be a session yet (sessions start lazily); the new one is
 -- logged in, so neither a guest nor an anonymous shopper.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
+-- ARGV[4] seconds ended: keeps an entry (older ones are trimmed)
+-- The old token goes into ended:, so a touch of it held back before the login
+-- and written after it (write-behind) does not bring it back (touch.lua).
 -- Returns the user the old token was logged in as, or false: the caller takes the
 -- old token out of that user's index of sessions (user-sessions:, another slot on
 -- a cluster; see session/user_sessions.rs).
@@ -19,6 +22,8 @@ redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[9], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[10], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. (now - tonumber(ARGV[4])))
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[8], now, ARGV[2])

@@ -330,6 +330,7 @@ impl Sessions {
         if sessions.is_empty() {
             return Ok(0);
         }
+        let now = crate::clock::unix_now();
         // At most a chunk of scripts in flight at once: a cap of 0 (none) lets a
         // list grow.
         let mut results: Vec<u64> = Vec::with_capacity(sessions.len());
@@ -344,8 +345,11 @@ impl Sessions {
                     .key(self.keys.logins_in(shard))
                     .key(self.keys.viewed_by_member(shard, t.expose()))
                     .key(self.keys.cart_member(shard, t.expose()))
+                    .key(self.keys.ended_in(shard))
                     .arg(t.expose())
-                    .arg(user);
+                    .arg(user)
+                    .arg(now)
+                    .arg(now - super::ENDED_FOR.as_secs_f64());
                 let mut conn = self.conn.clone();
                 async move { call.invoke_async::<u64>(&mut conn).await }
             });
@@ -355,7 +359,6 @@ impl Sessions {
         // An entry goes if its session ended here, or if it is no login in
         // flight (its session is gone): an entry whose session is about to go
         // live stays.
-        let now = crate::clock::unix_now();
         let ids: Vec<&str> = sessions
             .iter()
             .zip(&results)

@@ -289,6 +289,7 @@ impl Sessions {
                     items,
                 }],
                 read,
+                false,
             )
             .await?;
         let Some((started, user, cart, viewed)) = answers.into_iter().next() else {
@@ -320,18 +321,21 @@ impl Sessions {
         shard: crate::keys::Shard,
         touches: &[HeldTouch<'_>],
         read: bool,
+        held: bool,
     ) -> Result<Vec<TouchAnswer>, CacheError> {
         let mut call = scripts::TOUCH.prepare_invoke();
         call.key(self.keys.recent_in(shard))
             .key(self.keys.login_in(shard))
             .key(self.keys.guests_in(shard))
             .key(self.keys.logins_in(shard))
-            .key(self.keys.anonymous_in(shard));
+            .key(self.keys.anonymous_in(shard))
+            .key(self.keys.ended_in(shard));
         let lifetimes = &self.lifetimes;
         call.arg(super::HISTORY_LEN)
             .arg(lifetimes.idle().as_secs())
             .arg(lifetimes.guest_idle().as_secs())
-            .arg(lifetimes.absolute().as_secs());
+            .arg(lifetimes.absolute().as_secs())
+            .arg(if held { "1" } else { "" });
         for touch in touches {
             call.key(self.keys.viewed_by_member(shard, touch.token.expose()))
                 .key(self.keys.cart_member(shard, touch.token.expose()))
@@ -420,7 +424,7 @@ impl Sessions {
         let calls: Vec<_> = work
             .into_iter()
             .map(|(shard, chunk)| {
-                async move { (chunk, self.touch_shard(shard, chunk, false).await) }.boxed()
+                async move { (chunk, self.touch_shard(shard, chunk, false, true).await) }.boxed()
             })
             .collect();
         let mut expired = Vec::new();

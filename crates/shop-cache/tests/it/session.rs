@@ -335,6 +335,60 @@ async fn logout_removes_the_whole_session(fx: Fixture) {
     );
 }
 
+async fn a_touch_held_back_before_the_session_ended_does_not_bring_it_back(fx: Fixture) {
+    // An item page's touch is written behind (the next flush); logout, ending
+    // a session from the account page and login (the old token) come between.
+    // Before, the flush wrote the old token back as a guest session with the
+    // view in its history, readable with the old cookie.
+    let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
+    let mut raw = fx.raw().await;
+    let alice = UserId::new(5).unwrap();
+    let logged_out = sessions.login(&SessionToken::generate(), alice, None).await.unwrap();
+    let ended = sessions.login(&SessionToken::generate(), alice, None).await.unwrap();
+    let guest = SessionToken::generate();
+    sessions.touch(&guest, Touch::request()).await.unwrap();
+    for (t, n) in [(&logged_out, 8), (&ended, 9), (&guest, 10)] {
+        assert!(sessions.touch_later(t, Some(item(n))));
+    }
+    sessions.logout(&logged_out).await.unwrap();
+    let listed = sessions.sessions_of(alice).await.unwrap();
+    let entry = listed.iter().find(|s| s.is(&ended)).expect("listed");
+    assert!(sessions.end_session(alice, &entry.id).await.unwrap());
+    let new = sessions.login(&guest, alice, None).await.unwrap();
+    assert_eq!(sessions.flush_touches().await.unwrap(), 3);
+    for t in [&logged_out, &ended, &guest] {
+        let seen: Option<f64> = raw.zscore(fx.keys.recent_of(t), t.expose()).await.unwrap();
+        assert_eq!(seen, None, "no session under the ended token");
+        assert!(sessions.recently_viewed(t).await.unwrap().is_empty());
+    }
+    assert_eq!(sessions.check_token(&new).await.unwrap(), Some(alice));
+    // A request of now with an ended token starts an empty session, as any
+    // unknown token does (no new cookie that could race a login's).
+    assert_eq!(
+        sessions.touch(&logged_out, Touch::request()).await.unwrap(),
+        Touched::Started(None)
+    );
+    // ended: lists them, and each end trims what is older than ENDED_FOR.
+    for t in [&ended, &guest] {
+        let at: Option<f64> = raw.zscore(fx.keys.ended_of(t), t.expose()).await.unwrap();
+        assert!(at.is_some(), "listed in ended:");
+    }
+    let stale = SessionToken::generate();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let long_ago = now - shop_cache::session::ENDED_FOR.as_secs_f64() - 10.0;
+    let _: () = raw.zadd(fx.keys.ended_of(&stale), stale.expose(), long_ago).await.unwrap();
+    let mut same_shard = SessionToken::generate();
+    while fx.keys.shard_of(&same_shard) != fx.keys.shard_of(&stale) {
+        same_shard = SessionToken::generate();
+    }
+    sessions.logout(&same_shard).await.unwrap();
+    let at: Option<f64> = raw.zscore(fx.keys.ended_of(&stale), stale.expose()).await.unwrap();
+    assert_eq!(at, None, "trimmed");
+}
+
 async fn a_returned_token_starts_a_guest_session_and_a_cart_or_login_ends_its_guesthood(fx: Fixture) {
     let sessions = Sessions::new(fx.conn.clone(), fx.keys.clone());
     let carts = shop_cache::cart::Carts::new(fx.conn.clone(), fx.keys.clone(), 99);

@@ -2,10 +2,11 @@
 -- atomically, all in one call: a single request's touch is a batch of one, and the
 -- view flusher sends the touches it held back (write-behind) a batch per shard.
 -- KEYS[1] recent: (the sessions' shard)   KEYS[2] login: (same)   KEYS[3] guests: (same)
--- KEYS[4] logins: (same)   KEYS[5] anonymous: (same)   then for session i (from 1):
--- KEYS[4 + 2i] viewed:<token>, KEYS[5 + 2i] cart:<token>
+-- KEYS[4] logins: (same)   KEYS[5] anonymous: (same)   KEYS[6] ended: (same)
+-- then for session i (from 1): KEYS[5 + 2i] viewed:<token>, KEYS[6 + 2i] cart:<token>
 -- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
 -- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
+-- ARGV[5] '1' when the touches were held back (write-behind, see below), else ''
 -- then for each session in order: token, user id or '', '1' to read what the session
 -- holds or '', the number of item views n, and n item ids (oldest first)
 -- The item's global count (viewed:) and its distinct viewers are not written here:
@@ -19,6 +20,13 @@
 -- A token the shop does not know starts a session: the shop hands out tokens without
 -- writing anything (a client that never sends its cookie back costs no key), so the
 -- first request that comes back with one is where its session begins.
+-- Except, for touches held back, a token whose session ended lately (logout,
+-- ended from the account page, or moved to a new token at login), listed in
+-- ended:: answered as expired (2), nothing written, so a touch held back before
+-- the end and written after it does not bring the session back with the history
+-- it had. (A request of now with such a token starts a session as any unknown
+-- token does: empty, and without a new cookie that could overwrite the one a
+-- login just set.) Looked up only for a token not in recent:.
 -- Lifetimes: a session idle longer than its kind may be (a guest, or one with a
 -- login or a cart), or logged in longer ago than a login lasts (logins:, written
 -- by login.lua), is expired: removed with everything it owns, as on logout, and the
@@ -43,6 +51,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local recent, login, guests, logins, anonymous = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local ended = KEYS[6]
+local held = ARGV[5] == '1'
 local keep = tonumber(ARGV[1])
 local idle_max, guest_max, login_max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -60,6 +70,11 @@ local function touch(token, given, viewed, cart_key)
     return started, user
   end
   local seen = redis.call('ZSCORE', recent, token)
+  if held and not seen then
+    if redis.call('ZSCORE', ended, token) then
+      return 2, false
+    end
+  end
   local cart = 0
   user = redis.call('HGET', login, token)
   if not user then
@@ -102,12 +117,12 @@ local function touch(token, given, viewed, cart_key)
 end
 
 local out = {}
-local a = 5
+local a = 6
 local i = 0
 while a <= #ARGV do
   i = i + 1
   local token, given, read, n = ARGV[a], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local viewed, cart_key = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local viewed, cart_key = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   local started, user = touch(token, given, viewed, cart_key)
   if started ~= 2 and n > 0 then
     local last = redis.call('ZRANGE', viewed, -1, -1, 'WITHSCORES')
