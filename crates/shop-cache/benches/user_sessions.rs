@@ -140,19 +140,7 @@ async fn logins_per_second(
                         .unwrap();
                 } else {
                     let new = keys.fresh_token_beside(&old);
-                    shop_cache::scripts::LOGIN
-                        .key(keys.recent_of(&old))
-                        .key(keys.login_of(&old))
-                        .key(keys.viewed_by(&old))
-                        .key(keys.viewed_by(&new))
-                        .key(keys.cart(&old))
-                        .key(keys.cart(&new))
-                        .key(keys.guests_of(&old))
-                        .key(keys.logins_of(&old))
-                        .key(keys.anonymous_of(&old))
-                        .arg(old.expose())
-                        .arg(new.expose())
-                        .arg(user)
+                    shop_cache::session::login_move(&keys, &old, &new, user)
                         .invoke_async::<Option<String>>(&mut conn.clone())
                         .await
                         .unwrap();

@@ -99,12 +99,44 @@ pub use views::{Holdings, Touch, Touched, VIEW_FLUSH_EVERY, ViewFlusher};
 /// How many of a session's most recent item views `viewed:<token>` keeps.
 pub const HISTORY_LEN: usize = 25;
 
-/// How long an ended session's token is kept in `ended:` ([`Keys::ended_in`]),
-/// at least: a touch held back before the end (write-behind, written within a
-/// tenth of a second, or at the next flush after a failed one) is refused for
-/// so long, and so is the old cookie. Each end trims the entries older than
-/// this, so `ended:` holds no more than a window's logouts.
+/// The login script's call that moves `old`'s session to `new` for `user`: the
+/// one place its keys and arguments are listed (the benchmarks call it too).
+pub fn login_move(
+    keys: &Keys,
+    old: &SessionToken,
+    new: &SessionToken,
+    user: UserId,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = scripts::LOGIN.prepare_invoke();
+    call.key(keys.recent_of(old))
+        .key(keys.login_of(old))
+        .key(keys.viewed_by(old))
+        .key(keys.viewed_by(new))
+        .key(keys.cart(old))
+        .key(keys.cart(new))
+        .key(keys.guests_of(old))
+        .key(keys.logins_of(old))
+        .key(keys.anonymous_of(old))
+        .key(keys.ended_of(old))
+        .arg(old.expose())
+        .arg(new.expose())
+        .arg(user)
+        .arg(ENDED_FOR.as_secs())
+        .arg(ENDED_MAX);
+    call
+}
+
+/// How long an ended session's token is kept in `ended:` ([`Keys::ended_in`]):
+/// a touch held back before the end (write-behind, written within a tenth of a
+/// second, or at the next flush after a failed one) and written within this is
+/// refused. Each end trims the entries older than this.
 pub const ENDED_FOR: Duration = Duration::from_secs(120);
+
+/// The most entries `ended:` keeps a shard (the newest): a logout needs no
+/// session, so a client posting logouts in a loop could otherwise fill it for
+/// [`ENDED_FOR`]; past this, the oldest go (their held touches, if any, are
+/// long written).
+pub const ENDED_MAX: u64 = 10_000;
 
 /// How long a login form's one-time key remembers the session it made.
 pub const LOGIN_ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -328,21 +360,7 @@ impl Sessions {
         // In the same shard as the old token, so the move is one script in one slot.
         let new = self.keys.fresh_token_beside(old);
         let listed = self.index(user, &new, device).await?;
-        let was: Option<String> = scripts::LOGIN
-            .key(self.keys.recent_of(old))
-            .key(self.keys.login_of(old))
-            .key(self.keys.viewed_by(old))
-            .key(self.keys.viewed_by(&new))
-            .key(self.keys.cart(old))
-            .key(self.keys.cart(&new))
-            .key(self.keys.guests_of(old))
-            .key(self.keys.logins_of(old))
-            .key(self.keys.anonymous_of(old))
-            .key(self.keys.ended_of(old))
-            .arg(old.expose())
-            .arg(new.expose())
-            .arg(user)
-            .arg(ENDED_FOR.as_secs())
+        let was: Option<String> = login_move(&self.keys, old, &new, user)
             .invoke_async(&mut self.conn.clone())
             .await?;
         // The login is done: what follows tidies up, and a failure of it must not
@@ -389,6 +407,8 @@ impl Sessions {
                 "-inf",
                 now - ENDED_FOR.as_secs_f64(),
             )
+            .ignore()
+            .zremrangebyrank(self.keys.ended_of(token), 0, -(ENDED_MAX as isize) - 1)
             .ignore()
             .query_async(&mut self.conn.clone())
             .await?;

@@ -34,10 +34,14 @@ impl DeadHost {
         let queued = (0..3)
             .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok())
             .collect::<Vec<_>>();
+        // It waits (not refused, as with `tcp_abort_on_overflow`: that would
+        // be a process gone, not a host).
         let waits = TcpStream::connect_timeout(&addr, Duration::from_millis(100));
         assert!(
-            waits.is_err(),
-            "a connection to {addr} did not wait: the queue is not full"
+            waits
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut),
+            "a connection to {addr} did not wait: {waits:?}"
         );
         DeadHost {
             _listener: socket,

@@ -124,15 +124,17 @@ enum RedisCheck {
 /// The Redis check, and the error Redis answered with when it
 /// [`RedisCheck::Failed`]. Each node has the request budget to answer (at most
 /// [`PROBE_TIMEOUT`]), and a node that misses it is charged with the miss; the
-/// whole check ends within twice [`PROBE_TIMEOUT`].
+/// whole check ends within three times [`PROBE_TIMEOUT`].
 async fn check_redis(state: &AppState) -> (RedisCheck, Option<String>) {
     let budget = state.config.redis_budget.min(PROBE_TIMEOUT);
     // Every node is asked, even with another failing fast: a stalled node
     // whose breaker lags the others' is asked until it opens.
     let redis = state.redis.with_budget(budget).asking_every_node();
     let sessions = state.sessions.over(redis);
-    // The budget ends the check; this only bounds what it does not cover.
-    match tokio::time::timeout(2 * PROBE_TIMEOUT, sessions.count()).await {
+    // The budget ends the check; this only bounds what it does not cover (a
+    // probe's own connection to a node, at most the budget, before the parts
+    // are sent with theirs).
+    match tokio::time::timeout(3 * PROBE_TIMEOUT, sessions.count()).await {
         Ok(Ok(_)) => (RedisCheck::Answered, None),
         Err(_) => (RedisCheck::Unanswered, None),
         Ok(Err(error)) if error.is_unanswered() => (RedisCheck::Unanswered, None),

@@ -93,6 +93,7 @@ impl Admitted<'_> {
                     .is_ok()
                 {
                     b.open_until_ms.store(until, Ordering::Release);
+                    b.misses.store(0, Ordering::Release);
                     b.trips.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         error = %e,
@@ -104,6 +105,7 @@ impl Admitted<'_> {
             }
             _ if self.probe => {
                 b.open_until_ms.store(0, Ordering::Release);
+                b.misses.store(0, Ordering::Release);
                 b.generation.fetch_add(1, Ordering::AcqRel);
                 tracing::info!(
                     node = b.node.as_deref().unwrap_or("redis"),
@@ -183,51 +185,62 @@ impl Breaker {
 
     /// [`Breaker::admit`], and for the probe of a cluster node's breaker a
     /// connection of its own to the node first (within `budget`, at most
-    /// [`PROBE_CONNECT`]): a node that takes no connection fails the probe
-    /// without the command reaching the cluster client. There a command for a
-    /// node it has no connection to rebuilds its slot map and connects to every
-    /// node of the map before any other command of any node goes on, and a
-    /// connection to a host that is gone waits for its time-out: each probe of
-    /// a dead host held every primary's commands for a second (their breakers
-    /// opened in turn, `/healthz` said "down" for a cluster with two live
-    /// primaries of three: `FAULT=dead-host scripts/drill-stall`).
+    /// [`PROBE_CONNECT`]): a node whose connection neither opens nor is
+    /// refused in that time (a host gone) fails the probe without the command
+    /// reaching the cluster client. There a command for a node it has no
+    /// connection to rebuilds its slot map and connects to every node of the
+    /// map while every other command of every node waits, and a connection to
+    /// a host that is gone waits for its time-out: each probe of a dead host
+    /// held every primary's commands for a second (their breakers opened in
+    /// turn; `/healthz` said "down" with two live primaries of three:
+    /// `FAULT=dead-host scripts/drill-stall`). A refused connection (a process
+    /// gone, its host up) is answered at once, and the command goes as the
+    /// probe, as before: the cluster client learns the new slot map after a
+    /// failover from such commands (a probe failed here at every refusal left
+    /// some of a replaced primary's slots failing fast after the failover, one
+    /// run of three of `cluster::a_primary_fails_over_under_traffic...`).
     pub(super) async fn admit_checked(
         &self,
         budget: Option<Duration>,
     ) -> Result<Admitted<'_>, RedisError> {
         let admitted = self.admit()?;
-        let Some(node) = self.node.as_deref().filter(|_| admitted.probe) else {
+        let Some((host, port)) = self
+            .node
+            .as_deref()
+            .filter(|_| admitted.probe)
+            .and_then(probe_address)
+        else {
             return Ok(admitted);
         };
         let wait = budget.map_or(PROBE_CONNECT, |budget| budget.min(PROBE_CONNECT));
-        let connected = match node.rsplit_once(':') {
-            Some((host, port)) => match port.parse::<u16>() {
-                Ok(port) => {
-                    let host = host.trim_start_matches('[').trim_end_matches(']');
-                    let connect = tokio::net::TcpStream::connect((host, port));
-                    match tokio::time::timeout(wait, connect).await {
-                        Ok(connected) => connected.map(drop),
-                        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-                    }
-                }
-                // Not an address this check knows: the command is the probe.
-                Err(_) => Ok(()),
-            },
-            None => Ok(()),
-        };
-        match connected {
-            Ok(()) => Ok(admitted),
-            Err(error) => {
-                admitted.record(Some(&RedisError::from(error)));
-                self.fast_failures.fetch_add(1, Ordering::Relaxed);
-                Err(crate::error::FailingFast::redis_error())
-            }
+        let connect = tokio::net::TcpStream::connect((host, port));
+        if tokio::time::timeout(wait, connect).await.is_ok() {
+            return Ok(admitted);
         }
+        let gone = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        admitted.record(Some(&gone));
+        self.fast_failures.fetch_add(1, Ordering::Relaxed);
+        Err(crate::error::FailingFast::redis_error())
+    }
+}
+
+/// The host and port of a node's `host:port` name, where they name an
+/// address to connect to (not an empty or wildcard host, which the cluster
+/// client reads as the answering node's).
+fn probe_address(node: &str) -> Option<(&str, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().ok()?;
+    match host {
+        "" | "?" | "0.0.0.0" | "::" => None,
+        host => Some((host, port)),
     }
 }
 
 /// How long the probe of a cluster node's breaker waits for a connection of
-/// its own to the node ([`Breaker::admit_checked`]), at most.
+/// its own to the node ([`Breaker::admit_checked`]), at most: a connection in
+/// a data centre opens in a millisecond, and a second is the cluster client's
+/// own connection time-out, past which it would give up too.
 pub(super) const PROBE_CONNECT: Duration = Duration::from_secs(1);
 
 /// Does this error mean Redis could not be reached (rather than that it answered

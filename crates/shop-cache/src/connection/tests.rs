@@ -177,34 +177,30 @@ fn probing(node: &str) -> Breaker {
 }
 
 #[tokio::test]
-async fn a_probe_of_a_node_that_takes_no_connection_is_not_sent() {
+async fn a_probe_of_a_node_whose_connection_waits_is_not_sent() {
     let budget = Some(Duration::from_millis(200));
-    // A port nothing listens on refuses at once.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let refused = probing(&format!("127.0.0.1:{port}"));
-    let fast = refused
-        .admit_checked(budget)
-        .await
-        .expect_err("not admitted");
-    assert!(CacheError::from(fast).is_failing_fast());
-    assert!(refused.admit().is_err(), "open for another back-off");
-    assert!(
-        !refused.probing.load(Ordering::Acquire),
-        "no probe left in flight"
-    );
-    assert_eq!(refused.trips.load(Ordering::Relaxed), 1, "the same outage");
     // A host gone: the connection waits, for the budget at most.
     let gone = shop_testkit::DeadHost::at(&format!("127.0.0.1:{port}"));
     let waits = probing(&format!("127.0.0.1:{port}"));
     let began = std::time::Instant::now();
-    assert!(waits.admit_checked(budget).await.is_err());
+    let fast = waits.admit_checked(budget).await.expect_err("not admitted");
     assert!(began.elapsed() >= Duration::from_millis(200));
-    assert!(waits.admit().is_err());
+    assert!(CacheError::from(fast).is_failing_fast());
+    assert!(waits.admit().is_err(), "open for another back-off");
+    assert!(
+        !waits.probing.load(Ordering::Acquire),
+        "no probe left in flight"
+    );
+    assert_eq!(waits.trips.load(Ordering::Relaxed), 1, "the same outage");
     drop(gone);
+    // A process gone (refused at once): the command is the probe, as before.
+    let refused = probing(&format!("127.0.0.1:{port}"));
+    assert!(refused.admit_checked(budget).await.unwrap().probe);
     // A node that takes the connection: the command is the probe.
     let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let open = probing(&listening.local_addr().unwrap().to_string());
@@ -212,11 +208,15 @@ async fn a_probe_of_a_node_that_takes_no_connection_is_not_sent() {
     assert!(probe.probe);
     probe.record(None);
     assert!(open.admit().is_ok(), "closed by the probe");
-    // A one-node handle's breaker (no node named) admits as before.
-    let b = breaker();
-    trip(&b);
-    expire(&b);
-    assert!(b.admit_checked(budget).await.unwrap().probe);
+    // No address to connect to (an empty host: the answering node's), and a
+    // one-node handle's breaker (no node named): admitted as before.
+    for b in [probing(":7000"), breaker()] {
+        if b.node.is_none() {
+            trip(&b);
+            expire(&b);
+        }
+        assert!(b.admit_checked(budget).await.unwrap().probe);
+    }
 }
 
 #[test]

@@ -67,12 +67,13 @@ impl Keys {
         self.recent_in(self.shard_of(token))
     }
 
-    /// Sorted set: session token -> unix time it ended (logout, or ended from
-    /// the account page), for the last [`crate::session::ENDED_FOR`] of one
-    /// shard: a touch held back before the end (write-behind) and written after
-    /// it does not bring the session back (its history under the old token, a
-    /// guest session for whoever holds the old cookie), and the old cookie gets
-    /// a new token. Trimmed at each end; not one of the book's keys.
+    /// Sorted set: session token -> unix time it ended (logout, ended from the
+    /// account page, the old token at login, past its lifetime at a touch), for
+    /// the last [`crate::session::ENDED_FOR`] of one shard, at most
+    /// [`crate::session::ENDED_MAX`]: a touch held back before the end
+    /// (write-behind) and written after it is refused, so it does not bring the
+    /// session back with its history under the old token. Trimmed at each end;
+    /// not one of the book's keys.
     pub fn ended_in(&self, shard: Shard) -> &str {
         &self.shard(shard).ended
     }

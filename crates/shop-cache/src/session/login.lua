@@ -9,6 +9,7 @@
 -- logged in, so neither a guest nor an anonymous shopper.
 -- ARGV[1] old token  ARGV[2] new token  ARGV[3] user id
 -- ARGV[4] seconds ended: keeps an entry (older ones are trimmed)
+-- ARGV[5] the most entries ended: keeps (the newest)
 -- The old token goes into ended:, so a touch of it held back before the login
 -- and written after it (write-behind) does not bring it back (touch.lua).
 -- Returns the user the old token was logged in as, or false: the caller takes the
@@ -24,6 +25,7 @@ redis.call('ZREM', KEYS[8], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[10], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. (now - tonumber(ARGV[4])))
+redis.call('ZREMRANGEBYRANK', KEYS[10], 0, -(tonumber(ARGV[5]) + 1))
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[8], now, ARGV[2])

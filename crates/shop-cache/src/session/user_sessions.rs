@@ -349,7 +349,8 @@ impl Sessions {
                     .arg(t.expose())
                     .arg(user)
                     .arg(now)
-                    .arg(now - super::ENDED_FOR.as_secs_f64());
+                    .arg(now - super::ENDED_FOR.as_secs_f64())
+                    .arg(super::ENDED_MAX);
                 let mut conn = self.conn.clone();
                 async move { call.invoke_async::<u64>(&mut conn).await }
             });

@@ -335,7 +335,8 @@ impl Sessions {
             .arg(lifetimes.idle().as_secs())
             .arg(lifetimes.guest_idle().as_secs())
             .arg(lifetimes.absolute().as_secs())
-            .arg(if held { "1" } else { "" });
+            .arg(if held { "1" } else { "" })
+            .arg(super::ENDED_MAX);
         for touch in touches {
             call.key(self.keys.viewed_by_member(shard, touch.token.expose()))
                 .key(self.keys.cart_member(shard, touch.token.expose()))

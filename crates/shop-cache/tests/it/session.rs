@@ -355,8 +355,19 @@ async fn a_touch_held_back_before_the_session_ended_does_not_bring_it_back(fx: F
     let entry = listed.iter().find(|s| s.is(&ended)).expect("listed");
     assert!(sessions.end_session(alice, &entry.id).await.unwrap());
     let new = sessions.login(&guest, alice, None).await.unwrap();
-    assert_eq!(sessions.flush_touches().await.unwrap(), 3);
-    for t in [&logged_out, &ended, &guest] {
+    // A session that expires at a request's touch (idle two days, a guest).
+    let idle = SessionToken::generate();
+    sessions.touch(&idle, Touch::request()).await.unwrap();
+    assert!(sessions.touch_later(&idle, Some(item(11))));
+    let two_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 2.0 * 86_400.0;
+    let _: () = raw.zadd(fx.keys.recent_of(&idle), idle.expose(), two_days_ago).await.unwrap();
+    assert_eq!(sessions.touch(&idle, Touch::request()).await.unwrap(), Touched::Expired);
+    assert_eq!(sessions.flush_touches().await.unwrap(), 4);
+    for t in [&logged_out, &ended, &guest, &idle] {
         let seen: Option<f64> = raw.zscore(fx.keys.recent_of(t), t.expose()).await.unwrap();
         assert_eq!(seen, None, "no session under the ended token");
         assert!(sessions.recently_viewed(t).await.unwrap().is_empty());

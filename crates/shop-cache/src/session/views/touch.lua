@@ -7,6 +7,7 @@
 -- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
 -- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
 -- ARGV[5] '1' when the touches were held back (write-behind, see below), else ''
+-- ARGV[6] the most entries ended: keeps (the newest)
 -- then for each session in order: token, user id or '', '1' to read what the session
 -- holds or '', the number of item views n, and n item ids (oldest first)
 -- The item's global count (viewed:) and its distinct viewers are not written here:
@@ -21,10 +22,10 @@
 -- writing anything (a client that never sends its cookie back costs no key), so the
 -- first request that comes back with one is where its session begins.
 -- Except, for touches held back, a token whose session ended lately (logout,
--- ended from the account page, or moved to a new token at login), listed in
--- ended:: answered as expired (2), nothing written, so a touch held back before
--- the end and written after it does not bring the session back with the history
--- it had. (A request of now with such a token starts a session as any unknown
+-- ended from the account page, moved to a new token at login, or expired here),
+-- listed in ended:: answered as expired (2), nothing written, so a touch held back
+-- before the end and written after it does not bring the session back with the
+-- history it had. (A request of now with such a token starts a session as any unknown
 -- token does: empty, and without a new cookie that could overwrite the one a
 -- login just set.) Looked up only for a token not in recent:.
 -- Lifetimes: a session idle longer than its kind may be (a guest, or one with a
@@ -53,6 +54,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local recent, login, guests, logins, anonymous = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ended = KEYS[6]
 local held = ARGV[5] == '1'
+local ended_max = tonumber(ARGV[6])
 local keep = tonumber(ARGV[1])
 local idle_max, guest_max, login_max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -102,6 +104,9 @@ local function touch(token, given, viewed, cart_key)
       redis.call('ZREM', logins, token)
       redis.call('HDEL', login, token)
       redis.call('DEL', viewed, cart_key)
+      -- Ended, as by logout: a touch of it held back is refused (below).
+      redis.call('ZADD', ended, now, token)
+      redis.call('ZREMRANGEBYRANK', ended, 0, -(ended_max + 1))
       return 2, user
     end
   end
@@ -117,7 +122,7 @@ local function touch(token, given, viewed, cart_key)
 end
 
 local out = {}
-local a = 6
+local a = 7
 local i = 0
 while a <= #ARGV do
   i = i + 1
