@@ -194,11 +194,8 @@ impl Breaker {
     /// held every primary's commands for a second (their breakers opened in
     /// turn; `/healthz` said "down" with two live primaries of three:
     /// `FAULT=dead-host scripts/drill-stall`). A refused connection (a process
-    /// gone, its host up) is answered at once, and the command goes as the
-    /// probe, as before: the cluster client learns the new slot map after a
-    /// failover from such commands (a probe failed here at every refusal left
-    /// some of a replaced primary's slots failing fast after the failover, one
-    /// run of three of `cluster::a_primary_fails_over_under_traffic...`).
+    /// gone, its host up) is refused at once there too, so the command goes as
+    /// the probe, as it always did.
     pub(super) async fn admit_checked(
         &self,
         budget: Option<Duration>,
