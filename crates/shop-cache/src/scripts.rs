@@ -5,7 +5,8 @@
 //! with nothing else in between. Each script's source sits beside the module that
 //! calls it (`src/cart/cart_set.lua` for `cart.rs`), one file each, and is loaded
 //! here, the one list of them; `row_cache/batched.lua` holds helpers the row
-//! cache's scripts start with (one command of each kind for a whole batch).
+//! cache's scripts start with (one command of each kind for a whole batch), and
+//! `session/end_token.lua` the session scripts that end a token.
 
 use std::sync::LazyLock;
 
@@ -13,8 +14,12 @@ use redis::Script;
 
 /// A session's request: `recent:`, `login:` and `viewed:<token>` in one call (the
 /// global `viewed:` is written by the view flusher).
-pub static TOUCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("session/views/touch.lua")));
+pub static TOUCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("session/end_token.lua"),
+        include_str!("session/views/touch.lua")
+    ))
+});
 
 /// The view flusher's counts for the ranking, many items in one call.
 pub static COUNT_VIEWS: LazyLock<Script> =
@@ -25,8 +30,12 @@ pub static ADD_VIEWERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("session/views/add_viewers.lua")));
 
 /// Login: moves cart and history to a fresh token and retires the old one.
-pub static LOGIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("session/login.lua")));
+pub static LOGIN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("session/end_token.lua"),
+        include_str!("session/login.lua")
+    ))
+});
 
 /// The session cleaner's pick-and-delete.
 pub static CLEAN_SESSIONS: LazyLock<Script> =
@@ -118,9 +127,13 @@ pub static LOGIN_ATTEMPT: LazyLock<Script> =
 pub static INDEX_SESSION: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("session/user_sessions/index_session.lua")));
 
-/// Ends one session of a user (as logout does), if it is still theirs.
-pub static END_SESSION: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("session/user_sessions/end_session.lua")));
+/// Ends one session: logout, or one of a user's if it is still theirs.
+pub static END_SESSION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("session/end_token.lua"),
+        include_str!("session/user_sessions/end_session.lua")
+    ))
+});
 
 /// Lets a login attempt on one account name through (and counts it), or not.
 pub static LOGIN_NAME_GATE: LazyLock<Script> =

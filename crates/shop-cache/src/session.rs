@@ -126,6 +126,30 @@ pub fn login_move(
     call
 }
 
+/// The call of `end_session.lua` that ends `token`'s session: for `user`
+/// only if it is still theirs, or whoever's it is (logout). Its answer: 1 when
+/// it ended it (else 0), and the user it was logged in as.
+pub(crate) fn end_call(
+    keys: &Keys,
+    token: &SessionToken,
+    user: Option<UserId>,
+) -> redis::ScriptInvocation<'static> {
+    let mut call = scripts::END_SESSION.prepare_invoke();
+    call.key(keys.recent_of(token))
+        .key(keys.login_of(token))
+        .key(keys.guests_of(token))
+        .key(keys.logins_of(token))
+        .key(keys.anonymous_of(token))
+        .key(keys.ended_of(token))
+        .key(keys.viewed_by(token))
+        .key(keys.cart(token))
+        .arg(token.expose())
+        .arg(user.map(|user| user.get().to_string()).unwrap_or_default())
+        .arg(ENDED_FOR.as_secs())
+        .arg(ENDED_MAX);
+    call
+}
+
 /// How long an ended session's token is kept in `ended:` ([`Keys::ended_in`]):
 /// a touch held back before the end (write-behind, written within a tenth of a
 /// second, or at the next flush after a failed one) and written within this is
@@ -382,35 +406,8 @@ impl Sessions {
     /// together, so the token is worth nothing afterwards; then it leaves its
     /// user's list of sessions.
     pub async fn logout(&self, token: &SessionToken) -> Result<(), CacheError> {
-        let now = crate::clock::unix_now();
-        let (user,): (Option<String>,) = redis::pipe()
-            .atomic()
-            .hget(self.keys.login_of(token), token.expose())
-            .hdel(self.keys.login_of(token), token.expose())
-            .ignore()
-            .zrem(self.keys.recent_of(token), token.expose())
-            .ignore()
-            .zrem(self.keys.guests_of(token), token.expose())
-            .ignore()
-            .zrem(self.keys.anonymous_of(token), token.expose())
-            .ignore()
-            .zrem(self.keys.logins_of(token), token.expose())
-            .ignore()
-            .del(self.keys.viewed_by(token))
-            .ignore()
-            .del(self.keys.cart(token))
-            .ignore()
-            .zadd(self.keys.ended_of(token), token.expose(), now)
-            .ignore()
-            .zrembyscore(
-                self.keys.ended_of(token),
-                "-inf",
-                now - ENDED_FOR.as_secs_f64(),
-            )
-            .ignore()
-            .zremrangebyrank(self.keys.ended_of(token), 0, -(ENDED_MAX as isize) - 1)
-            .ignore()
-            .query_async(&mut self.conn.clone())
+        let (_, user): (u8, Option<String>) = end_call(&self.keys, token, None)
+            .invoke_async(&mut self.conn.clone())
             .await?;
         if let Some(user) = user.and_then(|raw| raw.parse::<UserId>().ok()) {
             self.unindex(&[(token.clone(), user)]).await?;

@@ -15,17 +15,14 @@
 -- Returns the user the old token was logged in as, or false: the caller takes the
 -- old token out of that user's index of sessions (user-sessions:, another slot on
 -- a cluster; see session/user_sessions.rs).
+-- Starts with end_token.lua (end_token, server_now).
 local was = redis.call('HGET', KEYS[2], ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[7], ARGV[1])
-redis.call('ZREM', KEYS[9], ARGV[1])
-redis.call('ZREM', KEYS[8], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[10], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. (now - tonumber(ARGV[4])))
-redis.call('ZREMRANGEBYRANK', KEYS[10], 0, -(tonumber(ARGV[5]) + 1))
+local now = server_now()
+local shard = {
+  recent = KEYS[1], login = KEYS[2], guests = KEYS[7], logins = KEYS[8],
+  anonymous = KEYS[9], ended = KEYS[10],
+}
+end_token(shard, ARGV[1], now, tonumber(ARGV[4]), tonumber(ARGV[5]))
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[8], now, ARGV[2])

@@ -336,23 +336,12 @@ impl Sessions {
         let mut results: Vec<u64> = Vec::with_capacity(sessions.len());
         for chunk in sessions.chunks(64) {
             let calls = chunk.iter().map(|s| {
-                let t = &s.token;
-                let shard = self.keys.shard_of(t);
-                let mut call = scripts::END_SESSION.prepare_invoke();
-                call.key(self.keys.recent_in(shard))
-                    .key(self.keys.login_in(shard))
-                    .key(self.keys.guests_in(shard))
-                    .key(self.keys.logins_in(shard))
-                    .key(self.keys.viewed_by_member(shard, t.expose()))
-                    .key(self.keys.cart_member(shard, t.expose()))
-                    .key(self.keys.ended_in(shard))
-                    .arg(t.expose())
-                    .arg(user)
-                    .arg(now)
-                    .arg(now - super::ENDED_FOR.as_secs_f64())
-                    .arg(super::ENDED_MAX);
+                let call = super::end_call(&self.keys, &s.token, Some(user));
                 let mut conn = self.conn.clone();
-                async move { call.invoke_async::<u64>(&mut conn).await }
+                async move {
+                    let (ended, _): (u64, Option<String>) = call.invoke_async(&mut conn).await?;
+                    Ok::<_, redis::RedisError>(ended)
+                }
             });
             results.extend(futures::future::try_join_all(calls).await?);
         }

@@ -336,7 +336,8 @@ impl Sessions {
             .arg(lifetimes.guest_idle().as_secs())
             .arg(lifetimes.absolute().as_secs())
             .arg(if held { "1" } else { "" })
-            .arg(super::ENDED_MAX);
+            .arg(super::ENDED_MAX)
+            .arg(super::ENDED_FOR.as_secs());
         for touch in touches {
             call.key(self.keys.viewed_by_member(shard, touch.token.expose()))
                 .key(self.keys.cart_member(shard, touch.token.expose()))

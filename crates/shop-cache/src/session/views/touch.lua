@@ -7,7 +7,7 @@
 -- ARGV[1] history length   ARGV[2] seconds a session with a login or a cart may stay idle
 -- ARGV[3] seconds a guest may stay idle   ARGV[4] seconds a login lasts at most
 -- ARGV[5] '1' when the touches were held back (write-behind, see below), else ''
--- ARGV[6] the most entries ended: keeps (the newest)
+-- ARGV[6] the most entries ended: keeps (the newest)   ARGV[7] seconds it keeps one
 -- then for each session in order: token, user id or '', '1' to read what the session
 -- holds or '', the number of item views n, and n item ids (oldest first)
 -- The item's global count (viewed:) and its distinct viewers are not written here:
@@ -42,6 +42,7 @@
 -- anonymous: (same time), which the cleaner empties after the guests and before
 -- any logged-in session.
 -- The time is the server's (TIME), so web servers with skewed clocks agree.
+-- Starts with end_token.lua (end_token, server_now).
 -- A view's score in viewed:<token> is a sequence number, one more than the session's
 -- latest: strictly ordered like the book's timestamps (and after one the book's code
 -- wrote), but a small integer, which Redis stores in 1-2 bytes instead of a float's
@@ -49,12 +50,15 @@
 -- Every redis.call costs about a microsecond of Redis time, so each is spent only
 -- when needed: the history is trimmed only when it grew, and the user is read only
 -- when the caller lacks it.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = server_now()
 local recent, login, guests, logins, anonymous = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ended = KEYS[6]
+local shard = {
+  recent = recent, login = login, guests = guests, logins = logins,
+  anonymous = anonymous, ended = ended,
+}
 local held = ARGV[5] == '1'
-local ended_max = tonumber(ARGV[6])
+local ended_max, ended_for = tonumber(ARGV[6]), tonumber(ARGV[7])
 local keep = tonumber(ARGV[1])
 local idle_max, guest_max, login_max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -98,15 +102,9 @@ local function touch(token, given, viewed, cart_key)
       expired = idle > guest_max
     end
     if expired then
-      redis.call('ZREM', recent, token)
-      redis.call('ZREM', guests, token)
-      redis.call('ZREM', anonymous, token)
-      redis.call('ZREM', logins, token)
-      redis.call('HDEL', login, token)
+      -- Ended, as by logout: a touch of it held back is refused (above).
+      end_token(shard, token, now, ended_for, ended_max)
       redis.call('DEL', viewed, cart_key)
-      -- Ended, as by logout: a touch of it held back is refused (below).
-      redis.call('ZADD', ended, now, token)
-      redis.call('ZREMRANGEBYRANK', ended, 0, -(ended_max + 1))
       return 2, user
     end
   end
@@ -122,7 +120,7 @@ local function touch(token, given, viewed, cart_key)
 end
 
 local out = {}
-local a = 7
+local a = 8
 local i = 0
 while a <= #ARGV do
   i = i + 1
