@@ -5,10 +5,11 @@
 //! the item's row cached for `/api/inventory`, and purges the cached sale page so
 //! it lists the new item at once.
 
-use shop_cache::RedisConn;
-use shop_cache::domain::{ItemId, UserId};
+use shop_cache::domain::catalogue::MAX_PRICE_CENTS;
+use shop_cache::domain::{InvalidInput, ItemId, UserId};
 use shop_cache::flash_sale::{FlashSales, Ledger, LedgerError, SaleTerms};
 use shop_cache::keys::Keys;
+use shop_cache::{CacheError, RedisConn};
 use shop_page_cache::PageStore;
 
 use crate::page_tags;
@@ -90,13 +91,17 @@ impl SaleParts {
 /// Puts `item` on sale (replacing a sale of it still running, with its buyers and
 /// answers), caches its row every `refresh` seconds and purges the cached sale page.
 /// Anything but [`SaleSet::Started`] (no such item, or one no longer sold) changed
-/// nothing.
+/// nothing; neither did terms out of range ([`InvalidInput::SaleTerms`]: see
+/// [`valid_terms`]), refused before anything is written.
 pub async fn start(
     stores: &SaleStores<'_>,
     item: ItemId,
     sale: Sale,
     refresh: f64,
 ) -> Result<SaleSet, AppError> {
+    if !valid_terms(&sale, refresh) {
+        return Err(CacheError::Invalid(InvalidInput::SaleTerms).into());
+    }
     let set = stores.db.set_sale(item, sale).await?;
     if set != SaleSet::Started {
         return Ok(set);
@@ -108,6 +113,20 @@ pub async fn start(
         .purge(&[page_tags::sales(), page_tags::item(item)])
         .await?;
     Ok(SaleSet::Started)
+}
+
+/// Whether a sale's terms are ones [`start`] starts: 0 or more units, a price
+/// of an item's range ([`MAX_PRICE_CENTS`]), an end 1 minute to
+/// [`MAX_MINUTES`] after its start, a refresh within [`REFRESH_RANGE`]. Past
+/// them a sale would be written and then fail half-way (an expiry Redis
+/// refuses) or run as no sale (one that ended before it began, a row refreshed
+/// without pause).
+pub fn valid_terms(sale: &Sale, refresh: f64) -> bool {
+    let length = sale.end.checked_sub(sale.start);
+    sale.stock >= 0
+        && (0..=MAX_PRICE_CENTS).contains(&sale.price_cents)
+        && length.is_some_and(|length| (60..=MAX_MINUTES * 60).contains(&length))
+        && REFRESH_RANGE.contains(&refresh)
 }
 
 /// The demo sale's units.

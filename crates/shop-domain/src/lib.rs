@@ -20,10 +20,10 @@ pub use token::SessionToken;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidInput {
     /// Not a positive decimal integer within range.
-    #[error("item id must be a positive whole number")]
+    #[error("item id must be a whole number from 1 to 999999999999999999")]
     ItemId,
     /// Not a positive decimal integer within range.
-    #[error("user id must be a positive whole number")]
+    #[error("user id must be a whole number from 1 to 999999999999999999")]
     UserId,
     /// Not a token this shop issued (wrong length or alphabet).
     #[error("malformed session token")]
@@ -60,6 +60,11 @@ pub enum InvalidInput {
     /// A department name breaks its rule ([`catalogue::category`]).
     #[error("a department is 1 to 100 characters, without '/' or control characters")]
     Category,
+    /// A flash sale's terms out of range (`shop_app::sale::start`).
+    #[error(
+        "a sale lasts 1 minute to a year, of 0 or more units, at 0 to 1,000,000,000 cents, its row refreshed every 0.1 to 86,400 seconds"
+    )]
+    SaleTerms,
 }
 
 /// Parses a strictly positive decimal id: ASCII digits only, no sign, no leading zero,

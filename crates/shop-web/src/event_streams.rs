@@ -7,7 +7,8 @@
 //!   [`StreamLimits::per_address`] from one client address (the login limits'
 //!   [`ClientAddress`]: the peer, or behind a trusted proxy the address it
 //!   forwarded; for IPv6 its /64, and 4 and 16 times as many from its /56 and
-//!   /48). Past either, 503 with `Retry-After`, before anything is opened. A
+//!   /48). Past the first, 503 (the server is busy), past the second 429 (the
+//!   client holds its share), both with `Retry-After`, before anything is opened. A
 //!   stream gives its place back the moment it ends, however it ends.
 //! - Each stream ends after [`StreamLimits::lifetime`]; the page's `EventSource`
 //!   reconnects by itself (and is counted again), so a forgotten tab cannot hold

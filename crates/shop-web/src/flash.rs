@@ -103,19 +103,23 @@ async fn sale_events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, WebError> {
     let address = client_address(peer, &headers, state.config.trust_forwarded_for);
     let limits = state.config.event_streams;
-    let slot = state.streams.admit(address, limits).map_err(|why| {
-        let (code, message) = match why {
-            Refused::Full => (
+    // The server's own bound is a 503 (it is busy); the address's is a 429
+    // (the client holds too many), answered without a warning in the log.
+    let slot = state
+        .streams
+        .admit(address, limits)
+        .map_err(|why| match why {
+            Refused::Full => WebError::busy(
                 "streams_full",
                 "this server holds all the live pages it can",
+                EVENTS_RETRY,
             ),
-            Refused::TooManyFromAddress => (
+            Refused::TooManyFromAddress => WebError::too_many(
                 "too_many_streams",
                 "too many live pages open from your address; close some",
+                EVENTS_RETRY,
             ),
-        };
-        WebError::busy(code, message, EVENTS_RETRY)
-    })?;
+        })?;
     let events = board_events(state.sale_board.clone(), state.streams.clone(), slot)
         .take_until(tokio::time::sleep(limits.lifetime));
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(EVENTS_KEEP_ALIVE)))

@@ -467,6 +467,111 @@ async fn the_sale_window_and_the_per_user_limit_hold() {
     }
 }
 
+/// Terms no sale can have are refused by the library call itself (embedders
+/// and the load scenario call it, not only the CLI), before anything is
+/// written: no sale in the database, none in Redis.
+#[tokio::test]
+async fn a_sale_with_terms_out_of_range_is_refused_and_writes_nothing() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    let stores = SaleStores {
+        db: &shop.db,
+        flash: &shop.state.flash,
+        rows: &shop.state.rows,
+        pages: &shop.state.pages,
+    };
+    let now = shop_db::unix_now();
+    let good = Sale {
+        stock: 10,
+        price_cents: 100,
+        start: now,
+        end: now + 3_600,
+    };
+    let year = shop_app::sale::MAX_MINUTES * 60;
+    let refused = [
+        (Sale { stock: -1, ..good }, 1.0),
+        (
+            Sale {
+                price_cents: -1,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                price_cents: 1_000_000_001,
+                ..good
+            },
+            1.0,
+        ),
+        (Sale { end: now, ..good }, 1.0),
+        (
+            Sale {
+                end: now + 59,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                end: now - 600,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                end: now + year + 1,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                start: i64::MIN,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                end: i64::MAX,
+                ..good
+            },
+            1.0,
+        ),
+        (good, 0.0),
+        (good, f64::NAN),
+        (good, 86_401.0),
+    ];
+    for (sale, refresh) in refused {
+        let error = shop_app::sale::start(&stores, item(1), sale, refresh)
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            error.to_string(),
+            shop_cache::domain::InvalidInput::SaleTerms.to_string(),
+            "{sale:?} every {refresh} s"
+        );
+    }
+    assert!(shop.db.sales(now).await.unwrap().is_empty());
+    assert!(
+        shop.state.flash.state(item(1)).await.unwrap().is_none(),
+        "nothing of a sale in Redis"
+    );
+    // The longest sale there is starts.
+    let longest = Sale {
+        end: now + year,
+        ..good
+    };
+    assert_eq!(
+        shop_app::sale::start(&stores, item(1), longest, 86_400.0)
+            .await
+            .unwrap(),
+        shop_app::sale::SaleSet::Started
+    );
+    assert_eq!(shop.redis_stock(1).await, 10);
+}
+
 /// A server that reserved units and died before (or after) writing their orders:
 /// past the hold, the reconciler confirms what the database has and returns the
 /// rest to stock; a late order for a returned unit is refused; drift and a sale
@@ -873,7 +978,11 @@ async fn event_streams_are_capped_per_address_and_in_all_and_end_after_their_lif
         (StatusCode::OK, StatusCode::OK)
     );
     let refused = shop.send(from("10.0.0.1")).await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        refused.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the address holds its share"
+    );
     assert!(refused.headers().contains_key(header::RETRY_AFTER));
     let body = String::from_utf8(
         refused

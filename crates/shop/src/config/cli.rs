@@ -430,7 +430,7 @@ fn refresh_seconds(given: &str) -> Result<f64, String> {
 /// row, the book's way).
 fn row_delay(given: &str) -> Result<f64, String> {
     match given.trim().parse::<f64>() {
-        Ok(seconds) if seconds <= 0.0 => Ok(seconds),
+        Ok(seconds) if seconds <= 0.0 && seconds.is_finite() => Ok(seconds),
         _ => refresh_seconds(given).map_err(|e| format!("{e}, or 0 to stop caching the row")),
     }
 }

@@ -118,8 +118,8 @@ fn rows_schedule_list_and_unschedule() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("item id"));
     // A delay that is no number of seconds (NaN reached Redis's script) or
     // would have the refresher read the row without pause.
-    for delay in ["nan", "inf", "0.01", "86401"] {
-        let bad = run(&["rows", "schedule", "43", delay], &env);
+    for delay in ["nan", "inf", "-inf", "0.01", "86401"] {
+        let bad = run(&["rows", "schedule", "43", "--", delay], &env);
         assert_eq!(bad.status.code(), Some(2), "{delay}");
         assert!(String::from_utf8_lossy(&bad.stderr).contains("give seconds"));
     }
