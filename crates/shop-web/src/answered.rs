@@ -64,8 +64,9 @@ where
 pub trait Start {
     /// What finishes the answer.
     type Finish: Finish;
-    /// Taken from `req` as it comes in.
-    fn start(&self, req: &Request) -> Self::Finish;
+    /// Taken from `req` as it comes in (which it may change on its way down:
+    /// its body watched, for one).
+    fn start(&self, req: &mut Request) -> Self::Finish;
 }
 
 /// A layer finishing every answer with `T`, which needs nothing of the request
@@ -76,7 +77,7 @@ pub struct FinishLayer<T>(pub T);
 impl<T: Finish + Clone> Start for FinishLayer<T> {
     type Finish = T;
 
-    fn start(&self, _req: &Request) -> T {
+    fn start(&self, _req: &mut Request) -> T {
         self.0.clone()
     }
 }
@@ -116,8 +117,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Self::Future {
-        let finish = self.start.start(&req);
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let finish = self.start.start(&mut req);
         Finishing::new(self.inner.call(req), finish)
     }
 }

@@ -79,7 +79,9 @@ fn parse_after(raw: Option<&str>) -> Result<Option<ItemId>, WebError> {
     match raw {
         None | Some("") => Ok(None),
         Some(raw) => raw.parse().map(Some).map_err(|_| {
-            WebError::bad_request("after must be an item id (a positive whole number)")
+            WebError::bad_request(
+                "after must be an item id (a whole number from 1 to 999999999999999999)",
+            )
         }),
     }
 }

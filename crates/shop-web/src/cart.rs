@@ -19,8 +19,8 @@ use axum::{Form, Json, Router};
 use serde_json::json;
 use shop_cache::CacheError;
 use shop_cache::cart::{CartOf, LineChange};
-use shop_cache::domain::ItemId;
 use shop_cache::domain::cart_version::{CartChange, CartVersion};
+use shop_cache::domain::{InvalidInput, ItemId};
 use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
 use shop_db::items::Item;
@@ -157,7 +157,7 @@ async fn update(
         .get("item")
         .ok_or_else(|| WebError::bad_request("which item? (the form needs an item)"))?
         .parse()
-        .map_err(|_| WebError::bad_request("item must be a positive whole number"))?;
+        .map_err(|_| WebError::bad_request(InvalidInput::ItemId.to_string()))?;
     let count: i64 = form
         .get("count")
         .ok_or_else(|| WebError::bad_request("how many? (the form needs a count)"))?

@@ -130,7 +130,17 @@ impl WebError {
 
     /// 429: too many attempts; the answer says when to try again (`Retry-After`).
     pub fn too_many_requests(message: impl Into<String>, retry_after: std::time::Duration) -> Self {
-        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message);
+        Self::too_many("too_many_requests", message, retry_after)
+    }
+
+    /// 429 with `Retry-After`, `code` saying which of the client's bounds it
+    /// reached (its address holds too many of something).
+    pub fn too_many(
+        code: &'static str,
+        message: impl Into<String>,
+        retry_after: std::time::Duration,
+    ) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, code, message);
         e.retry_after = Some(seconds_up(retry_after));
         e
     }
@@ -220,6 +230,59 @@ impl IntoResponse for WebError {
     }
 }
 
+/// A client error answered below the shop's handlers, by axum or tower (a path
+/// or query that does not parse, a body of another type: 415, a method the
+/// route does not take: 405), in the shop's shape, `{error, message}` with
+/// axum's own text as the message, so a JSON client reads every 4xx the same
+/// way and a person gets the error page; an answer of the shop's own
+/// ([`WebError`]), or one with a type of its own, is left as it is. Its
+/// `Allow` header (a 405's) is kept.
+pub(crate) fn rejection_in_shop_shape(resp: Response) -> Response {
+    use http_body::Body as _;
+
+    let status = resp.status();
+    let plain = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !status.is_client_error() || !plain || resp.extensions().get::<ErrorMessage>().is_some() {
+        return resp;
+    }
+    let (parts, mut body) = resp.into_parts();
+    // axum's rejections are whole in memory: their one frame is there at the
+    // first poll. Anything else is left as it came.
+    let mut first = std::task::Context::from_waker(std::task::Waker::noop());
+    let text = match std::pin::Pin::new(&mut body).poll_frame(&mut first) {
+        std::task::Poll::Ready(Some(Ok(frame))) => frame.into_data().ok(),
+        std::task::Poll::Ready(None) => Some(axum::body::Bytes::new()),
+        std::task::Poll::Ready(Some(Err(_))) => None,
+        std::task::Poll::Pending => return Response::from_parts(parts, body),
+    };
+    let text = text
+        .and_then(|bytes| String::from_utf8(bytes.to_vec()).ok())
+        .filter(|text| !text.trim().is_empty() && text.len() <= 1_000);
+    let (code, fallback) = match status {
+        StatusCode::NOT_FOUND => ("not_found", "there is no such page"),
+        StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "this method is not allowed here"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            "unsupported_media_type",
+            "the request's body is not of a type this accepts",
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY => {
+            ("unprocessable", "the request's body could not be used")
+        }
+        _ => ("bad_request", "the request could not be read"),
+    };
+    let mut shaped =
+        WebError::new(status, code, text.unwrap_or_else(|| fallback.to_owned())).into_response();
+    if let Some(allow) = parts.headers.get(http::header::ALLOW) {
+        shaped
+            .headers_mut()
+            .insert(http::header::ALLOW, allow.clone());
+    }
+    shaped
+}
+
 /// A refusal from request parsing answers as the 400 it is.
 impl IntoResponse for BadRequest {
     fn into_response(self) -> Response {
@@ -233,8 +296,34 @@ fn is_page_request(req: &Request) -> bool {
 }
 
 /// What [`ErrorPagesLayer`] does to an answer to a request that `page_request`
-/// says is a page's.
+/// says is a page's: an error as a page, and any error answer marked
+/// [`ERROR_CACHE_CONTROL`] unless it says otherwise.
 fn finish(resp: Response, page_request: bool) -> Response {
+    let mut resp = as_page(resp, page_request);
+    let status = resp.status();
+    if (status.is_client_error() || status.is_server_error())
+        && !resp.headers().contains_key(http::header::CACHE_CONTROL)
+    {
+        resp.headers_mut().insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static(ERROR_CACHE_CONTROL),
+        );
+    }
+    resp
+}
+
+/// What an error answer says of caching when it says nothing itself: kept by
+/// no cache. An error is of its moment (a 404 for an item added a minute
+/// later, a 503 while a store was down); a CDN that kept it by its own
+/// heuristics (some keep a 404 for minutes) would keep answering it after the
+/// shop no longer does. The answers of the visitors' routes already say
+/// `private, no-store` (the session layer); this covers the pages the same
+/// for everyone (an item page's 404 or 410), the assets and the answers of
+/// [`crate::http_limits::harden`]'s own layers.
+pub const ERROR_CACHE_CONTROL: &str = "no-store";
+
+/// An error answer to a page's request (`page_request`) rendered as a page.
+fn as_page(resp: Response, page_request: bool) -> Response {
     if !page_request {
         return resp;
     }
@@ -270,7 +359,7 @@ pub struct ErrorPagesLayer;
 impl Start for ErrorPagesLayer {
     type Finish = PageRequest;
 
-    fn start(&self, req: &Request) -> PageRequest {
+    fn start(&self, req: &mut Request) -> PageRequest {
         PageRequest(is_page_request(req))
     }
 }

@@ -13,7 +13,9 @@
 //! - panic catching: a panicking handler answers the generic 500, never the panic
 //!   text, and the connection lives on;
 //! - a request timeout ([`TIMEOUT_STATUS`] after [`HttpLimits::request_timeout`],
-//!   counting the time spent reading the body, so a trickling upload is bounded too);
+//!   counting the time spent reading the body, so a trickling upload is bounded
+//!   too: that one answers 408, the client's doing, not logged as a failure
+//!   ([`BodyWatch`]);
 //! - a request body limit (413 beyond [`HttpLimits::body_limit`]), checked against
 //!   `Content-Length` before any handler, session lookup or Redis call runs.
 
@@ -27,9 +29,11 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::answered::{Finish, FinishLayer};
+use crate::answered::{Finish, FinishLayer, Finished, Start};
 use crate::error::{self, WebError};
+use crate::metrics::{Metrics, UncountedLayer};
 use crate::request_log::RequestLogLayer;
+use std::sync::Arc;
 
 /// How long one request may take, body reading included. The shop's slowest
 /// honest request (a checkout: a database transaction and a few Redis calls)
@@ -75,13 +79,25 @@ impl Default for HttpLimits {
 /// shop's own layers box nothing and clone no service per request (as axum's
 /// `map_response` would: [`crate::answered`]).
 pub fn harden(router: Router, limits: &HttpLimits) -> Router {
+    harden_with(router, limits, None)
+}
+
+/// [`harden`], every answer no route counted in `metrics` (the limits' own,
+/// a path no route serves) counted there too ([`UncountedLayer`]).
+pub fn harden_counted(router: Router, limits: &HttpLimits, metrics: Arc<Metrics>) -> Router {
+    harden_with(router, limits, Some(UncountedLayer(metrics)))
+}
+
+fn harden_with(router: Router, limits: &HttpLimits, count: Option<UncountedLayer>) -> Router {
     let hardened = tower::ServiceBuilder::new()
         .layer(FinishLayer(SecurityHeaders))
         .layer(error::ErrorPagesLayer)
         .layer(RequestLogLayer)
+        .option_layer(count)
         .layer(FinishLayer(InShopShape))
         .map_response(any_body)
         .layer(CatchPanicLayer::custom(answer_panic))
+        .layer(BodyWatch)
         .layer(TimeoutLayer::with_status_code(
             TIMEOUT_STATUS,
             limits.request_timeout,
@@ -153,10 +169,12 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
         .into_response()
 }
 
-/// Gives the answers of the layers below [`harden`]'s error shaping, and of
-/// axum's body extractors when the body limit cuts a body short, the shop's error
-/// shape. They are recognised by what no [`WebError`] has: an empty body without
-/// a `Content-Type` (the timeout) or a body that is not JSON (the body limit).
+/// Gives the answers of the layers below [`harden`]'s error shaping, of axum's
+/// body extractors when the body limit cuts a body short, and of axum's other
+/// refusals (a path that does not parse, a 415, a 405:
+/// [`error::rejection_in_shop_shape`]) the shop's error shape. They are
+/// recognised by what no [`WebError`] has: an empty body without a
+/// `Content-Type` (the timeout) or a body that is not JSON.
 #[derive(Debug, Clone, Copy)]
 pub struct InShopShape;
 
@@ -166,13 +184,18 @@ impl Finish for InShopShape {
     }
 }
 
+/// Whether `resp` (of status [`TIMEOUT_STATUS`]) is the timeout's own answer:
+/// empty and without a type. (An answer to `HEAD` is empty too by now, but
+/// keeps its headers: a 503 of the shop's own, with its `Retry-After`, is not
+/// taken for a timeout.)
+fn is_timeouts_own(resp: &Response) -> bool {
+    http_body::Body::is_end_stream(resp.body())
+        && !resp.headers().contains_key(header::CONTENT_TYPE)
+}
+
 fn in_shop_shape(resp: Response) -> Response {
     let status = resp.status();
-    // The timeout's own answer: empty and without a type. (An answer to `HEAD`
-    // is empty too by now, but keeps its headers: a 503 of the shop's own, with
-    // its `Retry-After`, is not taken for a timeout.)
-    let empty = http_body::Body::is_end_stream(resp.body())
-        && !resp.headers().contains_key(header::CONTENT_TYPE);
+    let empty = is_timeouts_own(&resp);
     let json = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -192,6 +215,116 @@ fn in_shop_shape(resp: Response) -> Response {
         )
         .into_response()
     } else {
+        error::rejection_in_shop_shape(resp)
+    }
+}
+
+/// Tells a client that sent its body too slowly from a shop that answered too
+/// slowly, when the request timeout ends a request: a request whose handler
+/// was waiting for the body (read from, not yet ended) answers 408 with
+/// `Connection: close`, its cause logged at `INFO` (a trickling upload is the
+/// client's doing, or an attacker's: a warning per such request would page
+/// an operator for it), where a request that timed out anywhere else answers
+/// [`TIMEOUT_STATUS`] and is logged as the failure it is.
+///
+/// Only a request with a body is watched (the body is wrapped: one
+/// allocation); a `GET` is passed through as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyWatch;
+
+impl Start for BodyWatch {
+    type Finish = BodyWatched;
+
+    fn start(&self, req: &mut axum::extract::Request) -> BodyWatched {
+        if http_body::Body::is_end_stream(req.body()) {
+            return BodyWatched(None);
+        }
+        let state = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(BODY_UNREAD));
+        let body = std::mem::take(req.body_mut());
+        *req.body_mut() = axum::body::Body::new(Watched {
+            inner: body,
+            state: state.clone(),
+        });
+        BodyWatched(Some(state))
+    }
+}
+
+impl<S> tower::Layer<S> for BodyWatch {
+    type Service = Finished<S, Self>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Finished::new(inner, *self)
+    }
+}
+
+/// A watched body's state: not read from yet, read from and not ended, ended.
+const BODY_UNREAD: u8 = 0;
+const BODY_WAITED_FOR: u8 = 1;
+const BODY_ENDED: u8 = 2;
+
+/// How far the handler got with the request's body ([`BodyWatch`]).
+#[derive(Debug)]
+pub struct BodyWatched(Option<std::sync::Arc<std::sync::atomic::AtomicU8>>);
+
+impl Finish for BodyWatched {
+    fn finish(self, resp: Response) -> Response {
+        let waited_for = self.0.is_some_and(|state| {
+            state.load(std::sync::atomic::Ordering::Acquire) == BODY_WAITED_FOR
+        });
+        if !(waited_for && resp.status() == TIMEOUT_STATUS && is_timeouts_own(&resp)) {
+            return resp;
+        }
+        let mut resp = WebError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request's body did not arrive in time",
+        )
+        .caused_by(error::Cause::new(
+            tracing::Level::INFO,
+            "the client sent its request body too slowly".to_owned(),
+        ))
+        .into_response();
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
         resp
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request body that records, in `state`, whether it was read from and
+    /// whether it ended.
+    struct Watched {
+        #[pin]
+        inner: axum::body::Body,
+        state: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    }
+}
+
+impl http_body::Body for Watched {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let frame = this.inner.as_mut().poll_frame(cx);
+        let state = match &frame {
+            std::task::Poll::Ready(None | Some(Err(_))) => BODY_ENDED,
+            _ if http_body::Body::is_end_stream(&*this.inner) => BODY_ENDED,
+            _ => BODY_WAITED_FOR,
+        };
+        this.state
+            .store(state, std::sync::atomic::Ordering::Release);
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -548,6 +548,12 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { WebError::not_found("there is no such page") })
         .layer(csrf::CsrfLayer);
     // `harden` puts the error pages (`error::ErrorPagesLayer`) outside its own
-    // limits, so they cover every answer, the limits' included: no second copy here.
-    http_limits::harden(app, &http_limits::HttpLimits::default())
+    // limits, so they cover every answer, the limits' included: no second copy
+    // here. What no route counted (the limits' answers, unknown paths) is
+    // counted there.
+    http_limits::harden_counted(
+        app,
+        &http_limits::HttpLimits::default(),
+        state.metrics.clone(),
+    )
 }

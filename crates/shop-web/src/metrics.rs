@@ -309,7 +309,7 @@ pub struct TimedLayer(pub Arc<Metrics>);
 impl Start for TimedLayer {
     type Finish = Observation;
 
-    fn start(&self, req: &Request) -> Observation {
+    fn start(&self, req: &mut Request) -> Observation {
         // MatchedPath is a shared string: cloning it does not allocate.
         Observation {
             route: req.extensions().get::<MatchedPath>().cloned(),
@@ -335,9 +335,65 @@ pub struct Observation {
 }
 
 impl Finish for Observation {
-    fn finish(self, resp: Response) -> Response {
+    fn finish(self, mut resp: Response) -> Response {
         self.metrics
             .observe_answer(self.route.as_ref(), &resp, self.started);
+        resp.extensions_mut().insert(Counted);
+        resp
+    }
+}
+
+/// Left on an answer a route's [`TimedLayer`] counted, so that
+/// [`UncountedLayer`] does not count it again.
+#[derive(Debug, Clone, Copy)]
+struct Counted;
+
+/// What [`UncountedLayer`] counts answers under: those no route counted.
+pub const UNROUTED: &str = "unrouted";
+
+/// The layer (in [`crate::http_limits::harden_counted`]'s stack, outside its
+/// limits) counting every answer no route's [`TimedLayer`] counted, under the
+/// route [`UNROUTED`]: the limits' own answers (a request timed out, a body
+/// that stopped arriving, one too large by its `Content-Length`), a refused
+/// cross-site form, a path no route serves. Without it a flood of any of
+/// these would not show in `shop_http_requests_total` at all.
+#[derive(Clone)]
+pub struct UncountedLayer(pub Arc<Metrics>);
+
+impl Start for UncountedLayer {
+    type Finish = Uncounted;
+
+    fn start(&self, _req: &mut Request) -> Uncounted {
+        Uncounted {
+            started: Instant::now(),
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for UncountedLayer {
+    type Service = Finished<S, Self>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Finished::new(inner, self.clone())
+    }
+}
+
+/// A request [`UncountedLayer`] counts when it is answered, unless a route did.
+pub struct Uncounted {
+    started: Instant,
+    metrics: Arc<Metrics>,
+}
+
+impl Finish for Uncounted {
+    fn finish(self, mut resp: Response) -> Response {
+        if resp.extensions_mut().remove::<Counted>().is_none() {
+            self.metrics.observe(
+                UNROUTED,
+                resp.status().as_u16(),
+                self.started.elapsed().as_secs_f64(),
+            );
+        }
         resp
     }
 }

@@ -7,7 +7,7 @@ use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use serde::Deserialize;
-use shop_cache::domain::ItemId;
+use shop_cache::domain::{InvalidInput, ItemId};
 
 /// The item id in a route's path (`/items/{id}`, `/api/flash/{id}/buy`, ...),
 /// parsed once: a positive whole number written the one canonical way, else a 400
@@ -21,7 +21,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ItemPath {
     type Rejection = BadRequest;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, BadRequest> {
-        let refused = || BadRequest("item id must be a positive whole number".to_owned());
+        let refused = || BadRequest(InvalidInput::ItemId.to_string());
         let Path(raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| refused())?;

@@ -347,6 +347,9 @@ async fn an_admin_edits_an_item_in_the_browser_and_every_server_shows_it() {
     assert_eq!(resp.status(), StatusCode::SEE_OTHER);
     let gone = send(&other, shop_testapp::get_request("/items/3")).await;
     assert_eq!(gone.status(), StatusCode::GONE);
+    // A page the same for everyone, but its error is of its moment: no cache
+    // between the shop and the browser keeps it (the item may be sold again).
+    assert_eq!(gone.headers()["cache-control"], "no-store");
     let form = text(app.get("/admin/items/3?saved=1", Some(&admin)).await).await;
     assert!(form.contains("id=\"retired\"") && form.contains("id=\"saved\""));
 }
@@ -367,6 +370,7 @@ async fn an_item_has_one_path() {
     ] {
         let resp = app.get(other, None).await;
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{other}");
+        assert_eq!(resp.headers()["cache-control"], "no-store", "{other}");
     }
     for other in ["/api/inventory/%31", "/api/flash/%31"] {
         let resp = app.get(other, None).await;

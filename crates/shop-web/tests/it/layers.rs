@@ -64,7 +64,16 @@ fn hardened(limits: &HttpLimits) -> Router {
             get(|| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 "late"
+            })
+            // A slow handler of a request with a body it never reads.
+            .post(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late"
             }),
+        )
+        .route(
+            "/upload",
+            axum::routing::post(|body: String| async move { body.len().to_string() }),
         );
     http_limits::harden(routes, limits)
 }
@@ -138,6 +147,60 @@ async fn a_slow_handler_answers_the_timeout_status_promptly() {
     );
     let body = json(resp).await;
     assert_eq!(body["error"], "timeout", "{body}");
+}
+
+/// A body that sends its first bytes, then nothing, never ending (a client
+/// trickling an upload, or one that stopped sending).
+fn trickling_body() -> Body {
+    let first = futures::stream::once(async {
+        Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"title=a"))
+    });
+    Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()))
+}
+
+/// A body that stops arriving is the client's doing: 408 (not the shop's 503),
+/// the connection closed, no warning in the log. A handler that was slow with
+/// a body it never read still answers the timeout status, a warning; a body
+/// that arrives is answered.
+#[tokio::test]
+async fn a_body_that_stops_arriving_answers_408_and_a_slow_handler_still_503() {
+    let (capture, _guards) = capture_logs(tracing::Level::INFO);
+    let limits = HttpLimits {
+        request_timeout: Duration::from_millis(200),
+        ..HttpLimits::default()
+    };
+    let app = hardened(&limits);
+    let post = |uri: &str, body: Body| {
+        Request::post(uri)
+            .header(header::ACCEPT, "application/json")
+            .header(header::CONTENT_TYPE, "text/plain")
+            .body(body)
+            .unwrap()
+    };
+
+    let resp = send(&app, post("/upload", trickling_body())).await;
+    assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(resp.headers()[header::CONNECTION], "close");
+    assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-store");
+    assert_eq!(json(resp).await["error"], "request_timeout");
+
+    let resp = send(&app, post("/slow", trickling_body())).await;
+    assert_eq!(resp.status(), http_limits::TIMEOUT_STATUS);
+    assert_eq!(json(resp).await["error"], "timeout");
+
+    let resp = send(&app, post("/upload", Body::from("title=whole"))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(text(resp).await, "11");
+
+    let log = capture.text();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "only the slow handler warns:\n{log}");
+    assert!(warnings[0].contains("/slow"), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("INFO") && l.contains("/upload") && l.contains("408")),
+        "the 408 is logged at INFO:\n{log}"
+    );
 }
 
 /// The real router over its own Redis and SQLite file.
@@ -540,4 +603,74 @@ async fn every_answer_carries_the_security_headers_and_no_cached_page_stores_the
         .post("/cart", Some(&guest), "item=3&count=1", false)
         .await;
     assert_secured(&resp, "a form post");
+}
+
+/// axum's own refusals, below the shop's handlers (a path that does not parse,
+/// a body of another type, a method the route does not take), answer a JSON
+/// client in the shop's shape, `{error, message}`, and a person with the
+/// error page; a 405 keeps its `Allow`.
+#[tokio::test]
+async fn refusals_below_the_handlers_answer_in_the_shops_shape() {
+    let app = shop().await;
+    let cookie = app.visitor().await;
+    let is_json = |resp: &axum::response::Response| {
+        resp.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    };
+
+    // A path segment that is not UTF-8.
+    let resp = app
+        .post("/api/me/sessions/%FF/end", Some(&cookie), "", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(is_json(&resp));
+    let body = json(resp).await;
+    assert_eq!(body["error"], "bad_request", "{body}");
+    assert!(!body["message"].as_str().unwrap().is_empty(), "{body}");
+
+    // A form's route sent another type of body.
+    let plain = Request::post("/cart")
+        .header(header::COOKIE, &cookie)
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from("item=1&quantity=1"))
+        .unwrap();
+    let resp = app.send(plain).await;
+    assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert!(is_json(&resp));
+    let body = json(resp).await;
+    assert_eq!(body["error"], "unsupported_media_type", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/x-www-form-urlencoded"),
+        "axum's own words: {body}"
+    );
+
+    // A method the route does not take.
+    let delete = Request::delete("/cart")
+        .header(header::COOKIE, &cookie)
+        .header(header::ACCEPT, "application/json")
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.send(delete).await;
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(resp.headers().contains_key(header::ALLOW));
+    assert!(is_json(&resp));
+    assert_eq!(json(resp).await["error"], "method_not_allowed");
+
+    // A person gets the error page.
+    let resp = app.get("/c/%FF", None).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        resp.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let page = text(resp).await;
+    assert!(page.contains("<html"), "{page}");
 }

@@ -3,7 +3,8 @@
 //! Each test has its own redis-server and SQLite file. Sessions, the cart, logins
 //! and the insights have files of their own.
 
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use redis::AsyncCommands;
 
@@ -170,7 +171,30 @@ async fn metrics_count_routes_cache_and_sessions() {
     // is counted under its route all the same.
     let refused = app.get("/api/me?recent=many", Some(&cookie)).await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    // Answers no route gives (a path no route serves; a body too large by its
+    // `Content-Length`, refused before any route) are counted apart.
+    assert_eq!(
+        app.get("/no/such/path", None).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let too_large = Request::post("/cart")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::CONTENT_LENGTH, "1000000")
+        .body(Body::from(vec![b'a'; 1_000_000]))
+        .unwrap();
+    assert_eq!(
+        app.send(too_large).await.status(),
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
     let body = text(app.internal_get("/metrics").await).await;
+    for status in ["404", "413"] {
+        assert!(
+            body.contains(&format!(
+                "shop_http_requests_total{{route=\"unrouted\",status=\"{status}\"}} 1"
+            )),
+            "{status}: {body}"
+        );
+    }
     assert!(
         body.contains("shop_http_requests_total{route=\"/items/{id}\",status=\"200\"} 3"),
         "{body}"
