@@ -275,11 +275,15 @@ async fn checkout(
         .run(&session.token, user, &shown, key, shop_db::unix_now())
         .await?;
     match outcome {
-        CheckoutOutcome::Placed { .. } => {
+        CheckoutOutcome::Placed { order_id, new, .. } => {
             if wants_json(&headers) {
                 return Ok(Json(outcome).into_response());
             }
-            Ok(Redirect::to("/account").into_response())
+            // A form sent again (a reload, a back button) is answered with the
+            // order it placed then, and says so: nothing was ordered now, and
+            // the cart as it is now was not ordered.
+            let again = if new { "" } else { "&again=1" };
+            Ok(Redirect::to(&format!("/account?placed={order_id}{again}")).into_response())
         }
         CheckoutOutcome::Changed { ref changes, .. } => {
             if wants_json(&headers) {

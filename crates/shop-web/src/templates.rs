@@ -333,6 +333,17 @@ pub struct AccountPage {
     pub orders: Vec<OrderView>,
     /// Their sessions, most recently seen first.
     pub sessions: Vec<SessionView>,
+    /// The order a checkout just answered with, when the page follows one.
+    pub placed: Option<PlacedNotice>,
+}
+
+/// What the account page says of the order a checkout answered with
+/// (`/account?placed=ID`, `&again=1` for a checkout form sent again).
+pub struct PlacedNotice {
+    /// The order.
+    pub id: i64,
+    /// An earlier request with the same form placed it: nothing was ordered now.
+    pub again: bool,
 }
 
 /// `GET /account/password`.

@@ -147,6 +147,25 @@ async fn checkout_turns_the_cart_into_one_order() {
     .await;
     assert_eq!(again["order_id"], placed["order_id"]);
     assert_eq!(again["new"], false);
+    // The same form sent again from the page (a reload) is told so: the page
+    // after it says nothing was ordered now, not that the cart was placed.
+    let resent = app
+        .post("/checkout", Some(&user), &format!("key={key}"), false)
+        .await;
+    assert_eq!(resent.status(), StatusCode::SEE_OTHER);
+    let location = resent.headers()[header::LOCATION].to_str().unwrap();
+    assert_eq!(
+        location,
+        format!("/account?placed={}&again=1", placed["order_id"])
+    );
+    let account = text(app.get(location, Some(&user)).await).await;
+    assert!(
+        account.contains("id=\"placed\"") && account.contains("nothing was ordered now"),
+        "{account}"
+    );
+    // A link naming an order that is not this user's says nothing of it.
+    let other = text(app.get("/account?placed=999999", Some(&user)).await).await;
+    assert!(!other.contains("id=\"placed\""), "{other}");
     let me = app.me(&user).await;
     assert_eq!(
         me["cart"]["lines"],

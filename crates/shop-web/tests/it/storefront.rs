@@ -200,7 +200,10 @@ async fn an_order_that_takes_the_last_units_purges_the_page_that_said_in_stock()
     assert_eq!(added.status(), StatusCode::SEE_OTHER);
     let form = app.checkout_form(&cookie, "last-units").await;
     let placed = app.post("/checkout", Some(&cookie), &form, false).await;
-    assert_eq!(placed.headers()[header::LOCATION], "/account");
+    let location = placed.headers()[header::LOCATION].to_str().unwrap();
+    assert!(location.starts_with("/account?placed="), "{location}");
+    let account = text(app.get(location, Some(&cookie)).await).await;
+    assert!(account.contains(" is placed."), "{account}");
 
     let after = text(app.get("/items/4", None).await).await;
     assert!(
