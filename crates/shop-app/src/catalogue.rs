@@ -215,14 +215,18 @@ impl Catalogue<'_> {
     /// department lists (after a purge that failed, or by hand).
     ///
     /// A retired item also stops selling (its sale ended in Redis, out of the
-    /// ranking) first, in case its retire could not do that.
+    /// ranking) first, in case its retire could not do that; an item sold has
+    /// its views counted again, in case its being sold again could not.
     pub async fn purge(&self, items: &[ItemId]) -> Result<u64, CatalogueError> {
         let mut tags: BTreeSet<PageTag> = items.iter().map(|id| page_tags::item(*id)).collect();
         let mut stopped = Ok(());
         for item in self.db.items(items).await? {
-            if item.retired {
-                stopped = stopped.and(self.retired(item.id).await);
-            }
+            stopped = stopped.and(match item.retired {
+                true => self.retired(item.id).await,
+                // Sold: its views count (its being sold again may not have
+                // reached the ranking).
+                false => self.ranking.rank_again(item.id).await,
+            });
             tags.insert(page_tags::department(&item.category));
         }
         tags.extend([
@@ -285,7 +289,13 @@ impl Catalogue<'_> {
         applied.pages_purged = self.purge_tags(&tags, &touched).await?;
         for change in changes.iter().filter(|c| c.changed()) {
             let id = change.after.id;
-            if let Err(source) = self.refresh_row(id).await {
+            let sold_again =
+                change.before.as_ref().is_some_and(|b| b.retired) && !change.after.retired;
+            let ranked = match sold_again {
+                true => self.ranking.rank_again(id).await,
+                false => Ok(()),
+            };
+            if let Err(source) = ranked.and(self.refresh_row(id).await) {
                 return Err(CatalogueError::NotPurged {
                     items: touched,
                     source,

@@ -18,6 +18,11 @@ use crate::{CacheError, scripts};
 /// How many items the rescale keeps: twice the page cache's top 10,000, so items just
 /// below the line keep their counts and can climb back.
 pub const DEFAULT_KEEP: u64 = 20_000;
+/// How long a retired item's views are not counted ([`Keys::unranked`]): longer
+/// than a web server holds views in its batch (a tenth of a second, or while
+/// Redis is away: the batch is kept and sent when it returns).
+pub const UNRANKED_FOR: Duration = Duration::from_secs(3_600);
+
 /// How often the counts are trimmed and halved, as in the book.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
 
@@ -44,10 +49,32 @@ impl Analytics {
     }
 
     /// Takes `item` out of the ranking (it is no longer sold): it leaves the home
-    /// page and the page cache's top at once.
+    /// page and the page cache's top at once, and views of it a web server still
+    /// holds in its batch are not counted when written ([`Keys::unranked`], for
+    /// [`UNRANKED_FOR`]; entries older than that are trimmed here).
     pub async fn forget(&self, item: ItemId) -> Result<(), CacheError> {
+        let now = crate::clock::unix_now();
+        redis::pipe()
+            .atomic()
+            .zrem(self.keys.item_views(), item)
+            .ignore()
+            .zadd(self.keys.unranked(), item, now)
+            .ignore()
+            .zrembyscore(
+                self.keys.unranked(),
+                "-inf",
+                now - UNRANKED_FOR.as_secs_f64(),
+            )
+            .ignore()
+            .exec_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Lets `item`'s views count again (it is sold again after a retirement).
+    pub async fn rank_again(&self, item: ItemId) -> Result<(), CacheError> {
         redis::cmd("ZREM")
-            .arg(self.keys.item_views())
+            .arg(self.keys.unranked())
             .arg(item)
             .exec_async(&mut self.conn.clone())
             .await?;

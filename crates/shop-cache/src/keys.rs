@@ -78,6 +78,7 @@ struct Names {
     /// `viewed:<token>` and `cart:<token>`.
     shards: Vec<ShardNames>,
     item_views: String,
+    unranked: String,
     views_rescaled: String,
     bought: String,
     orders: String,
@@ -135,6 +136,7 @@ impl Keys {
                     cart: p("cart:"),
                 }],
                 item_views: p("viewed:"),
+                unranked: p("unranked:"),
                 views_rescaled: p("rescaled:"),
                 bought: p("bought:"),
                 orders: p("orders:"),
@@ -162,6 +164,7 @@ impl Keys {
                         })
                         .collect(),
                     item_views: p("viewed:{views}"),
+                    unranked: p("unranked:{views}"),
                     views_rescaled: p("rescaled:{views}"),
                     bought: p("bought:{orders}"),
                     orders: p("orders:{orders}"),

@@ -9,6 +9,14 @@ impl Keys {
         &self.0.item_views
     }
 
+    /// Sorted set: item id -> when it left the ranking (retired), the last
+    /// [`crate::analytics::UNRANKED_FOR`]'s: view counts written after that
+    /// (views held in a web server's batch when it was retired) are not
+    /// counted for it. Beside `viewed:` (its slot on a cluster).
+    pub fn unranked(&self) -> &str {
+        &self.0.unranked
+    }
+
     /// HyperLogLog: the distinct sessions that viewed the item in one insights
     /// window (`window` counts windows since the Unix epoch; the key expires).
     pub fn viewers(&self, item: ItemId, window: u64) -> String {

@@ -136,6 +136,7 @@ fn what_a_script_touches_together_shares_a_slot_in_the_cluster_layout() {
     assert_eq!(tag(k.views_rescaled()), tag(k.item_views()));
     // a view flush: the ranking and its writer's last call.
     assert_eq!(tag(&k.ranking_writer("w1")), tag(k.item_views()));
+    assert_eq!(tag(k.unranked()), tag(k.item_views()));
     // record_order: the popularity beside the number of orders.
     assert_eq!(tag(k.bought()), tag(k.orders()));
     // record_order, per item.

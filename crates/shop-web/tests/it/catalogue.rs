@@ -147,8 +147,12 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
         let search = format!("/search?q={}", it.title.split(' ').next().unwrap());
         let found = text(app.get(&search, None).await).await;
         assert!(found.contains("href=\"/items/2\""), "{kind}: found before");
+        // A view still in this server's batch when the item is retired.
+        app.flush_views().await;
+        app.get("/items/2", Some(&buyer)).await;
         let applied = app.state.catalogue().retire(item(2)).await.unwrap();
         assert_eq!(applied.changed, [item(2)], "{kind}");
+        app.flush_views().await;
         let other = app.second_server();
         let page = send(&other, shop_testapp::get_request("/items/2")).await;
         assert_eq!(page.status(), StatusCode::GONE, "{kind}");
@@ -157,7 +161,10 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
             assert!(!html.contains("href=\"/items/2\""), "{kind} {uri}");
         }
         let ranked: Option<f64> = app.redis.conn().await.zscore("viewed:", 2).await.unwrap();
-        assert_eq!(ranked, None, "{kind}: out of the ranking");
+        assert_eq!(
+            ranked, None,
+            "{kind}: out of the ranking, the view held when it was retired too"
+        );
 
         // The cart shows it as gone and leaves it out of the total; checkout names
         // it, changes nothing, and adding it again is refused.
@@ -211,6 +218,25 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
             )
             .await;
         assert_eq!(placed.status(), StatusCode::OK, "{kind}");
+
+        // Sold again (an import names it): its views count again at once.
+        let fields = shop_cache::domain::catalogue::ItemFields {
+            title: it.title.clone(),
+            description: it.description.clone(),
+            price_cents: it.price_cents,
+            category: it.category.clone(),
+        };
+        let applied = app
+            .state
+            .catalogue()
+            .import_chunk(&[(item(2), fields, 5)])
+            .await
+            .unwrap();
+        assert_eq!(applied.changed, [item(2)], "{kind}");
+        app.get("/items/2", Some(&buyer)).await;
+        app.flush_views().await;
+        let ranked: Option<f64> = app.redis.conn().await.zscore("viewed:", 2).await.unwrap();
+        assert_eq!(ranked, Some(-1.0), "{kind}: ranked again");
     }
 }
 

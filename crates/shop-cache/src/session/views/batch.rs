@@ -228,6 +228,7 @@ impl RankingCalls {
         script
             .key(keys.item_views())
             .key(keys.ranking_writer(&self.writer))
+            .key(keys.unranked())
             .arg(call.number)
             .arg(RANKING_MARK_TTL.as_secs());
         for (item, count) in &call.counts {
