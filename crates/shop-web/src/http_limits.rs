@@ -172,7 +172,7 @@ fn answer_panic(panic: Box<dyn Any + Send + 'static>) -> Response {
 /// Gives the answers of the layers below [`harden`]'s error shaping, of axum's
 /// body extractors when the body limit cuts a body short, and of axum's other
 /// refusals (a path that does not parse, a 415, a 405:
-/// [`error::rejection_in_shop_shape`]) the shop's error shape. They are
+/// `error::rejection_in_shop_shape`) the shop's error shape. They are
 /// recognised by what no [`WebError`] has: an empty body without a
 /// `Content-Type` (the timeout) or a body that is not JSON.
 #[derive(Debug, Clone, Copy)]
