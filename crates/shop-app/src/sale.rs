@@ -99,7 +99,7 @@ pub async fn start(
     sale: Sale,
     refresh: f64,
 ) -> Result<SaleSet, AppError> {
-    if !valid_terms(&sale, refresh) {
+    if !valid_terms(&sale, refresh, shop_db::unix_now()) {
         return Err(CacheError::Invalid(InvalidInput::SaleTerms).into());
     }
     let set = stores.db.set_sale(item, sale).await?;
@@ -115,17 +115,22 @@ pub async fn start(
     Ok(SaleSet::Started)
 }
 
-/// Whether a sale's terms are ones [`start`] starts: 0 or more units, a price
-/// of an item's range ([`MAX_PRICE_CENTS`]), an end 1 minute to
-/// [`MAX_MINUTES`] after its start, a refresh within [`REFRESH_RANGE`]. Past
-/// them a sale would be written and then fail half-way (an expiry Redis
-/// refuses) or run as no sale (one that ended before it began, a row refreshed
-/// without pause).
-pub fn valid_terms(sale: &Sale, refresh: f64) -> bool {
+/// Whether a sale's terms are ones [`start`] starts at `now` (unix seconds): 0
+/// or more units, a price of an item's range ([`MAX_PRICE_CENTS`]), an end 1
+/// minute to [`MAX_MINUTES`] after its start, both within [`MAX_MINUTES`] of
+/// now, a refresh within [`REFRESH_RANGE`]. Past them a sale would be written
+/// and then fail half-way (an expiry Redis refuses) or run as no sale (one
+/// that ended before it began, a row refreshed without pause). A sale wholly
+/// before or after now may be started (it sells nothing until its window).
+pub fn valid_terms(sale: &Sale, refresh: f64, now: i64) -> bool {
+    let most = MAX_MINUTES * 60;
+    let near = |at: i64| at.checked_sub(now).is_some_and(|by| by.abs() <= most);
     let length = sale.end.checked_sub(sale.start);
     sale.stock >= 0
         && (0..=MAX_PRICE_CENTS).contains(&sale.price_cents)
-        && length.is_some_and(|length| (60..=MAX_MINUTES * 60).contains(&length))
+        && length.is_some_and(|length| (60..=most).contains(&length))
+        && near(sale.start)
+        && near(sale.end)
         && REFRESH_RANGE.contains(&refresh)
 }
 

@@ -273,14 +273,32 @@ pub(crate) fn rejection_in_shop_shape(resp: Response) -> Response {
         }
         _ => ("bad_request", "the request could not be read"),
     };
-    let mut shaped =
+    let shaped =
         WebError::new(status, code, text.unwrap_or_else(|| fallback.to_owned())).into_response();
-    if let Some(allow) = parts.headers.get(http::header::ALLOW) {
-        shaped
-            .headers_mut()
-            .insert(http::header::ALLOW, allow.clone());
+    keeping(parts, shaped)
+}
+
+/// `new`, an answer made in place of one of `old`'s (`old`'s parts), with
+/// what `old` said besides its body: its headers (a 405's `Allow`, a 503's
+/// `Retry-After`, the session's `Set-Cookie`, `Connection: close`) but those
+/// of its body, which `new`'s replace, and its extensions (the metrics'
+/// mark that a route counted it, a [`Cause`] to log) under `new`'s.
+fn keeping(old: http::response::Parts, new: Response) -> Response {
+    let (mut parts, body) = new.into_parts();
+    let mut headers = old.headers;
+    headers.remove(http::header::CONTENT_TYPE);
+    headers.remove(http::header::CONTENT_LENGTH);
+    for name in parts.headers.keys() {
+        headers.remove(name);
     }
-    shaped
+    for (name, value) in &parts.headers {
+        headers.append(name.clone(), value.clone());
+    }
+    parts.headers = headers;
+    let mut extensions = old.extensions;
+    extensions.extend(std::mem::take(&mut parts.extensions));
+    parts.extensions = extensions;
+    Response::from_parts(parts, body)
 }
 
 /// A refusal from request parsing answers as the 400 it is.
@@ -335,17 +353,13 @@ fn as_page(resp: Response, page_request: bool) -> Response {
         status: status.as_u16(),
         message: &message,
     };
-    match page.render() {
-        Ok(html) => {
-            let mut page = (status, Html(html)).into_response();
-            // A 503's (or 429's) `Retry-After` holds for the page as for the JSON.
-            if let Some(retry) = resp.headers().get(http::header::RETRY_AFTER) {
-                page.headers_mut()
-                    .insert(http::header::RETRY_AFTER, retry.clone());
-            }
-            page
-        }
-        Err(_) => resp,
+    let html = page.render();
+    let (parts, body) = resp.into_parts();
+    match html {
+        // What the answer said besides its body holds for the page as for
+        // the JSON: a 503's `Retry-After`, a 405's `Allow`, a cookie.
+        Ok(html) => keeping(parts, (status, Html(html)).into_response()),
+        Err(_) => Response::from_parts(parts, body),
     }
 }
 

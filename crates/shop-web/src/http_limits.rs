@@ -75,7 +75,7 @@ impl Default for HttpLimits {
 /// They wrap the router as one service (a router of that one service is what
 /// comes back), not each of its routes: `Router::layer` boxes every route
 /// again per layer, and a request clones (and drops) every box on its way
-/// down, about a tenth of a cached page's CPU for these seven layers. The
+/// down (about a tenth of a cached page's CPU for seven such layers). The
 /// shop's own layers box nothing and clone no service per request (as axum's
 /// `map_response` would: [`crate::answered`]).
 pub fn harden(router: Router, limits: &HttpLimits) -> Router {
@@ -93,8 +93,10 @@ fn harden_with(router: Router, limits: &HttpLimits, count: Option<UncountedLayer
         .layer(FinishLayer(SecurityHeaders))
         .layer(error::ErrorPagesLayer)
         .layer(RequestLogLayer)
-        .option_layer(count)
         .layer(FinishLayer(InShopShape))
+        // Inside the shaping, which makes new answers of axum's refusals: the
+        // routes' mark that they counted an answer is still on it here.
+        .option_layer(count)
         .map_response(any_body)
         .layer(CatchPanicLayer::custom(answer_panic))
         .layer(BodyWatch)
@@ -228,7 +230,8 @@ fn in_shop_shape(resp: Response) -> Response {
 /// [`TIMEOUT_STATUS`] and is logged as the failure it is.
 ///
 /// Only a request with a body is watched (the body is wrapped: one
-/// allocation); a `GET` is passed through as it is.
+/// allocation); one whose body has ended already (none, or
+/// `Content-Length: 0`) is passed through as it is.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyWatch;
 

@@ -539,6 +539,22 @@ async fn a_sale_with_terms_out_of_range_is_refused_and_writes_nothing() {
             },
             1.0,
         ),
+        (
+            Sale {
+                start: i64::MAX - 3_600,
+                end: i64::MAX,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
+                start: now + year,
+                end: now + year + 60,
+                ..good
+            },
+            1.0,
+        ),
         (good, 0.0),
         (good, f64::NAN),
         (good, 86_401.0),

@@ -183,6 +183,15 @@ async fn a_body_that_stops_arriving_answers_408_and_a_slow_handler_still_503() {
     assert_eq!(resp.headers()[header::CONNECTION], "close");
     assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-store");
     assert_eq!(json(resp).await["error"], "request_timeout");
+    // A form of a page: the error page, the connection closed all the same.
+    let form = Request::post("/upload")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(trickling_body())
+        .unwrap();
+    let resp = send(&app, form).await;
+    assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(resp.headers()[header::CONNECTION], "close");
+    assert!(text(resp).await.contains("did not arrive in time"));
 
     let resp = send(&app, post("/slow", trickling_body())).await;
     assert_eq!(resp.status(), http_limits::TIMEOUT_STATUS);
@@ -662,15 +671,29 @@ async fn refusals_below_the_handlers_answer_in_the_shops_shape() {
     assert!(is_json(&resp));
     assert_eq!(json(resp).await["error"], "method_not_allowed");
 
-    // A person gets the error page.
-    let resp = app.get("/c/%FF", None).await;
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    assert!(
+    // A person gets the error page, with what the answer said besides its
+    // body: a new visitor's cookie, a 405's `Allow`.
+    let is_html = |resp: &axum::response::Response| {
         resp.headers()[header::CONTENT_TYPE]
             .to_str()
             .unwrap()
             .starts_with("text/html")
+    };
+    let resp = app.get("/c/%FF", None).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert!(is_html(&resp));
+    assert!(
+        cookie_of(&resp).is_some(),
+        "the visitor's new cookie is kept"
     );
     let page = text(resp).await;
     assert!(page.contains("<html"), "{page}");
+    let delete = Request::delete("/cart")
+        .header(header::COOKIE, &cookie)
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.send(delete).await;
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(is_html(&resp));
+    assert!(resp.headers().contains_key(header::ALLOW));
 }

@@ -186,7 +186,25 @@ async fn metrics_count_routes_cache_and_sessions() {
         app.send(too_large).await.status(),
         StatusCode::PAYLOAD_TOO_LARGE
     );
+    // A route's own refusal (a form's route sent another type of body) is
+    // counted under the route, once.
+    let plain = Request::post("/cart")
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from("item=1"))
+        .unwrap();
+    assert_eq!(
+        app.send(plain).await.status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
     let body = text(app.internal_get("/metrics").await).await;
+    assert!(
+        body.contains("shop_http_requests_total{route=\"/cart\",status=\"415\"} 1"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("shop_http_requests_total{route=\"unrouted\",status=\"415\"}"),
+        "counted once: {body}"
+    );
     for status in ["404", "413"] {
         assert!(
             body.contains(&format!(

@@ -401,10 +401,9 @@ pub fn add_log_in_and_check_out(addr: &str, guest: &str) -> String {
         Some(&user),
         Some(&format!("key={key}&cart_version={version}")),
     );
-    assert_eq!(
-        (checkout.status, checkout.header("location").as_deref()),
-        (303, Some("/account"))
-    );
+    assert_eq!(checkout.status, 303);
+    let placed = checkout.header("location").unwrap_or_default();
+    assert!(placed.starts_with("/account?placed="), "{placed}");
     user
 }
 

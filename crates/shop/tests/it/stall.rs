@@ -167,7 +167,9 @@ async fn stalled_node(
                 let reply = request(a, "POST", "/checkout", Some(&buyer), Some(&form));
                 if reply.status != 503 {
                     if reply.status == 303
-                        && reply.header("location").as_deref() == Some("/account")
+                        && reply
+                            .header("location")
+                            .is_some_and(|to| to.starts_with("/account?placed="))
                     {
                         orders.lock().unwrap().push(key);
                     } else {
