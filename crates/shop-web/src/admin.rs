@@ -6,6 +6,9 @@
 //! is refused with 409, showing the item as it is now and which of the form's
 //! fields differ, instead of writing its old values back. Forms are protected
 //! from other sites like every form ([`crate::csrf`]); the pages are never cached.
+//! A client asking for JSON (`Accept: application/json`) gets JSON throughout:
+//! `{"saved": true, "version", "pages_purged"}` (`{"retired": true, ...}`), a
+//! 400 `{error, message}` for a field out of its rule, the 409 `stale` body.
 
 use std::collections::HashMap;
 
@@ -137,6 +140,7 @@ async fn save(
     };
     let edit = match edit {
         Ok(edit) => edit,
+        Err(message) if wants_json(&headers) => return Err(WebError::bad_request(message)),
         Err(message) => {
             // The form again, as typed, with what is wrong; nothing changed.
             let current = state.db.item(id).await?;
@@ -159,6 +163,15 @@ async fn save(
         }
     };
     match state.catalogue().update(id, &edit, version).await {
+        Ok(applied) if wants_json(&headers) => {
+            let version = state.db.item(id).await?.map(|item| item.version);
+            Ok(Json(json!({
+                "saved": true,
+                "version": version,
+                "pages_purged": applied.pages_purged,
+            }))
+            .into_response())
+        }
         Ok(_) => Ok(Redirect::to(&format!("/admin/items/{id}?saved=1")).into_response()),
         Err(CatalogueError::Stale { current }) => {
             let differs = differences(|name| given(name).map(str::to_owned), &current);
@@ -224,10 +237,18 @@ async fn retire(
     State(state): State<AppState>,
     session: Session,
     ItemPath(id): ItemPath,
+    headers: HeaderMap,
 ) -> Result<Response, WebError> {
     if let Err(answer) = admin_only(&state, &session, id).await {
         return Ok(answer);
     }
-    state.catalogue().retire(id).await?;
+    let applied = state.catalogue().retire(id).await?;
+    if wants_json(&headers) {
+        return Ok(Json(json!({
+            "retired": true,
+            "pages_purged": applied.pages_purged,
+        }))
+        .into_response());
+    }
     Ok(Redirect::to(&format!("/admin/items/{id}?saved=1")).into_response())
 }

@@ -479,6 +479,31 @@ fn wait_gone(pid: &str, what: &str) {
     }
 }
 
+/// Waits until a file of the append-only directory `dir` holds `text`.
+fn wait_in_append_only_file(dir: &Path, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let holds = || {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|file| {
+                std::fs::read(file.path()).is_ok_and(|bytes| {
+                    bytes
+                        .windows(text.len())
+                        .any(|window| window == text.as_bytes())
+                })
+            })
+    };
+    while !holds() {
+        assert!(
+            Instant::now() < deadline,
+            "{text} never reached the append-only file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn serve_manages_its_own_redis_pair_keeps_carts_across_a_crash_and_leaves_no_orphan() {
     let cwd = tempfile::tempdir().unwrap();
@@ -519,6 +544,11 @@ fn serve_manages_its_own_redis_pair_keeps_carts_across_a_crash_and_leaves_no_orp
     let cart = request(&addr, "POST", "/cart", None, Some("item=3&count=2"));
     assert_eq!(cart.status, 303, "{}", cart.body);
     let cookie = cart.session_cookie().expect("the cart's session");
+    // `appendfsync everysec` may hold a write back while an fsync is slow (a
+    // busy machine), answering meanwhile: what the append-only file promises
+    // is what reached it, so the kill waits for the cart to be there.
+    let aof = Path::new(&config_of(&state_dir, "dir")).join(config_of(&state_dir, "appenddirname"));
+    wait_in_append_only_file(&aof, cookie.split('=').nth(1).unwrap());
     assert!(
         std::process::Command::new("kill")
             .args(["-9", &state_pid])
