@@ -235,8 +235,8 @@ impl IntoResponse for WebError {
 /// route does not take: 405), in the shop's shape, `{error, message}` with
 /// axum's own text as the message, so a JSON client reads every 4xx the same
 /// way and a person gets the error page; an answer of the shop's own
-/// ([`WebError`]), or one with a type of its own, is left as it is. Its
-/// `Allow` header (a 405's) is kept.
+/// ([`WebError`]), or one with a type of its own, is left as it is. What it
+/// said besides its body is kept ([`in_place_of`]).
 pub(crate) fn rejection_in_shop_shape(resp: Response) -> Response {
     use http_body::Body as _;
 
@@ -273,9 +273,17 @@ pub(crate) fn rejection_in_shop_shape(resp: Response) -> Response {
         }
         _ => ("bad_request", "the request could not be read"),
     };
-    let shaped =
-        WebError::new(status, code, text.unwrap_or_else(|| fallback.to_owned())).into_response();
-    keeping(parts, shaped)
+    let shaped = WebError::new(status, code, text.unwrap_or_else(|| fallback.to_owned()));
+    in_place_of(
+        Response::from_parts(parts, axum::body::Body::empty()),
+        shaped,
+    )
+}
+
+/// `error`'s answer in place of `old` (an answer of a layer below the shop's
+/// error shaping), keeping what `old` said besides its body ([`keeping`]).
+pub(crate) fn in_place_of(old: Response, error: WebError) -> Response {
+    keeping(old.into_parts().0, error.into_response())
 }
 
 /// `new`, an answer made in place of one of `old`'s (`old`'s parts), with

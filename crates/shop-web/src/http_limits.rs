@@ -20,6 +20,7 @@
 //!   `Content-Length` before any handler, session lookup or Redis call runs.
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -33,7 +34,6 @@ use crate::answered::{Finish, FinishLayer, Finished, Start};
 use crate::error::{self, WebError};
 use crate::metrics::{Metrics, UncountedLayer};
 use crate::request_log::RequestLogLayer;
-use std::sync::Arc;
 
 /// How long one request may take, body reading included. The shop's slowest
 /// honest request (a checkout: a database transaction and a few Redis calls)
@@ -203,19 +203,19 @@ fn in_shop_shape(resp: Response) -> Response {
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v == HeaderValue::from_static("application/json"));
     if status == TIMEOUT_STATUS && empty {
-        WebError::new(
+        let timeout = WebError::new(
             TIMEOUT_STATUS,
             "timeout",
             "the shop took too long to answer; try again shortly",
-        )
-        .into_response()
+        );
+        error::in_place_of(resp, timeout)
     } else if status == StatusCode::PAYLOAD_TOO_LARGE && !json {
-        WebError::new(
+        let too_large = WebError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             "the request is too large",
-        )
-        .into_response()
+        );
+        error::in_place_of(resp, too_large)
     } else {
         error::rejection_in_shop_shape(resp)
     }
@@ -277,7 +277,7 @@ impl Finish for BodyWatched {
         if !(waited_for && resp.status() == TIMEOUT_STATUS && is_timeouts_own(&resp)) {
             return resp;
         }
-        let mut resp = WebError::new(
+        let slow = WebError::new(
             StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
             "the request's body did not arrive in time",
@@ -285,8 +285,8 @@ impl Finish for BodyWatched {
         .caused_by(error::Cause::new(
             tracing::Level::INFO,
             "the client sent its request body too slowly".to_owned(),
-        ))
-        .into_response();
+        ));
+        let mut resp = error::in_place_of(resp, slow);
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         resp
