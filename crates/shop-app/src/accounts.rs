@@ -33,6 +33,9 @@ pub enum Outcome {
         /// The device cookie's value for this browser: with it, its later login
         /// attempts on this account go through a limit that failures filled.
         device: String,
+        /// Lines of the guest's cart that did not fit the account's (its cap of
+        /// lines reached) and were left out: the shopper is to be told.
+        left_out: u64,
     },
     /// A login with an unknown name or a wrong password (which, not said).
     WrongPassword,
@@ -295,21 +298,25 @@ impl Accounts<'_> {
             .await?;
         // Logged in: a merge that fails now is finished at the session's next
         // cart read (the lines wait under the new token), not an error.
-        match self.carts.merge_into_account(&token, user).await {
-            Ok(0) => {}
-            Ok(left_out) => tracing::info!(
+        let left_out = match self.carts.merge_into_account(&token, user).await {
+            Ok(left_out) => left_out,
+            Err(error) => {
+                tracing::warn!(%error, "a login could not merge the guest's cart yet");
+                0
+            }
+        };
+        if left_out > 0 {
+            tracing::info!(
                 user = user.get(),
                 left_out,
                 "a guest's cart did not fit the account's: lines left out"
-            ),
-            Err(error) => {
-                tracing::warn!(%error, "a login could not merge the guest's cart yet");
-            }
+            );
         }
         Ok(Outcome::LoggedIn {
             user,
             token,
             device,
+            left_out,
         })
     }
 }

@@ -160,7 +160,18 @@ async fn login(
             user,
             token,
             device,
-        } => Ok(logged_in(user, token, &device, &session, &headers, &next)),
+            left_out,
+        } => Ok(logged_in(
+            LoggedIn {
+                user,
+                token,
+                device: &device,
+                left_out,
+            },
+            &session,
+            &headers,
+            &next,
+        )),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::WrongPassword | Outcome::NameTaken => {
             if wants_json(&headers) {
@@ -293,21 +304,36 @@ pub(crate) fn too_many(retry_after: std::time::Duration) -> WebError {
 /// The answer to a login or sign-up that logged in: the session moves to its new
 /// token, the browser gets its device cookie, and the answer is the user as JSON,
 /// or a redirect to `next`.
-fn logged_in(
+/// A login or sign-up that succeeded, for its answer.
+struct LoggedIn<'a> {
     user: UserId,
     token: SessionToken,
-    device: &str,
-    session: &Session,
-    headers: &HeaderMap,
-    next: &str,
-) -> Response {
+    device: &'a str,
+    /// Lines of the guest's cart the account's had no room for.
+    left_out: u64,
+}
+
+/// The answer to a login or sign-up: JSON (`user`, and `cart_lines_left_out`
+/// when the guest's cart did not fit the account's), or a redirect to `next`,
+/// or to the cart page saying what was left out
+/// (`/cart?left_out=N`: the cart changed under the shopper, who is to see it
+/// before anything else).
+fn logged_in(done: LoggedIn<'_>, session: &Session, headers: &HeaderMap, next: &str) -> Response {
     let mut resp = if wants_json(headers) {
-        Json(json!({ "user": user.get() })).into_response()
+        let mut body = json!({ "user": done.user.get() });
+        if done.left_out > 0 {
+            body["cart_lines_left_out"] = json!(done.left_out);
+        }
+        Json(body).into_response()
+    } else if done.left_out > 0 {
+        Redirect::to(&format!("/cart?left_out={}", done.left_out)).into_response()
     } else {
         Redirect::to(next).into_response()
     };
-    resp.extensions_mut().insert(NewToken(token));
-    if let Ok(cookie) = header::HeaderValue::from_str(&device_set_cookie(device, session.https)) {
+    resp.extensions_mut().insert(NewToken(done.token));
+    if let Ok(cookie) =
+        header::HeaderValue::from_str(&device_set_cookie(done.device, session.https))
+    {
         resp.headers_mut().append(header::SET_COOKIE, cookie);
     }
     resp
@@ -378,7 +404,18 @@ async fn signup(
             user,
             token,
             device,
-        } => Ok(logged_in(user, token, &device, &session, &headers, &next)),
+            left_out,
+        } => Ok(logged_in(
+            LoggedIn {
+                user,
+                token,
+                device: &device,
+                left_out,
+            },
+            &session,
+            &headers,
+            &next,
+        )),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::NameTaken | Outcome::WrongPassword => refuse(
             StatusCode::CONFLICT,

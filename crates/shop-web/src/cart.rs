@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -41,8 +41,33 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn show(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
-    let page = cart_page(&state, &session, Vec::new()).await?;
+/// `GET /cart`'s query.
+#[derive(Debug, serde::Deserialize)]
+struct ShowQuery {
+    /// Lines of the guest's cart a login just left out (the login's redirect).
+    left_out: Option<u32>,
+}
+
+async fn show(
+    State(state): State<AppState>,
+    session: Session,
+    Query(query): Query<ShowQuery>,
+) -> Result<Response, WebError> {
+    let mut page = cart_page(&state, &session, Vec::new()).await?;
+    // Said only of a full cart, as it is after such a login: a link made up
+    // elsewhere cannot tell a shopper with room in the cart that lines were lost.
+    page.left_out = query
+        .left_out
+        .filter(|&n| n > 0 && page.lines.len() >= state.carts.max_lines() as usize)
+        .map(|n| {
+            let lines = if n == 1 { "line" } else { "lines" };
+            format!(
+                "{n} {lines} of the cart you filled before logging in did not fit: your \
+                 account's cart holds at most {} lines, so {} left out.",
+                state.carts.max_lines(),
+                if n == 1 { "it was" } else { "they were" }
+            )
+        });
     Ok(no_store(StatusCode::OK, templates::render(&page)?))
 }
 
@@ -84,6 +109,7 @@ async fn cart_page(
         cart_version: CartVersion::new(shown).to_string(),
         max_quantity: state.carts.max_quantity(),
         changes,
+        left_out: None,
     })
 }
 

@@ -15,17 +15,19 @@
 //! - a request timeout ([`TIMEOUT_STATUS`] after [`HttpLimits::request_timeout`],
 //!   counting the time spent reading the body, so a trickling upload is bounded
 //!   too: that one answers 408, the client's doing, not logged as a failure
-//!   ([`BodyWatch`]);
+//!   and logged at most once a minute ([`BodyWatch`]);
 //! - a request body limit (413 beyond [`HttpLimits::body_limit`]), checked against
 //!   `Content-Length` before any handler, session lookup or Redis call runs.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use shop_cache::repeating::Repeating;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -99,7 +101,7 @@ fn harden_with(router: Router, limits: &HttpLimits, count: Option<UncountedLayer
         .option_layer(count)
         .map_response(any_body)
         .layer(CatchPanicLayer::custom(answer_panic))
-        .layer(BodyWatch)
+        .layer(BodyWatch::default())
         .layer(TimeoutLayer::with_status_code(
             TIMEOUT_STATUS,
             limits.request_timeout,
@@ -224,16 +226,24 @@ fn in_shop_shape(resp: Response) -> Response {
 /// Tells a client that sent its body too slowly from a shop that answered too
 /// slowly, when the request timeout ends a request: a request whose handler
 /// was waiting for the body (read from, not yet ended) answers 408 with
-/// `Connection: close`, its cause logged at `INFO` (a trickling upload is the
-/// client's doing, or an attacker's: a warning per such request would page
-/// an operator for it), where a request that timed out anywhere else answers
+/// `Connection: close`, where a request that timed out anywhere else answers
 /// [`TIMEOUT_STATUS`] and is logged as the failure it is.
+///
+/// A trickling upload is the client's doing, or an attacker's: its cause is
+/// logged at `INFO`, the first and then at most once a
+/// [`REMINDER`](shop_cache::repeating::REMINDER) with how many there were (a slow-body attack sends them by
+/// the hundred a second, and a line each would grow the log at the attack's
+/// rate); the others at `DEBUG`. Each is counted in the metrics all the same
+/// (`shop_http_requests_total{route="unrouted",status="408"}`).
 ///
 /// Only a request with a body is watched (the body is wrapped: one
 /// allocation); one whose body has ended already (none, or
 /// `Content-Length: 0`) is passed through as it is.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyWatch;
+#[derive(Debug, Clone, Default)]
+pub struct BodyWatch {
+    /// The slow bodies so far, for the log.
+    slow: Arc<Mutex<Repeating>>,
+}
 
 impl Start for BodyWatch {
     type Finish = BodyWatched;
@@ -242,13 +252,13 @@ impl Start for BodyWatch {
         if http_body::Body::is_end_stream(req.body()) {
             return BodyWatched(None);
         }
-        let state = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(BODY_UNREAD));
+        let state = Arc::new(AtomicU8::new(BODY_UNREAD));
         let body = std::mem::take(req.body_mut());
         *req.body_mut() = axum::body::Body::new(Watched {
             inner: body,
             state: state.clone(),
         });
-        BodyWatched(Some(state))
+        BodyWatched(Some((state, self.slow.clone())))
     }
 }
 
@@ -256,7 +266,7 @@ impl<S> tower::Layer<S> for BodyWatch {
     type Service = Finished<S, Self>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Finished::new(inner, *self)
+        Finished::new(inner, self.clone())
     }
 }
 
@@ -265,27 +275,45 @@ const BODY_UNREAD: u8 = 0;
 const BODY_WAITED_FOR: u8 = 1;
 const BODY_ENDED: u8 = 2;
 
-/// How far the handler got with the request's body ([`BodyWatch`]).
+/// How far the handler got with the request's body ([`BodyWatch`]), and the
+/// watch's count of slow bodies.
 #[derive(Debug)]
-pub struct BodyWatched(Option<std::sync::Arc<std::sync::atomic::AtomicU8>>);
+pub struct BodyWatched(Option<(Arc<AtomicU8>, Arc<Mutex<Repeating>>)>);
 
 impl Finish for BodyWatched {
     fn finish(self, resp: Response) -> Response {
-        let waited_for = self.0.is_some_and(|state| {
-            state.load(std::sync::atomic::Ordering::Acquire) == BODY_WAITED_FOR
-        });
+        let Some((state, slow)) = self.0 else {
+            return resp;
+        };
+        let waited_for = state.load(Ordering::Acquire) == BODY_WAITED_FOR;
         if !(waited_for && resp.status() == TIMEOUT_STATUS && is_timeouts_own(&resp)) {
             return resp;
         }
+        let cause = {
+            let mut slow = slow
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match slow.again(std::time::Instant::now()) {
+                true => error::Cause::new(
+                    tracing::Level::INFO,
+                    format!(
+                        "the client sent its request body too slowly ({} so far; this \
+                         line at most once a minute, each one counted in the metrics)",
+                        slow.count()
+                    ),
+                ),
+                false => error::Cause::new(
+                    tracing::Level::DEBUG,
+                    "the client sent its request body too slowly",
+                ),
+            }
+        };
         let slow = WebError::new(
             StatusCode::REQUEST_TIMEOUT,
             "request_timeout",
             "the request's body did not arrive in time",
         )
-        .caused_by(error::Cause::new(
-            tracing::Level::INFO,
-            "the client sent its request body too slowly".to_owned(),
-        ));
+        .caused_by(cause);
         let mut resp = error::in_place_of(resp, slow);
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -299,7 +327,7 @@ pin_project_lite::pin_project! {
     struct Watched {
         #[pin]
         inner: axum::body::Body,
-        state: std::sync::Arc<std::sync::atomic::AtomicU8>,
+        state: Arc<AtomicU8>,
     }
 }
 
@@ -318,8 +346,7 @@ impl http_body::Body for Watched {
             _ if http_body::Body::is_end_stream(&*this.inner) => BODY_ENDED,
             _ => BODY_WAITED_FOR,
         };
-        this.state
-            .store(state, std::sync::atomic::Ordering::Release);
+        this.state.store(state, Ordering::Release);
         frame
     }
 

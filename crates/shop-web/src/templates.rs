@@ -195,6 +195,8 @@ pub struct CartPage {
     pub max_quantity: u32,
     /// What changed since the page the shopper confirmed (a checkout refused).
     pub changes: Vec<String>,
+    /// What a login just left out of the cart, said once after it.
+    pub left_out: Option<String>,
 }
 
 /// `GET /admin/items/{id}`: an item's edit form, for admins.

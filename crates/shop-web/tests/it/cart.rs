@@ -367,3 +367,72 @@ async fn one_address_starts_only_so_many_carts_and_a_refused_one_writes_nothing(
     let neighbour = post("2001:db8:6:200::1", None, "item=3&count=1").await;
     assert_eq!(neighbour.status(), StatusCode::OK);
 }
+
+/// A login whose guest cart does not fit the account's says so: the page goes
+/// to the cart, which says how many lines were left out; a JSON login says it
+/// in its answer; a link made up elsewhere says nothing to a shopper whose cart
+/// has room.
+#[tokio::test]
+async fn a_login_that_leaves_guest_lines_out_says_so() {
+    let app = TestApp::with_config(WebConfig {
+        max_cart_lines: 3,
+        ..WebConfig::default()
+    })
+    .await;
+    let add = |cookie: String, items: &'static [u64]| {
+        let app = &app;
+        async move {
+            for item in items {
+                let form = format!("item={item}&count=1");
+                let resp = app.post("/cart", Some(&cookie), &form, true).await;
+                assert_eq!(resp.status(), StatusCode::OK, "item {item}");
+            }
+            cookie
+        }
+    };
+    let erin = app.logged_in("erin").await;
+    add(erin, &[1, 2]).await;
+    let guest = add(app.visitor().await, &[3, 4, 5]).await;
+    let login = format!("name=erin&password={}", shop_testapp::PASSWORD);
+    let resp = app.post("/login", Some(&guest), &login, false).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[header::LOCATION], "/cart?left_out=2");
+    let erin = shop_testapp::cookie_of(&resp).unwrap();
+    let page = text(app.get("/cart?left_out=2", Some(&erin)).await).await;
+    assert!(
+        page.contains("2 lines of the cart you filled before logging in did not fit")
+            && page.contains("at most 3 lines"),
+        "{page}"
+    );
+    assert_eq!(
+        app.me(&erin).await["cart"]["lines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // A JSON login says it in its answer.
+    let guest = add(app.visitor().await, &[4]).await;
+    let resp = app.post("/login", Some(&guest), &login, true).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(json(resp).await["cart_lines_left_out"], 1);
+    // Nothing left out: the login goes where it was going, and says nothing.
+    let guest = add(app.visitor().await, &[1]).await;
+    let resp = app.post("/login", Some(&guest), &login, false).await;
+    assert_eq!(resp.headers()[header::LOCATION], "/");
+    let resp = app
+        .post("/login", Some(&app.visitor().await), &login, true)
+        .await;
+    assert!(json(resp).await.get("cart_lines_left_out").is_none());
+
+    // A made-up link, to a shopper with room in the cart: no such notice.
+    let dora = add(app.logged_in("dora").await, &[1]).await;
+    let page = text(app.get("/cart?left_out=2", Some(&dora)).await).await;
+    assert!(
+        page.contains("/items/1") && !page.contains("did not fit"),
+        "{page}"
+    );
+    let resp = app.get("/cart?left_out=two", Some(&dora)).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}

@@ -159,7 +159,7 @@ fn trickling_body() -> Body {
 }
 
 /// A body that stops arriving is the client's doing: 408 (not the shop's 503),
-/// the connection closed, no warning in the log. A handler that was slow with
+/// the connection closed, no warning in the log, and one `INFO` line for many. A handler that was slow with
 /// a body it never read still answers the timeout status, a warning; a body
 /// that arrives is answered.
 #[tokio::test]
@@ -193,6 +193,13 @@ async fn a_body_that_stops_arriving_answers_408_and_a_slow_handler_still_503() {
     assert_eq!(resp.headers()[header::CONNECTION], "close");
     assert!(text(resp).await.contains("did not arrive in time"));
 
+    // More of them (an attack sends hundreds a second): answered the same,
+    // logged once (the first above) until a minute has passed.
+    let more = (0..5).map(|_| send(&app, post("/upload", trickling_body())));
+    for resp in futures::future::join_all(more).await {
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+    }
+
     let resp = send(&app, post("/slow", trickling_body())).await;
     assert_eq!(resp.status(), http_limits::TIMEOUT_STATUS);
     assert_eq!(json(resp).await["error"], "timeout");
@@ -205,11 +212,16 @@ async fn a_body_that_stops_arriving_answers_408_and_a_slow_handler_still_503() {
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
     assert_eq!(warnings.len(), 1, "only the slow handler warns:\n{log}");
     assert!(warnings[0].contains("/slow"), "{log}");
-    assert!(
-        log.lines()
-            .any(|l| l.contains("INFO") && l.contains("/upload") && l.contains("408")),
-        "the 408 is logged at INFO:\n{log}"
+    let slow_bodies: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("INFO") && l.contains("/upload") && l.contains("408"))
+        .collect();
+    assert_eq!(
+        slow_bodies.len(),
+        1,
+        "the first of seven 408s is logged at INFO, the rest not:\n{log}"
     );
+    assert!(slow_bodies[0].contains("too slowly (1 so far;"), "{log}");
 }
 
 /// The real router over its own Redis and SQLite file.
