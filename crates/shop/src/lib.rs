@@ -7,6 +7,7 @@ pub mod config;
 pub mod connect;
 pub mod daemons;
 pub mod flash_load;
+pub mod logging;
 pub mod managed_redis;
 pub mod server;
 pub mod shutdown;

@@ -15,16 +15,7 @@ async fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOP_LOG")
-        .unwrap_or_else(|_| "info".into())
-        // sqlx warns of every connect parameter it does not know with its value,
-        // which may be a password (`?sslpassword=...`): never logged, whatever
-        // SHOP_LOG says.
-        .add_directive(
-            "sqlx_postgres::options::parse=off"
-                .parse()
-                .expect("a valid directive"),
-        );
+    let filter = shop::logging::filter(std::env::var("SHOP_LOG").ok().as_deref());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
