@@ -51,7 +51,8 @@ impl Analytics {
     /// Takes `item` out of the ranking (it is no longer sold): it leaves the home
     /// page and the page cache's top at once, and views of it a web server still
     /// holds in its batch are not counted when written ([`Keys::unranked`], for
-    /// [`UNRANKED_FOR`]; entries older than that are trimmed here).
+    /// [`UNRANKED_FOR`]; entries older than that are trimmed here, and the
+    /// whole list goes that long after the last retirement).
     pub async fn forget(&self, item: ItemId) -> Result<(), CacheError> {
         let now = crate::clock::unix_now();
         redis::pipe()
@@ -65,6 +66,8 @@ impl Analytics {
                 "-inf",
                 now - UNRANKED_FOR.as_secs_f64(),
             )
+            .ignore()
+            .expire(self.keys.unranked(), UNRANKED_FOR.as_secs() as i64)
             .ignore()
             .exec_async(&mut self.conn.clone())
             .await?;

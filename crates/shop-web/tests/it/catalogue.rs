@@ -165,6 +165,13 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
             ranked, None,
             "{kind}: out of the ranking, the view held when it was retired too"
         );
+        // The list of items whose views are not counted goes by itself, an hour
+        // after the last retirement, if none follows to trim it.
+        let ttl: i64 = app.redis.conn().await.ttl("unranked:").await.unwrap();
+        assert!(
+            (3_000..=3_600).contains(&ttl),
+            "{kind}: unranked: lives {ttl} s"
+        );
 
         // The cart shows it as gone and leaves it out of the total; checkout names
         // it, changes nothing, and adding it again is refused.
