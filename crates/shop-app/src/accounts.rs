@@ -20,23 +20,26 @@ use shop_db::Db;
 
 use crate::AppError;
 
+/// A login or sign-up that succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedIn {
+    /// Who.
+    pub user: UserId,
+    /// The session's new token, for the cookie.
+    pub token: SessionToken,
+    /// The device cookie's value for this browser: with it, its later login
+    /// attempts on this account go through a limit that failures filled.
+    pub device: String,
+    /// Lines of the guest's cart that did not fit the account's (its cap of
+    /// lines reached) and were left out: the shopper is to be told.
+    pub left_out: u64,
+}
+
 /// What a login or sign-up came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The user is logged in on `token`, the session's new token (the old one no
-    /// longer works).
-    LoggedIn {
-        /// Who.
-        user: UserId,
-        /// The session's new token, for the cookie.
-        token: SessionToken,
-        /// The device cookie's value for this browser: with it, its later login
-        /// attempts on this account go through a limit that failures filled.
-        device: String,
-        /// Lines of the guest's cart that did not fit the account's (its cap of
-        /// lines reached) and were left out: the shopper is to be told.
-        left_out: u64,
-    },
+    /// The user is logged in on a new token (the old one no longer works).
+    LoggedIn(LoggedIn),
     /// A login with an unknown name or a wrong password (which, not said).
     WrongPassword,
     /// A sign-up for a name another account has.
@@ -144,7 +147,7 @@ impl Accounts<'_> {
         {
             Some(user) => {
                 let outcome = self.logged_in(&attempt, user).await?;
-                if let Outcome::LoggedIn { token, .. } = &outcome
+                if let Outcome::LoggedIn(LoggedIn { token, .. }) = &outcome
                     && epoch != Some(self.sessions.password_epoch(user).await?)
                 {
                     self.sessions.logout(token).await?;
@@ -312,11 +315,11 @@ impl Accounts<'_> {
                 "a guest's cart did not fit the account's: lines left out"
             );
         }
-        Ok(Outcome::LoggedIn {
+        Ok(Outcome::LoggedIn(LoggedIn {
             user,
             token,
             device,
             left_out,
-        })
+        }))
     }
 }

@@ -22,8 +22,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
-use shop_app::accounts::{Attempted, Outcome};
-use shop_cache::domain::UserId;
+use shop_app::accounts::{Attempted, LoggedIn, Outcome};
 use shop_cache::domain::account::check_new_account;
 use shop_cache::domain::client::ClientAddress;
 use shop_cache::session::{Device, SessionToken};
@@ -156,22 +155,7 @@ async fn login(
         .log_in(parts.attempt(&session, name, password))
         .await?
     {
-        Outcome::LoggedIn {
-            user,
-            token,
-            device,
-            left_out,
-        } => Ok(logged_in(
-            LoggedIn {
-                user,
-                token,
-                device: &device,
-                left_out,
-            },
-            &session,
-            &headers,
-            &next,
-        )),
+        Outcome::LoggedIn(done) => Ok(logged_in(done, &session, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::WrongPassword | Outcome::NameTaken => {
             if wants_json(&headers) {
@@ -301,24 +285,13 @@ pub(crate) fn too_many(retry_after: std::time::Duration) -> WebError {
     )
 }
 
-/// The answer to a login or sign-up that logged in: the session moves to its new
-/// token, the browser gets its device cookie, and the answer is the user as JSON,
-/// or a redirect to `next`.
-/// A login or sign-up that succeeded, for its answer.
-struct LoggedIn<'a> {
-    user: UserId,
-    token: SessionToken,
-    device: &'a str,
-    /// Lines of the guest's cart the account's had no room for.
-    left_out: u64,
-}
-
-/// The answer to a login or sign-up: JSON (`user`, and `cart_lines_left_out`
-/// when the guest's cart did not fit the account's), or a redirect to `next`,
-/// or to the cart page saying what was left out
-/// (`/cart?left_out=N`: the cart changed under the shopper, who is to see it
-/// before anything else).
-fn logged_in(done: LoggedIn<'_>, session: &Session, headers: &HeaderMap, next: &str) -> Response {
+/// The answer to a login or sign-up that logged in: the session moves to its
+/// new token, the browser gets its device cookie, and the answer is JSON
+/// (`user`, and `cart_lines_left_out` when the guest's cart did not fit the
+/// account's), or a redirect to `next`, or to the cart page saying what was
+/// left out (`/cart?left_out=N`: the cart changed under the shopper, who is to
+/// see it before anything else).
+fn logged_in(done: LoggedIn, session: &Session, headers: &HeaderMap, next: &str) -> Response {
     let mut resp = if wants_json(headers) {
         let mut body = json!({ "user": done.user.get() });
         if done.left_out > 0 {
@@ -332,7 +305,7 @@ fn logged_in(done: LoggedIn<'_>, session: &Session, headers: &HeaderMap, next: &
     };
     resp.extensions_mut().insert(NewToken(done.token));
     if let Ok(cookie) =
-        header::HeaderValue::from_str(&device_set_cookie(done.device, session.https))
+        header::HeaderValue::from_str(&device_set_cookie(&done.device, session.https))
     {
         resp.headers_mut().append(header::SET_COOKIE, cookie);
     }
@@ -400,22 +373,7 @@ async fn signup(
         .sign_up(parts.attempt(&session, name, password))
         .await?
     {
-        Outcome::LoggedIn {
-            user,
-            token,
-            device,
-            left_out,
-        } => Ok(logged_in(
-            LoggedIn {
-                user,
-                token,
-                device: &device,
-                left_out,
-            },
-            &session,
-            &headers,
-            &next,
-        )),
+        Outcome::LoggedIn(done) => Ok(logged_in(done, &session, &headers, &next)),
         Outcome::TooMany { retry_after } => Err(too_many(retry_after)),
         Outcome::NameTaken | Outcome::WrongPassword => refuse(
             StatusCode::CONFLICT,
