@@ -48,6 +48,13 @@ pub enum CatalogueError {
     /// Another item has this id; nothing was written.
     #[error("item {0} already exists")]
     IdTaken(ItemId),
+    /// No id was given and none is left after the highest item's (the
+    /// largest there is); nothing was written.
+    #[error(
+        "no id is left after the highest item's (the largest id, {}, is taken): give the new item an id",
+        ItemId::MAX
+    )]
+    NoIdLeft,
     /// The item changed since the version the edit was made from; nothing was
     /// written.
     #[error(
@@ -141,6 +148,7 @@ impl Catalogue<'_> {
         let departments = self.db.categories().await?;
         match self.db.add_item(id, fields, stock).await? {
             AddOutcome::IdTaken(id) => Err(CatalogueError::IdTaken(id)),
+            AddOutcome::NoIdLeft => Err(CatalogueError::NoIdLeft),
             AddOutcome::Added(item) => {
                 let change = ItemChange {
                     before: None,

@@ -56,6 +56,9 @@ pub enum AddOutcome {
     Added(Item),
     /// The id asked for is another item's; nothing was written.
     IdTaken(ItemId),
+    /// No id was asked for, and the highest item's (retired ones count) is
+    /// the largest id there is: none follows it. Nothing was written.
+    NoIdLeft,
 }
 
 /// How many times an add without an id retries when a concurrent add (on
@@ -82,10 +85,17 @@ impl Db {
                     }
                     id.to_i64()
                 }
-                None => sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS id FROM items")
-                    .fetch_one(&mut *tx)
-                    .await?
-                    .try_get("id")?,
+                None => {
+                    let highest: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) AS id FROM items")
+                        .fetch_one(&mut *tx)
+                        .await?
+                        .try_get("id")?;
+                    if highest >= ItemId::MAX as i64 {
+                        tx.rollback().await?;
+                        return Ok(AddOutcome::NoIdLeft);
+                    }
+                    highest + 1
+                }
             };
             match insert(&mut tx, id, fields, stock).await {
                 Ok(item) => {

@@ -32,10 +32,12 @@ pub fn description(raw: &str) -> Result<String, InvalidInput> {
 }
 
 /// A department: trimmed, 1 to [`MAX_CATEGORY`] characters, no control
-/// characters and no `/` (it is a path segment of `/c/{category}`).
+/// characters, no `/` and not `.` or `..` (it is a path segment of
+/// `/c/{category}`, and a browser reads a link to `/c/..` as one to `/`, even
+/// percent-encoded).
 pub fn category(raw: &str) -> Result<String, InvalidInput> {
     text(raw, MAX_CATEGORY, false)
-        .filter(|c| !c.contains('/'))
+        .filter(|c| !c.contains('/') && c != "." && c != "..")
         .ok_or(InvalidInput::Category)
 }
 
@@ -167,6 +169,8 @@ mod tests {
             (("t", "d", MAX_PRICE_CENTS + 1, "c"), InvalidInput::Price),
             (("t", "d", 1, ""), InvalidInput::Category),
             (("t", "d", 1, "a/b"), InvalidInput::Category),
+            (("t", "d", 1, "."), InvalidInput::Category),
+            (("t", "d", 1, " .. "), InvalidInput::Category),
         ];
         for ((t, d, p, c), want) in cases {
             assert_eq!(

@@ -58,7 +58,9 @@ pub enum InvalidInput {
     #[error("a price is a whole number of cents from 0 to 1,000,000,000")]
     Price,
     /// A department name breaks its rule ([`catalogue::category`]).
-    #[error("a department is 1 to 100 characters, without '/' or control characters")]
+    #[error(
+        "a department is 1 to 100 characters, without '/' or control characters, and not '.' or '..'"
+    )]
     Category,
     /// A flash sale's terms out of range (`shop_app::sale::start`).
     #[error(

@@ -54,17 +54,19 @@ async fn show(
     Query(query): Query<ShowQuery>,
 ) -> Result<Response, WebError> {
     let mut page = cart_page(&state, &session, Vec::new()).await?;
-    // Said only of a full cart, as it is after such a login: a link made up
-    // elsewhere cannot tell a shopper with room in the cart that lines were lost.
+    // Said only of a full cart, as it is after such a login, and of no more
+    // lines than a guest's cart holds: a link made up elsewhere cannot tell a
+    // shopper with room in the cart that lines were lost, nor name a number no
+    // login could leave out.
+    let max_lines = state.carts.max_lines();
     page.left_out = query
         .left_out
-        .filter(|&n| n > 0 && page.lines.len() >= state.carts.max_lines() as usize)
+        .filter(|&n| (1..=max_lines).contains(&n) && page.lines.len() >= max_lines as usize)
         .map(|n| {
             let lines = if n == 1 { "line" } else { "lines" };
             format!(
                 "{n} {lines} of the cart you filled before logging in did not fit: your \
-                 account's cart holds at most {} lines, so {} left out.",
-                state.carts.max_lines(),
+                 account's cart holds at most {max_lines} lines, so {} left out.",
                 if n == 1 { "it was" } else { "they were" }
             )
         });

@@ -470,6 +470,9 @@ impl From<CatalogueError> for WebError {
                 "id_taken",
                 format!("item {id} already exists"),
             ),
+            CatalogueError::NoIdLeft => {
+                WebError::new(StatusCode::CONFLICT, "no_id_left", error.to_string())
+            }
             CatalogueError::Stale { ref current } => WebError::new(
                 StatusCode::CONFLICT,
                 "stale",

@@ -56,6 +56,24 @@ async fn an_added_item_is_listed_searched_and_sold() {
             AddOutcome::IdTaken(item(500)),
             "{kind}"
         );
+        // The largest id taken: an add without an id has none left, and says
+        // so (it failed on the id's range after the insert), writing nothing.
+        let last = item(ItemId::MAX);
+        assert!(matches!(
+            db.add_item(Some(last), &fields("Last", 1, "x"), 0)
+                .await
+                .unwrap(),
+            AddOutcome::Added(_)
+        ));
+        let count = db.item_count().await.unwrap();
+        assert_eq!(
+            db.add_item(None, &fields("After", 1, "x"), 0)
+                .await
+                .unwrap(),
+            AddOutcome::NoIdLeft,
+            "{kind}"
+        );
+        assert_eq!(db.item_count().await.unwrap(), count, "{kind}");
         assert!(
             db.categories()
                 .await

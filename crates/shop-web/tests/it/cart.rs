@@ -404,6 +404,12 @@ async fn a_login_that_leaves_guest_lines_out_says_so() {
             && page.contains("at most 3 lines"),
         "{page}"
     );
+    // No login leaves out more lines than a cart holds: such a link says nothing.
+    let page = text(app.get("/cart?left_out=4000000000", Some(&erin)).await).await;
+    assert!(
+        page.contains("/items/3") && !page.contains("did not fit"),
+        "{page}"
+    );
     assert_eq!(
         app.me(&erin).await["cart"]["lines"]
             .as_array()

@@ -11,6 +11,22 @@ pub async fn run(args: RowsArgs) -> anyhow::Result<()> {
     let rows = RowCache::new(conn, keys);
     match args.command {
         RowsCommand::Schedule { id, delay } => {
+            // A row the refresher would drop (no such item) or cache as if still
+            // sold is refused, not said to be scheduled.
+            if delay > 0.0 {
+                match crate::connect::connect_db(&args.database)
+                    .await?
+                    .item(id)
+                    .await?
+                {
+                    None => anyhow::bail!("there is no item {id}: nothing scheduled"),
+                    Some(item) if item.retired => anyhow::bail!(
+                        "item {id} is no longer sold (retired): its row is not cached; \
+                         nothing scheduled"
+                    ),
+                    Some(_) => {}
+                }
+            }
             rows.schedule(id, delay).await?;
             println!("row {id} scheduled every {delay} s");
         }

@@ -212,6 +212,9 @@ pub struct RowsArgs {
     /// Redis settings.
     #[command(flatten)]
     pub redis: RedisSettings,
+    /// Database settings (`schedule` checks the item is sold).
+    #[command(flatten)]
+    pub database: DatabaseSettings,
 }
 
 /// The row-cache subcommands.

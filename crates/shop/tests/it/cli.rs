@@ -98,8 +98,11 @@ fn flags_beat_the_environment_which_beats_the_settings_file() {
 #[test]
 fn rows_schedule_list_and_unschedule() {
     let redis = TestRedis::start();
+    let db = TestDb::sqlite();
     let url = redis.url();
-    let env = [("REDIS_URL", url.as_str())];
+    let env = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
+    stdout(&run(&["seed", "--items", "50"], &env));
+    stdout(&run(&["items", "remove", "7"], &env));
     stdout(&run(&["rows", "schedule", "42", "5"], &env));
     let listed = stdout(&run(&["rows", "list"], &env));
     let line = listed
@@ -123,11 +126,25 @@ fn rows_schedule_list_and_unschedule() {
         assert_eq!(bad.status.code(), Some(2), "{delay}");
         assert!(String::from_utf8_lossy(&bad.stderr).contains("give seconds"));
     }
+    // An item that does not exist, or is no longer sold: refused, not said to
+    // be scheduled (the refresher dropped the first, and cached the second's
+    // row as if it were sold).
+    for (id, said) in [("99999", "there is no item 99999"), ("7", "retired")] {
+        let bad = run(&["rows", "schedule", id, "1"], &env);
+        assert_eq!(bad.status.code(), Some(1), "{id}");
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            stderr.contains(said) && stderr.contains("nothing scheduled"),
+            "{stderr}"
+        );
+    }
     let listed = stdout(&run(&["rows", "list"], &env));
-    assert!(
-        !listed.lines().any(|l| l.trim_start().starts_with("43")),
-        "{listed}"
-    );
+    for id in ["43", "99999", "7 "] {
+        assert!(
+            !listed.lines().any(|l| l.trim_start().starts_with(id)),
+            "{id}: {listed}"
+        );
+    }
 }
 
 #[test]
