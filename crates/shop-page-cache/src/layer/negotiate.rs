@@ -69,6 +69,18 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The ETag of the gzip form of a page whose ETag is `etag`: `-gzip` inside
+/// the quotes. Two forms of a page are two representations, and a strong ETag
+/// names one (RFC 9110 8.8.3): with one ETag for both, a cache holding only the
+/// gzip form could revalidate it for a client that accepts no gzip, get a 304,
+/// and send that client bytes it cannot read.
+fn gzip_etag(etag: &str) -> String {
+    match etag.strip_suffix('"') {
+        Some(open) => format!("{open}-gzip\""),
+        None => format!("{etag}-gzip"),
+    }
+}
+
 /// Does `If-None-Match` name this ETag (weak comparison, or `*`)?
 fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
     let strip = |t: &str| t.trim().trim_start_matches("W/").to_owned();
@@ -91,8 +103,12 @@ pub(crate) fn serve(page: &StoredPage, ask: &Ask) -> Result<Response, CacheError
 #[derive(Debug)]
 pub(crate) struct Prepared {
     status: StatusCode,
+    /// Every header but the ETag, which is the form's.
     headers: HeaderMap,
+    /// The ETag of the body as stored when sent decompressed, and of the gzip
+    /// form ([`gzip_etag`]).
     etag: String,
+    etag_gzip: String,
     gzip: Bytes,
     identity: Option<Bytes>,
 }
@@ -118,13 +134,16 @@ impl Prepared {
         let vary = HeaderValue::try_from(format!("{vary}Accept-Encoding"))
             .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
         headers.insert(header::VARY, vary);
-        let etag = HeaderValue::from_str(page.etag())
-            .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-        headers.insert(header::ETAG, etag);
+        // Checked once here, so a form's ETag is a valid header value later.
+        let etag_gzip = gzip_etag(page.etag());
+        for etag in [page.etag(), &etag_gzip] {
+            HeaderValue::from_str(etag).map_err(|_| CacheError::Corrupt { what: "cache:" })?;
+        }
         Ok(Self {
             status: status_of(page)?,
             headers,
             etag: page.etag().to_owned(),
+            etag_gzip,
             gzip: page.gzip_body(),
             identity: if identity {
                 Some(Bytes::from(page.body()?))
@@ -141,16 +160,29 @@ impl Prepared {
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 32)
             .sum();
-        self.gzip.len() + self.identity.as_ref().map_or(0, Bytes::len) + headers + 128
+        self.gzip.len()
+            + self.identity.as_ref().map_or(0, Bytes::len)
+            + headers
+            + self.etag.len()
+            + self.etag_gzip.len()
+            + 128
     }
 
     /// The response, as `ask` wants it.
     pub(crate) fn respond(&self, ask: &Ask) -> Result<Response, CacheError> {
         let mut headers = self.headers.clone();
+        let etag = if ask.gzip {
+            &self.etag_gzip
+        } else {
+            &self.etag
+        };
+        if let Ok(value) = HeaderValue::from_str(etag) {
+            headers.insert(header::ETAG, value);
+        }
         let not_modified = ask
             .if_none_match
             .as_ref()
-            .is_some_and(|inm| etag_matches(inm, &self.etag));
+            .is_some_and(|inm| etag_matches(inm, etag));
         let (status, body) = if not_modified {
             (StatusCode::NOT_MODIFIED, Bytes::new())
         } else if ask.gzip {
@@ -215,6 +247,15 @@ mod tests {
             assert!(!accepts_gzip(&headers(&[("accept-encoding", v)])), "{v}");
         }
         assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_gzip_form_has_its_own_etag() {
+        assert_eq!(gzip_etag("\"abc\""), "\"abc-gzip\"");
+        assert_eq!(gzip_etag("W/\"abc\""), "W/\"abc-gzip\"");
+        let m = |inm: &str| etag_matches(&HeaderValue::from_str(inm).unwrap(), "\"abc-gzip\"");
+        assert!(m("\"abc-gzip\""));
+        assert!(!m("\"abc\""), "the other form's ETag is not this one's");
     }
 
     #[test]

@@ -420,6 +420,32 @@ async fn a_matching_etag_gets_304() {
     assert!(body(not_modified).await.is_empty());
     let changed = shop.send(req("\"something-else\"")).await;
     assert_eq!(changed.status(), StatusCode::OK);
+    // The gzip form is another representation, with its own ETag: a client
+    // (or a cache) that names it gets a 304 only when it would get gzip.
+    let gzip = |inm: Option<&str>| {
+        let mut req = Request::get("/items/5").header(header::ACCEPT_ENCODING, "gzip");
+        if let Some(inm) = inm {
+            req = req.header(header::IF_NONE_MATCH, inm);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let zipped = shop.send(gzip(None)).await;
+    assert_eq!(zipped.headers()[header::CONTENT_ENCODING], "gzip");
+    let zipped_etag = zipped.headers()[header::ETAG].to_str().unwrap().to_owned();
+    assert_ne!(zipped_etag, etag.to_str().unwrap());
+    let not_modified = shop.send(gzip(Some(&zipped_etag))).await;
+    assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(not_modified.headers()[header::ETAG], zipped_etag.as_str());
+    let plain = shop.send(req(&zipped_etag)).await;
+    assert_eq!(
+        plain.status(),
+        StatusCode::OK,
+        "not the form this client gets"
+    );
+    assert_eq!(plain.headers()[header::ETAG], etag);
+    assert!(!body(plain).await.is_empty());
+    let zipped = shop.send(gzip(Some(etag.to_str().unwrap()))).await;
+    assert_eq!(zipped.status(), StatusCode::OK);
     assert_eq!(shop.renders(), 1);
 }
 
