@@ -59,7 +59,12 @@ pub fn parse(input: impl BufRead) -> Result<Vec<ImportLine>, ImportError> {
     let mut seen: HashMap<ItemId, usize> = HashMap::new();
     for (index, text) in input.lines().enumerate() {
         let number = index + 1;
-        let text = text?;
+        let mut text = text?;
+        // A file saved by an editor that marks its encoding (Windows' "UTF-8"
+        // does) starts with a byte-order mark: not part of the first line.
+        if index == 0 && text.starts_with('\u{feff}') {
+            text.drain(..'\u{feff}'.len_utf8());
+        }
         if text.trim().is_empty() {
             continue;
         }
@@ -103,6 +108,20 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[1].id.get(), 2);
         assert_eq!(got[0].fields.price_cents, 100);
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_no_part_of_it() {
+        let text = format!("\u{feff}{}\n{}\n", line(1, 100), line(2, 0));
+        let got = parse(text.as_bytes()).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].id.get(), 1);
+        // Elsewhere it is a character like any other: the line does not parse.
+        let text = format!("{}\n\u{feff}{}\n", line(1, 100), line(2, 0));
+        assert!(matches!(
+            parse(text.as_bytes()),
+            Err(ImportError::BadLine { line: 2, .. })
+        ));
     }
 
     #[test]

@@ -16,7 +16,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use shop_cache::domain::ItemId;
@@ -229,11 +228,7 @@ async fn item(
         .await?
         .ok_or_else(|| WebError::not_found("there is no such item"))?;
     if item.retired {
-        return Err(WebError::new(
-            StatusCode::GONE,
-            "retired",
-            "this item is no longer sold",
-        ));
+        return Err(WebError::retired());
     }
     // Its insights travel with it (the same for every visitor, cached and purged
     // with it); without them (Redis failing) the page's script asks for them.

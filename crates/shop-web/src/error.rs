@@ -128,6 +128,11 @@ impl WebError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 410: the item is no longer sold (its page and its insights).
+    pub fn retired() -> Self {
+        Self::new(StatusCode::GONE, "retired", "this item is no longer sold")
+    }
+
     /// 429: too many attempts; the answer says when to try again (`Retry-After`).
     pub fn too_many_requests(message: impl Into<String>, retry_after: std::time::Duration) -> Self {
         Self::too_many("too_many_requests", message, retry_after)

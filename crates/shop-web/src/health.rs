@@ -371,7 +371,9 @@ fn status(
 
 /// 200 while this server can take orders, 503 with `Retry-After` otherwise.
 fn answer(redis: bool, database: Database, body: serde_json::Value) -> Response {
-    let body = Json(body);
+    // The state of now: no cache in front may answer a balancer's look with an
+    // old one.
+    let body = ([(header::CACHE_CONTROL, "no-store")], Json(body));
     if redis && matches!(database, Database::Ok | Database::Degraded) {
         return (StatusCode::OK, body).into_response();
     }

@@ -51,8 +51,11 @@ async fn insights(
     State(state): State<AppState>,
     ItemPath(id): ItemPath,
 ) -> Result<Response, WebError> {
-    if state.db.item(id).await?.is_none() {
-        return Err(WebError::not_found("there is no such item"));
+    match state.db.item(id).await? {
+        None => return Err(WebError::not_found("there is no such item")),
+        // As its page: gone, not insights of an item nobody can buy.
+        Some(item) if item.retired => return Err(WebError::retired()),
+        Some(_) => {}
     }
     let (body, tags) = of(&state, id).await?;
     // Purged when an item it recommends changes (the page cache tags it with its

@@ -156,6 +156,13 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
         let other = app.second_server();
         let page = send(&other, shop_testapp::get_request("/items/2")).await;
         assert_eq!(page.status(), StatusCode::GONE, "{kind}");
+        let insights = send(&other, shop_testapp::get_request("/api/items/2/insights")).await;
+        assert_eq!(
+            insights.status(),
+            StatusCode::GONE,
+            "{kind}: its insights too"
+        );
+        assert_eq!(json(insights).await["error"], "retired", "{kind}");
         for uri in ["/items", "/", search.as_str()] {
             let html = text(send(&other, shop_testapp::get_request(uri)).await).await;
             assert!(!html.contains("href=\"/items/2\""), "{kind} {uri}");

@@ -19,14 +19,20 @@ async fn app() -> TestApp {
     app
 }
 
-/// `/healthz`: its status, its body, and how long it took.
-/// `/healthz`, after waiting out the second its last answer is reused for.
+/// `/healthz`, after waiting out the second its last answer is reused for: its
+/// status, its body, and how long it took. Every answer is the state of now,
+/// for no cache to keep.
 async fn health(app: &TestApp) -> (StatusCode, serde_json::Value, Duration) {
     tokio::time::sleep(Duration::from_millis(1_050)).await;
     let started = Instant::now();
     let resp = app.get("/healthz", None).await;
     let took = started.elapsed();
     let status = resp.status();
+    assert_eq!(
+        resp.headers()[header::CACHE_CONTROL],
+        "no-store",
+        "{status}"
+    );
     if status == StatusCode::SERVICE_UNAVAILABLE {
         retry_after(&resp);
     }
