@@ -14,6 +14,9 @@
 //!   holds at most [`ServeOptions::max_connections_per_address`] of the
 //!   connections: one more is closed at once, not queued, so one client cannot
 //!   take the whole connection cap from everyone else;
+//! - a request head (its request line and headers) of less than
+//!   [`MAX_HEAD_BYTES`] is read; one of twice that or more answers 431 and
+//!   closes the connection;
 //! - each request carries its peer's address as
 //!   [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo), for handlers and
 //!   layers that limit by client (the login rate limiter).
@@ -50,6 +53,16 @@ const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Connections open at once unless configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// How much of one request head a connection buffers before it reads no
+/// more: 64 KiB, eight times a browser's largest head (its cookies at 4 KB
+/// each included). hyper checks it between reads, so a head of less is always
+/// read, and one of twice as much or more is always refused (431); between
+/// the two it depends on how the bytes arrive. hyper's own default is about
+/// 400 KB: at the connection cap, up to 8 GB that clients could make the
+/// server hold with heads that never end within the header timeout; 1.3 GB
+/// at this bound.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// Connections one client address may hold unless configured: a tenth of the
 /// cap, room for an office of browsers behind one NAT (a browser opens about six
@@ -128,6 +141,7 @@ pub async fn serve(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();

@@ -277,6 +277,42 @@ async fn every_request_carries_its_peer_address() {
     assert_eq!(server.await.unwrap(), Stopped::Drained);
 }
 
+/// A request head of twice [`shop::server::MAX_HEAD_BYTES`] is refused with
+/// 431 (hyper's default let one of 400 KB through); one below it is served.
+#[tokio::test]
+async fn a_request_head_past_its_bound_is_refused_with_431() {
+    let (addr, stop, server) = serve_echo(ServeOptions::default()).await;
+    let ask = |cookie_bytes: usize| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "GET /peer HTTP/1.1\r\nHost: x\r\nCookie: a={}\r\nConnection: close\r\n\r\n",
+            "c".repeat(cookie_bytes)
+        );
+        // The server may answer and close before it has read the whole head.
+        let _ = stream.write_all(head.as_bytes()).await;
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply).await;
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    let most = shop::server::MAX_HEAD_BYTES;
+    for (cookie_bytes, status) in [
+        (16 * 1024, "200"),
+        (most - 1024, "200"),
+        (2 * most, "431"),
+        (300 * 1024, "431"),
+    ] {
+        let reply = ask(cookie_bytes).await;
+        let head = reply.lines().next().unwrap_or("");
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{cookie_bytes}: {head}"
+        );
+    }
+
+    stop.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), Stopped::Drained);
+}
+
 #[tokio::test]
 async fn connections_still_open_at_the_deadline_are_dropped() {
     let options = ServeOptions {
