@@ -14,25 +14,27 @@ pub const MAX_CATEGORY: usize = 100;
 /// real item, and far below where a cart total could overflow.
 pub const MAX_PRICE_CENTS: i64 = 1_000_000_000;
 
-/// An item's title: trimmed, 1 to [`MAX_TITLE`] characters, no control characters.
+/// An item's title: trimmed, 1 to [`MAX_TITLE`] characters, no control
+/// characters or direction overrides.
 pub fn title(raw: &str) -> Result<String, InvalidInput> {
     text(raw, MAX_TITLE, false).ok_or(InvalidInput::Title)
 }
 
 /// An item's description: trimmed, up to [`MAX_DESCRIPTION`] characters (may be
-/// empty; line breaks allowed, other control characters not).
+/// empty; line breaks allowed, other control characters and direction
+/// overrides not).
 pub fn description(raw: &str) -> Result<String, InvalidInput> {
     let trimmed = raw.trim();
     let ok = trimmed.chars().count() <= MAX_DESCRIPTION
-        && !trimmed
-            .chars()
-            .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t');
+        && !trimmed.chars().any(|c| {
+            (c.is_control() && c != '\n' && c != '\r' && c != '\t') || overrides_direction(c)
+        });
     ok.then(|| trimmed.to_owned())
         .ok_or(InvalidInput::Description)
 }
 
 /// A department: trimmed, 1 to [`MAX_CATEGORY`] characters, no control
-/// characters, no `/` and not `.` or `..` (it is a path segment of
+/// characters or direction overrides, no `/` and not `.` or `..` (it is a path segment of
 /// `/c/{category}`, and a browser reads a link to `/c/..` as one to `/`, even
 /// percent-encoded).
 pub fn category(raw: &str) -> Result<String, InvalidInput> {
@@ -53,8 +55,20 @@ pub fn price_cents(cents: i64) -> Result<i64, InvalidInput> {
 fn text(raw: &str, max: usize, may_be_empty: bool) -> Option<String> {
     let trimmed = raw.trim();
     let n = trimmed.chars().count();
-    let ok = (may_be_empty || n > 0) && n <= max && !trimmed.chars().any(char::is_control);
+    let ok = (may_be_empty || n > 0)
+        && n <= max
+        && !trimmed
+            .chars()
+            .any(|c| c.is_control() || overrides_direction(c));
     ok.then(|| trimmed.to_owned())
+}
+
+/// Whether `c` is one of Unicode's explicit direction embeddings, overrides or
+/// isolates (U+202A-U+202E, U+2066-U+2069), which turn the text after them
+/// around on the page: `Kettle\u{202e}llaB` shows as "KettleBall". The marks
+/// a right-to-left title needs (U+200E, U+200F) are allowed.
+fn overrides_direction(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// An item's four fields, each checked by the rules above.
@@ -170,6 +184,9 @@ mod tests {
             (("t", "d", 1, ""), InvalidInput::Category),
             (("t", "d", 1, "a/b"), InvalidInput::Category),
             (("t", "d", 1, "."), InvalidInput::Category),
+            (("Kettle\u{202e}llaB", "d", 1, "c"), InvalidInput::Title),
+            (("t", "a \u{2067}b", 1, "c"), InvalidInput::Description),
+            (("t", "d", 1, "x\u{202a}"), InvalidInput::Category),
             (("t", "d", 1, " .. "), InvalidInput::Category),
         ];
         for ((t, d, p, c), want) in cases {

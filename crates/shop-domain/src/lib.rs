@@ -49,17 +49,19 @@ pub enum InvalidInput {
         max: u32,
     },
     /// An item's title breaks its rule ([`catalogue::title`]).
-    #[error("a title is 1 to 200 characters, without control characters")]
+    #[error("a title is 1 to 200 characters, without control or direction-override characters")]
     Title,
     /// An item's description breaks its rule ([`catalogue::description`]).
-    #[error("a description is at most 10,000 characters, without control characters")]
+    #[error(
+        "a description is at most 10,000 characters, without control or direction-override characters"
+    )]
     Description,
     /// A price out of range ([`catalogue::price_cents`]).
     #[error("a price is a whole number of cents from 0 to 1,000,000,000")]
     Price,
     /// A department name breaks its rule ([`catalogue::category`]).
     #[error(
-        "a department is 1 to 100 characters, without '/' or control characters, and not '.' or '..'"
+        "a department is 1 to 100 characters, without '/', control or direction-override characters, and not '.' or '..'"
     )]
     Category,
     /// A flash sale's terms out of range (`shop_app::sale::start`).
