@@ -231,9 +231,9 @@ fn in_shop_shape(resp: Response) -> Response {
 ///
 /// A trickling upload is the client's doing, or an attacker's: its cause is
 /// logged at `INFO`, the first and then at most once a
-/// [`REMINDER`](shop_cache::repeating::REMINDER) with how many there were (a slow-body attack sends them by
-/// the hundred a second, and a line each would grow the log at the attack's
-/// rate); the others at `DEBUG`. Each is counted in the metrics all the same
+/// [`REMINDER`](shop_cache::repeating::REMINDER) with how many there were (a
+/// slow-body attack sends them by the hundred a second, and a line each would
+/// grow the log at the attack's rate); the others at `DEBUG`. Each is counted in the metrics all the same
 /// (`shop_http_requests_total{route="unrouted",status="408"}`).
 ///
 /// Only a request with a body is watched (the body is wrapped: one
