@@ -293,11 +293,16 @@ async fn insights_are_cached_until_an_item_they_show_changes() {
         .await
         .unwrap();
     assert_eq!(ask().await, ("MISS".to_owned(), 7, vec![5]));
-    // Retired, it leaves the ranking: answered fresh from then on, as its page.
-    order(&app, &[item(2)]).await;
+    // Retired, it is gone, as its page: 410, not kept.
     app.state.catalogue().retire(item(2)).await.unwrap();
-    let (cache, buyers, _) = ask().await;
-    assert_eq!((cache.as_str(), buyers), ("BYPASS", 8));
+    for _ in 0..2 {
+        let resp = app.get("/api/items/2/insights", None).await;
+        assert_eq!(resp.status(), StatusCode::GONE);
+        assert_ne!(
+            resp.headers().get("x-cache").map(|v| v.as_bytes()),
+            Some(&b"HIT"[..])
+        );
+    }
     // An item that does not rank is answered, not kept (as its page).
     for _ in 0..2 {
         let resp = app.get("/api/items/3/insights", None).await;
