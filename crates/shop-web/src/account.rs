@@ -28,10 +28,11 @@ pub fn router(state: AppState) -> Router {
 async fn account(
     State(state): State<AppState>,
     session: Session,
+    headers: axum::http::HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
     let Some(user) = session.known_user()? else {
-        return Ok(log_in_first("/account"));
+        return Ok(log_in_first("/account", &headers));
     };
     let name = state.db.user_name(user).await?.unwrap_or_default();
     let orders = state.db.orders_of(user, 50).await?;

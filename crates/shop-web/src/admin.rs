@@ -38,8 +38,13 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Only admins edit, each page coming back to itself after a login.
-async fn admin_only(state: &AppState, session: &Session, id: ItemId) -> Result<(), Response> {
-    admins_only(state, session, &format!("/admin/items/{id}")).await
+async fn admin_only(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    id: ItemId,
+) -> Result<(), Response> {
+    admins_only(state, session, headers, &format!("/admin/items/{id}")).await
 }
 
 fn page(status: StatusCode, page: &AdminItemPage) -> Result<Response, WebError> {
@@ -54,10 +59,11 @@ fn page(status: StatusCode, page: &AdminItemPage) -> Result<Response, WebError> 
 async fn edit_form(
     State(state): State<AppState>,
     session: Session,
+    headers: HeaderMap,
     ItemPath(id): ItemPath,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    if let Err(answer) = admin_only(&state, &session, id).await {
+    if let Err(answer) = admin_only(&state, &session, &headers, id).await {
         return Ok(answer);
     }
     let item = state
@@ -114,7 +120,7 @@ async fn save(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
-    if let Err(answer) = admin_only(&state, &session, id).await {
+    if let Err(answer) = admin_only(&state, &session, &headers, id).await {
         return Ok(answer);
     }
     // A field the form did not send is left as it is.
@@ -239,7 +245,7 @@ async fn retire(
     ItemPath(id): ItemPath,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
-    if let Err(answer) = admin_only(&state, &session, id).await {
+    if let Err(answer) = admin_only(&state, &session, &headers, id).await {
         return Ok(answer);
     }
     let applied = state.catalogue().retire(id).await?;

@@ -290,10 +290,7 @@ async fn checkout(
         None => CartVersion::default(),
     };
     let Some(user) = session.known_user()? else {
-        if wants_json(&headers) {
-            return Err(WebError::unauthorized());
-        }
-        return Ok(log_in_first("/cart"));
+        return Ok(log_in_first("/cart", &headers));
     };
     // Any merge a login left unfinished first: the account's cart is what is
     // ordered.

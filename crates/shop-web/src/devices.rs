@@ -128,16 +128,6 @@ pub fn session_views(sessions: &[UserSession], current: &SessionToken) -> Vec<Se
         .collect()
 }
 
-/// The answer to a post from a visitor who is not logged in: 401 for JSON, the
-/// login page for a form.
-fn not_logged_in(headers: &HeaderMap) -> Response {
-    if wants_json(headers) {
-        WebError::unauthorized().into_response()
-    } else {
-        log_in_first("/account")
-    }
-}
-
 async fn list(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
     let user = session.require_user()?;
     let sessions = state.sessions.sessions_of(user).await?;
@@ -168,7 +158,7 @@ async fn end_one(
     Path(id): Path<String>,
 ) -> Result<Response, WebError> {
     let Some(user) = session.known_user()? else {
-        return Ok(not_logged_in(&headers));
+        return Ok(log_in_first("/account", &headers));
     };
     // Ids are 24 hex characters; anything else is no session of anyone's.
     if id.len() != 24 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -193,7 +183,7 @@ async fn end_others(
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
     let Some(user) = session.known_user()? else {
-        return Ok(not_logged_in(&headers));
+        return Ok(log_in_first("/account", &headers));
     };
     let ended = state
         .sessions
@@ -211,9 +201,9 @@ fn done(headers: &HeaderMap, body: serde_json::Value, back: &str) -> Response {
     }
 }
 
-async fn password_form(session: Session) -> Result<Response, WebError> {
+async fn password_form(session: Session, headers: HeaderMap) -> Result<Response, WebError> {
     if session.known_user()?.is_none() {
-        return Ok(log_in_first("/account/password"));
+        return Ok(log_in_first("/account/password", &headers));
     }
     Ok((
         [(header::CACHE_CONTROL, crate::PERSONAL)],
@@ -230,7 +220,7 @@ async fn change_password(
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, WebError> {
     let Some(user) = session.known_user()? else {
-        return Ok(not_logged_in(&headers));
+        return Ok(log_in_first("/account", &headers));
     };
     let refuse = |status: StatusCode, code: &'static str, message: &str| {
         if wants_json(&headers) {

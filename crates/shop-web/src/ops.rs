@@ -140,8 +140,12 @@ pub fn router(state: AppState) -> Router {
     Router::new().route("/ops", get(ops)).with_state(state)
 }
 
-async fn ops(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
-    if let Err(answer) = admins_only(&state, &session, "/ops").await {
+async fn ops(
+    State(state): State<AppState>,
+    session: Session,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, WebError> {
+    if let Err(answer) = admins_only(&state, &session, &headers, "/ops").await {
         return Ok(answer);
     }
     // Each figure on its own: one that cannot be read shows as unknown.

@@ -70,24 +70,28 @@ pub fn idempotency_key(raw: Option<&str>) -> Result<&str, BadRequest> {
     })
 }
 
-/// The answer to a page that needs a logged-in user when there is none: the login
-/// page, which comes back to `page` afterwards (a path of this site's own).
-pub fn log_in_first(page: &str) -> axum::response::Response {
+/// The answer to a page that needs a logged-in user when there is none: for a
+/// JSON client 401 `login_required`, for a person the login page, which comes
+/// back to `page` afterwards (a path of this site's own).
+pub fn log_in_first(page: &str, headers: &axum::http::HeaderMap) -> axum::response::Response {
     use axum::response::IntoResponse;
+    if wants_json(headers) {
+        return crate::error::WebError::unauthorized().into_response();
+    }
     axum::response::Redirect::to(&format!("/login?next={page}")).into_response()
 }
 
 /// Lets only a logged-in admin through to the page at `page`; anyone else gets
-/// the answer to send instead: the login page (which comes back to `page`), or
-/// 403.
+/// the answer to send instead: [`log_in_first`], or 403.
 pub async fn admins_only(
     state: &crate::AppState,
     session: &crate::session::Session,
+    headers: &axum::http::HeaderMap,
     page: &str,
 ) -> Result<(), axum::response::Response> {
     use axum::response::IntoResponse;
     let Some(user) = session.known_user().map_err(IntoResponse::into_response)? else {
-        return Err(log_in_first(page));
+        return Err(log_in_first(page, headers));
     };
     match state.db.is_admin(user).await {
         Ok(true) => Ok(()),

@@ -258,3 +258,30 @@ async fn random_query_parameters_do_not_bust_the_item_page_cache() {
     let pages: Vec<String> = app.redis.conn().await.keys("cache:*").await.unwrap();
     assert_eq!(pages.len(), 2, "{pages:?}");
 }
+
+/// A page for logged-in users (or admins) asked by a client that is not logged
+/// in: a JSON client gets 401 `login_required` in the shop's shape, a person
+/// the login page that comes back to the page.
+#[tokio::test]
+async fn pages_for_logged_in_users_answer_json_clients_401() {
+    let app = TestApp::start().await;
+    for uri in ["/account", "/ops", "/admin/items/1", "/account/password"] {
+        let asked = Request::get(uri)
+            .header(header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .unwrap();
+        let resp = app.send(asked).await;
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{uri}");
+        assert_eq!(json(resp).await["error"], "login_required", "{uri}");
+        let resp = app.get(uri, None).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{uri}");
+        assert_eq!(
+            resp.headers()[header::LOCATION],
+            format!("/login?next={uri}").as_str()
+        );
+    }
+    let resp = app
+        .post("/admin/items/1", None, "price_cents=1", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}
