@@ -106,9 +106,9 @@ pub(crate) struct Prepared {
     /// Every header but the ETag, which is the form's.
     headers: HeaderMap,
     /// The ETag of the body as stored when sent decompressed, and of the gzip
-    /// form ([`gzip_etag`]).
-    etag: String,
-    etag_gzip: String,
+    /// form ([`gzip_etag`]), made once: a hit clones one (a reference count).
+    etag: HeaderValue,
+    etag_gzip: HeaderValue,
     gzip: Bytes,
     identity: Option<Bytes>,
 }
@@ -134,16 +134,14 @@ impl Prepared {
         let vary = HeaderValue::try_from(format!("{vary}Accept-Encoding"))
             .map_err(|_| CacheError::Corrupt { what: "cache:" })?;
         headers.insert(header::VARY, vary);
-        // Checked once here, so a form's ETag is a valid header value later.
-        let etag_gzip = gzip_etag(page.etag());
-        for etag in [page.etag(), &etag_gzip] {
-            HeaderValue::from_str(etag).map_err(|_| CacheError::Corrupt { what: "cache:" })?;
-        }
+        let header_value = |etag: &str| {
+            HeaderValue::from_str(etag).map_err(|_| CacheError::Corrupt { what: "cache:" })
+        };
         Ok(Self {
             status: status_of(page)?,
             headers,
-            etag: page.etag().to_owned(),
-            etag_gzip,
+            etag: header_value(page.etag())?,
+            etag_gzip: header_value(&gzip_etag(page.etag()))?,
             gzip: page.gzip_body(),
             identity: if identity {
                 Some(Bytes::from(page.body()?))
@@ -176,13 +174,11 @@ impl Prepared {
         } else {
             &self.etag
         };
-        if let Ok(value) = HeaderValue::from_str(etag) {
-            headers.insert(header::ETAG, value);
-        }
+        headers.insert(header::ETAG, etag.clone());
         let not_modified = ask
             .if_none_match
             .as_ref()
-            .is_some_and(|inm| etag_matches(inm, etag));
+            .is_some_and(|inm| etag_matches(inm, etag.to_str().unwrap_or("")));
         let (status, body) = if not_modified {
             (StatusCode::NOT_MODIFIED, Bytes::new())
         } else if ask.gzip {
