@@ -88,31 +88,35 @@ impl SaleParts {
     }
 }
 
-/// Puts `item` on sale (replacing a sale of it still running, with its buyers and
-/// answers), caches its row every `refresh` seconds and purges the cached sale page.
-/// Anything but [`SaleSet::Started`] (no such item, or one no longer sold) changed
-/// nothing; neither did terms out of range ([`InvalidInput::SaleTerms`]: see
-/// [`valid_terms`]), refused before anything is written.
+/// Puts `item` on sale, caches its row every `refresh` seconds and purges the
+/// cached sale page. A sale of the item that has not ended gets the new terms and
+/// stays the same sale ([`SaleSet::Changed`]): what each account bought in it
+/// still counts toward the per-account limit, and a buy's answer stays what it
+/// was. Anything but [`SaleSet::Started`] or [`SaleSet::Changed`] (no such item,
+/// or one no longer sold) changed nothing; neither did terms out of range
+/// ([`InvalidInput::SaleTerms`]: see [`valid_terms`]), refused before anything is
+/// written.
 pub async fn start(
     stores: &SaleStores<'_>,
     item: ItemId,
     sale: Sale,
     refresh: f64,
 ) -> Result<SaleSet, AppError> {
-    if !valid_terms(&sale, refresh, shop_db::unix_now()) {
+    let now = shop_db::unix_now();
+    if !valid_terms(&sale, refresh, now) {
         return Err(CacheError::Invalid(InvalidInput::SaleTerms).into());
     }
-    let set = stores.db.set_sale(item, sale).await?;
-    if set != SaleSet::Started {
+    let set = stores.db.set_sale(item, sale, now).await?;
+    if !set.is_set() {
         return Ok(set);
     }
-    stores.flash.open(item, &terms(&sale)).await?;
+    stores.flash.open(item, &terms(&sale), now).await?;
     stores.rows.schedule(item, refresh).await?;
     stores
         .pages
         .purge(&[page_tags::sales(), page_tags::item(item)])
         .await?;
-    Ok(SaleSet::Started)
+    Ok(set)
 }
 
 /// Whether a sale's terms are ones [`start`] starts at `now` (unix seconds): 0
@@ -167,7 +171,7 @@ pub async fn start_demo(stores: &SaleStores<'_>, item: ItemId) -> Result<bool, A
         start: now,
         end: now + DEMO_LENGTH,
     };
-    Ok(start(stores, item, sale, DEFAULT_REFRESH).await? == SaleSet::Started)
+    Ok(start(stores, item, sale, DEFAULT_REFRESH).await?.is_set())
 }
 
 fn terms(sale: &Sale) -> SaleTerms {

@@ -171,23 +171,35 @@ impl FlashSales {
         ]
     }
 
-    /// Loads a sale of `item` into Redis, replacing an earlier one of the same item
-    /// with its buyers, answers and pending reservations.
-    pub async fn open(&self, item: ItemId, terms: &SaleTerms) -> Result<(), CacheError> {
+    /// Loads a sale of `item` into Redis at `now` (unix seconds). A sale of the
+    /// item that has not ended by `now` (running or coming) is changed, not
+    /// replaced: what each buyer bought in it still counts toward the per-user
+    /// limit, answers given stay, pending reservations settle as usual, and
+    /// `terms.stock` is what is left once those are ordered (Redis holds it less
+    /// the pending ones). An ended sale is replaced with its buyers, answers and
+    /// reservations. `true` if a sale that had not ended was changed.
+    pub async fn open(
+        &self,
+        item: ItemId,
+        terms: &SaleTerms,
+        now: i64,
+    ) -> Result<bool, CacheError> {
         let expire_at = terms.end.saturating_add(RETAIN_AFTER_END.as_secs() as i64);
         let mut script = scripts::SALE_OPEN.prepare_invoke();
         for key in self.sale_keys(item) {
             script.key(key);
         }
         let mut conn = self.conn.clone();
-        script
+        let changed = script
             .arg(terms.stock)
             .arg(terms.start)
             .arg(terms.end)
             .arg(terms.price_cents)
             .arg(expire_at)
-            .invoke_async::<()>(&mut conn)
-            .await?;
+            .arg(now)
+            .invoke_async::<i64>(&mut conn)
+            .await?
+            == 1;
         // The list of sales is its own key (another slot): a second call, and sales
         // long over leave it here.
         redis::pipe()
@@ -206,7 +218,7 @@ impl FlashSales {
             .ignore()
             .query_async::<()>(&mut conn)
             .await?;
-        Ok(())
+        Ok(changed)
     }
 
     /// Ends the sale of `item` at `now` (unix seconds), if one is running or

@@ -144,7 +144,8 @@ pub static LOGIN_NAME_GATE: LazyLock<Script> =
 pub static LOGIN_NAME_SETTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("login_limit/login_name_settle.lua")));
 
-/// Loads a flash sale (replacing an earlier one of the same item).
+/// Loads a flash sale (changing one of the same item that has not ended, else
+/// replacing it).
 pub static SALE_OPEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("flash_sale/sale_open.lua")));
 

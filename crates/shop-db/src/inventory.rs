@@ -44,12 +44,30 @@ pub struct Sale {
 /// What [`Db::set_sale`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaleSet {
-    /// The sale is the item's now.
-    Started,
+    /// A new sale is the item's now (it had none, or the one before had ended):
+    /// every account may buy up to the limit in it.
+    Started {
+        /// The item's stock before: the sale's units replace it.
+        stock_before: i64,
+    },
+    /// The item's sale that had not ended (running, or coming) has these terms
+    /// now: what each account bought in it still counts toward the limit.
+    Changed {
+        /// The units the sale had left before.
+        stock_before: i64,
+    },
     /// There is no such item; nothing changed.
     NoSuchItem,
     /// The item is no longer sold; nothing changed.
     Retired,
+}
+
+impl SaleSet {
+    /// Whether the sale is the item's now ([`SaleSet::Started`] or
+    /// [`SaleSet::Changed`]); otherwise nothing changed.
+    pub fn is_set(&self) -> bool {
+        matches!(self, Self::Started { .. } | Self::Changed { .. })
+    }
 }
 
 /// The most ids one batch query names (well under SQLite's 32,766 parameters).
@@ -163,11 +181,14 @@ impl Db {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Puts an item on sale, replacing an earlier sale of it: the users' counts
-    /// toward the per-user limit start again (the limit is per sale). Nothing
-    /// changes unless the answer is [`SaleSet::Started`]: an item no longer sold
-    /// (retired) is refused in the same write that would start its sale.
-    pub async fn set_sale(&self, id: ItemId, sale: Sale) -> Result<SaleSet, DbError> {
+    /// Puts an item on sale at `now` (unix seconds): its stock becomes the sale's.
+    /// A sale of it that has not ended by `now` gets the new terms and stays the
+    /// same sale ([`SaleSet::Changed`]: the users' counts toward the per-user
+    /// limit stay, as a limit is per sale); after one that ended, the counts start
+    /// again ([`SaleSet::Started`]). Nothing changes unless the answer is one of
+    /// those two: an item no longer sold (retired) is refused in the same write
+    /// that would start its sale.
+    pub async fn set_sale(&self, id: ItemId, sale: Sale, now: i64) -> Result<SaleSet, DbError> {
         let mut tx = self.begin_write().await?;
         // The item held against a retire until this commits (a retire waiting on
         // it then ends this sale; one that went first is seen here).
@@ -183,6 +204,14 @@ impl Db {
             tx.rollback().await?;
             return Ok(refused);
         }
+        let before = sqlx::query("SELECT stock, sale_end FROM inventory WHERE item_id = $1")
+            .bind(id.to_i64())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let (stock_before, end_before): (i64, Option<i64>) = match before {
+            Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
+            None => (0, None),
+        };
         sqlx::query(
             "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
              WHERE item_id = $5",
@@ -194,12 +223,16 @@ impl Db {
         .bind(id.to_i64())
         .execute(&mut *tx)
         .await?;
+        if end_before.is_some_and(|end| end > now) {
+            tx.commit().await?;
+            return Ok(SaleSet::Changed { stock_before });
+        }
         sqlx::query("DELETE FROM flash_claims WHERE item_id = $1")
             .bind(id.to_i64())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(SaleSet::Started)
+        Ok(SaleSet::Started { stock_before })
     }
 
     /// Every sale ending after `since`, by item: its terms as the database holds

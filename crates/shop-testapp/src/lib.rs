@@ -249,9 +249,8 @@ impl TestApp {
             end: now + 3_600,
         };
         let item = ItemId::new(item).expect("a valid item id");
-        assert_eq!(
-            self.db.set_sale(item, sale).await.unwrap(),
-            shop_db::inventory::SaleSet::Started,
+        assert!(
+            self.db.set_sale(item, sale, now).await.unwrap().is_set(),
             "no {item:?}"
         );
         let terms = shop_cache::flash_sale::SaleTerms {
@@ -260,7 +259,7 @@ impl TestApp {
             start: sale.start,
             end: sale.end,
         };
-        self.state.flash.open(item, &terms).await.unwrap();
+        self.state.flash.open(item, &terms, now).await.unwrap();
     }
 
     /// One request through the router.

@@ -144,7 +144,7 @@ impl<L: Ledger> Reconciler<L> {
             }
             match self.sales.snapshot(item).await? {
                 None if terms.end > now => {
-                    self.sales.open(item, &terms).await?;
+                    self.sales.open(item, &terms, now).await?;
                     done.reloaded += 1;
                     tracing::warn!(item = %item, "flash sale missing from Redis; loaded it again");
                 }

@@ -45,7 +45,7 @@ both_layouts! {
 #[multi_thread]
 async fn contention_reserves_exactly_the_stock(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
-    sales.open(item(1), &terms(25)).await.unwrap();
+    sales.open(item(1), &terms(25), NOW).await.unwrap();
     let mut conns = Vec::new();
     for _ in 0..8 {
         conns.push(fx.raw().await);
@@ -85,7 +85,7 @@ async fn the_window_and_a_missing_sale_refuse(fx: Fixture) {
         "no sale loaded"
     );
     assert!(fx.all_keys().await.is_empty(), "a refusal for no sale writes nothing");
-    sales.open(item(2), &terms(5)).await.unwrap();
+    sales.open(item(2), &terms(5), NOW).await.unwrap();
     let early = sales.reserve(item(2), user(1), "a", 1, NOW - 61).await.unwrap();
     assert_eq!(early, Reserve::Answered(BuyOutcome::NotOnSale));
     let at_end = sales.reserve(item(2), user(1), "b", 1, NOW + 3_600).await.unwrap();
@@ -103,7 +103,7 @@ async fn the_window_and_a_missing_sale_refuse(fx: Fixture) {
 
 async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
-    sales.open(item(3), &terms(10)).await.unwrap();
+    sales.open(item(3), &terms(10), NOW).await.unwrap();
     let first = reserved(sales.reserve(item(3), user(7), "1", 2, NOW).await.unwrap());
     let second = reserved(sales.reserve(item(3), user(7), "2", 2, NOW).await.unwrap());
     assert_eq!(
@@ -127,7 +127,7 @@ async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
 
 async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
-    sales.open(item(4), &terms(3)).await.unwrap();
+    sales.open(item(4), &terms(3), NOW).await.unwrap();
     let r = reserved(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap());
     // A retry while the order is written: in flight, and no second unit.
     assert_eq!(
@@ -166,7 +166,7 @@ async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
 
 async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
-    sales.open(item(6), &terms(1)).await.unwrap();
+    sales.open(item(6), &terms(1), NOW).await.unwrap();
     let first = reserved(sales.reserve(item(6), user(1), "won", 1, NOW).await.unwrap());
     let answers = || async {
         let n: u64 = fx.raw().await.hlen(fx.keys.sale_answers(item(6))).await.unwrap();
@@ -194,7 +194,7 @@ async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
 
 async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone()).with_hold(Duration::from_secs(10));
-    sales.open(item(5), &terms(4)).await.unwrap();
+    sales.open(item(5), &terms(4), NOW).await.unwrap();
     let a = reserved(sales.reserve(item(5), user(1), "ka", 1, NOW).await.unwrap());
     let b = reserved(sales.reserve(item(5), user(2), "k:b", 1, NOW + 5).await.unwrap());
     assert!(sales.overdue(item(5), NOW + 9, 10).await.unwrap().is_empty());
@@ -226,13 +226,13 @@ async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
     assert!(!sales.correct(item(5), &quiet, 0).await.unwrap(), "already equal");
 }
 
-async fn opening_again_replaces_the_sale_and_the_board_follows(fx: Fixture) {
+async fn opening_again_changes_a_running_sale_replaces_an_ended_one_and_the_board_follows(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
     let (watcher, mut board) = SaleWatcher::new(sales.clone());
     assert_eq!(watcher.step().await.unwrap(), 0);
     let now = shop_cache_now();
     let live = SaleTerms { start: now - 10, end: now + 600, ..terms(2) };
-    sales.open(item(6), &live).await.unwrap();
+    sales.open(item(6), &live, now).await.unwrap();
     reserved(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap());
     assert_eq!(watcher.step().await.unwrap(), 1);
     assert!(board.has_changed().unwrap());
@@ -243,15 +243,34 @@ async fn opening_again_replaces_the_sale_and_the_board_follows(fx: Fixture) {
     );
     watcher.step().await.unwrap();
     assert!(!board.has_changed().unwrap(), "nothing changed, nothing published");
-    // Loaded again: a fresh sale, earlier answers and buyers gone.
-    sales.open(item(6), &SaleTerms { stock: 7, ..live }).await.unwrap();
-    assert!(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap() != Reserve::InFlight);
+    // Loaded again while it runs: the same sale with new terms. The buyer's
+    // reservation stays (its answer too) and counts toward the limit; the new
+    // stock is what is left once it is ordered.
+    let more = SaleTerms { stock: 7, price_cents: 400, ..live };
+    assert!(sales.open(item(6), &more, now).await.unwrap(), "changed, not replaced");
+    assert_eq!(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap(), Reserve::InFlight);
+    assert_eq!(
+        sales.reserve(item(6), user(1), "k2", 1, now).await.unwrap(),
+        Reserve::Answered(BuyOutcome::LimitReached)
+    );
+    let second = reserved(sales.reserve(item(6), user(2), "k", 1, now).await.unwrap());
+    assert_eq!(second.number, 2, "reservations go on being numbered");
     watcher.step().await.unwrap();
-    assert_eq!(board.borrow_and_update()[&item(6)].stock, 6);
+    assert_eq!(
+        board.borrow_and_update()[&item(6)],
+        SaleState { item_id: item(6), stock: 5, start: now - 10, end: now + 600, price_cents: 400 }
+    );
+    // Loaded again after it ended: a new sale, earlier answers and buyers gone.
+    let after = now + 600;
+    let next = SaleTerms { start: after, end: after + 600, ..terms(3) };
+    assert!(!sales.open(item(6), &next, after).await.unwrap(), "replaced");
+    reserved(sales.reserve(item(6), user(1), "k", 1, after).await.unwrap());
+    assert_eq!(sales.state(item(6)).await.unwrap().unwrap().stock, 2);
     // A sale long over leaves the board.
     let old = SaleTerms { start: now - 7_200, end: now - 3_600, ..terms(1) };
-    sales.open(item(7), &old).await.unwrap();
+    sales.open(item(7), &old, now).await.unwrap();
     assert_eq!(watcher.step().await.unwrap(), 1);
+    assert_eq!(board.borrow_and_update().keys().collect::<Vec<_>>(), [&item(6)]);
     drop(watcher);
     assert!(board.changed().await.is_err(), "a stopped watcher closes the board");
 }

@@ -39,7 +39,10 @@ async fn on_sale(db: &Db, stock: i64) {
         start: NOW - 10,
         end: NOW + 3_600,
     };
-    assert_eq!(db.set_sale(item(1), sale).await.unwrap(), SaleSet::Started);
+    assert!(matches!(
+        db.set_sale(item(1), sale, NOW).await.unwrap(),
+        SaleSet::Started { .. }
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,8 +193,8 @@ async fn outside_the_window_or_unknown_items_are_refused() {
 
 /// The Redis-decided path's side here: a winner's order (the stock backstop
 /// refusing once the database has none), the reconciler's fence against a late
-/// order, a new sale resetting the users' counts, and one run's orders counted by
-/// their keys.
+/// order, a running sale's change keeping the users' counts and a new sale
+/// resetting them, and one run's orders counted by their keys.
 #[tokio::test]
 async fn winners_orders_the_fence_and_counting_by_key() {
     for (test_db, db) in databases().await {
@@ -248,16 +251,42 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             "{kind}: the backstop"
         );
         assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 0);
-        // A new sale: the users' counts start again.
-        let sale = Sale {
+        // The running sale changed (more units, a new end): the same sale, so
+        // the users' counts stay, and the stock is the new one.
+        let changed = Sale {
             stock: 1,
             price_cents: 999,
             start: NOW - 10,
             end: NOW + 60,
         };
-        assert_eq!(db.set_sale(item(1), sale).await.unwrap(), SaleSet::Started);
+        assert_eq!(
+            db.set_sale(item(1), changed, NOW).await.unwrap(),
+            SaleSet::Changed { stock_before: 0 },
+            "{kind}"
+        );
+        assert_eq!(
+            db.record_flash_win(u[0], item(1), "run2-x", 1, NOW)
+                .await
+                .unwrap(),
+            WinRecord::Refused(BuyOutcome::LimitReached),
+            "{kind}: bought in this sale before it changed"
+        );
+        assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 1);
+        // A new sale once that one ended: the users' counts start again.
+        let later = NOW + 120;
+        let sale = Sale {
+            stock: 1,
+            price_cents: 999,
+            start: later - 10,
+            end: later + 60,
+        };
+        assert_eq!(
+            db.set_sale(item(1), sale, later).await.unwrap(),
+            SaleSet::Started { stock_before: 1 },
+            "{kind}"
+        );
         assert!(matches!(
-            db.record_flash_win(u[0], item(1), "run2-a", 1, NOW)
+            db.record_flash_win(u[0], item(1), "run2-a", 1, later)
                 .await
                 .unwrap(),
             WinRecord::Ordered { .. }

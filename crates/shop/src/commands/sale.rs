@@ -29,22 +29,31 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             };
             let cache = crate::connect::connect_configured_cache(&redis).await?;
             let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
-            started(
+            let said = started(
                 id,
                 sale::start(&parts.stores(&db), id, sale, refresh).await?,
             )?;
             println!(
                 "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
             );
+            println!("{said}");
             Ok(())
         }
     }
 }
 
-/// What a sale's start answered, as an error naming the item unless it started.
-pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<()> {
+/// What a sale's start answered, said as the line that follows "on sale", or as
+/// an error naming the item unless it started.
+pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<String> {
     match set {
-        SaleSet::Started => Ok(()),
+        SaleSet::Started { stock_before } => Ok(format!(
+            "a new sale: the item's stock before was {stock_before}, the sale's units replace it; \
+             every account may buy up to the limit"
+        )),
+        SaleSet::Changed { stock_before } => Ok(format!(
+            "the item's sale that had not ended has these terms now ({stock_before} units were left): \
+             what each account bought in it still counts toward the limit, and a buy's answer stays"
+        )),
         SaleSet::NoSuchItem => anyhow::bail!("there is no item {id}"),
         SaleSet::Retired => anyhow::bail!(
             "item {id} is no longer sold (retired): it cannot go on sale; \

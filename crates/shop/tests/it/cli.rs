@@ -159,6 +159,24 @@ fn sale_start_refuses_an_unknown_item() {
         &env,
     ));
     assert!(ok.contains("item 3 is on sale"), "{ok}");
+    assert!(
+        ok.contains("a new sale: the item's stock before was"),
+        "{ok}"
+    );
+    // Started again while it runs: the same sale, told so, with what it had.
+    let again = stdout(&run(
+        &["sale", "start", "3", "--stock", "7", "--price-cents", "90"],
+        &env,
+    ));
+    assert!(
+        again.contains("item 3 is on sale: 7 units at 90 cents"),
+        "{again}"
+    );
+    assert!(
+        again.contains("has these terms now (5 units were left)")
+            && again.contains("still counts toward the limit"),
+        "{again}"
+    );
     let missing = run(
         &[
             "sale",
