@@ -9,7 +9,8 @@
 //! the prices the database holds when it commits, never a page's, and only when
 //! they and the cart's lines are what the shopper was shown and confirmed (the
 //! cart page's [`CartVersion`]); otherwise nothing is ordered and the answer says
-//! what changed. A retired item aborts it.
+//! what changed. A retired item aborts it, and so does an item whose flash sale
+//! runs (its units are sold only through the sale until it ends).
 
 use std::collections::HashMap;
 
@@ -49,6 +50,15 @@ pub enum CheckoutOutcome {
     Retired {
         /// The item.
         item_id: ItemId,
+    },
+    /// The item's flash sale runs: its units are sold only through the sale (at
+    /// the sale's price, within its per-account limit) until it ends; nothing
+    /// was ordered.
+    OnSale {
+        /// The item.
+        item_id: ItemId,
+        /// When the sale ends, unix seconds.
+        sale_end: i64,
     },
     /// The cart or its prices are not what the shopper confirmed, or a line's
     /// quantity is more than is left; nothing was ordered. The shopper is shown
@@ -154,13 +164,17 @@ impl Db {
                 return Ok(CheckoutOutcome::Retired { item_id: item });
             }
             let price = found.price_cents;
+            // Not while the item's flash sale runs: its units are the sale's.
             let left: Option<i64> = sqlx::query(
                 "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3 \
+                 AND NOT (sale_start IS NOT NULL AND sale_start <= $4 AND sale_end > $5) \
                  RETURNING stock",
             )
             .bind(i64::from(quantity))
             .bind(item.to_i64())
             .bind(i64::from(quantity))
+            .bind(now)
+            .bind(now)
             .fetch_optional(&mut *tx)
             .await?
             .map(|row| row.try_get("stock"))
@@ -169,16 +183,33 @@ impl Db {
                 sold_out.push(item);
             }
             if left.is_none() {
-                // Not enough left: the shopper is shown how many are, and lowers
-                // the line (the cart's version is unchanged, so nothing else is).
-                let in_stock: i64 = sqlx::query("SELECT stock FROM inventory WHERE item_id = $1")
-                    .bind(item.to_i64())
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .map(|row| row.try_get("stock"))
-                    .transpose()?
-                    .unwrap_or(0);
+                // On sale, or not enough left: the shopper is shown how many
+                // are, and lowers the line (the cart's version is unchanged, so
+                // nothing else is).
+                let row = sqlx::query(
+                    "SELECT stock, sale_start, sale_end FROM inventory WHERE item_id = $1",
+                )
+                .bind(item.to_i64())
+                .fetch_optional(&mut *tx)
+                .await?;
+                let (in_stock, start, end): (i64, Option<i64>, Option<i64>) = match row {
+                    Some(row) => (
+                        row.try_get("stock")?,
+                        row.try_get("sale_start")?,
+                        row.try_get("sale_end")?,
+                    ),
+                    None => (0, None, None),
+                };
                 tx.rollback().await?;
+                if let (Some(start), Some(sale_end)) = (start, end)
+                    && start <= now
+                    && now < sale_end
+                {
+                    return Ok(CheckoutOutcome::OnSale {
+                        item_id: item,
+                        sale_end,
+                    });
+                }
                 return Ok(CheckoutOutcome::Changed {
                     cart_version: now_version.to_string(),
                     changes: vec![CartChange::out_of_stock(item, in_stock)],

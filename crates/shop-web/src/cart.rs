@@ -208,6 +208,14 @@ async fn update(
             }
             Some(_) => {}
         }
+        // As the sale pages show it (within a second): checkout is what decides.
+        let now = shop_db::unix_now();
+        if let Some(sale) = state.sale_board.borrow().get(&item)
+            && sale.start <= now
+            && now < sale.end
+        {
+            return Err(on_sale(item));
+        }
     }
     let cart = cart_of(&state, &session).await?;
     state.carts.set(cart.clone(), item, count).await?;
@@ -333,5 +341,20 @@ async fn checkout(
                 "item {item_id} is no longer available; remove it from your cart and try again"
             ),
         )),
+        CheckoutOutcome::OnSale { item_id, .. } => Err(on_sale(item_id)),
     }
+}
+
+/// 409 `on_sale`: `item`'s flash sale runs, and its units are sold only through it.
+fn on_sale(item: ItemId) -> WebError {
+    WebError::new(
+        StatusCode::CONFLICT,
+        "on_sale",
+        format!(
+            "item {item} is in a flash sale: until it ends, it is sold only on the sale page \
+             ({}), at the sale's price and with a limit per account; a cart holding it is \
+             checked out without it, or once the sale is over",
+            crate::flash::SHELL_PATH
+        ),
+    )
 }

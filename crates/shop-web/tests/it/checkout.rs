@@ -333,3 +333,61 @@ async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() 
         assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1, "{kind}");
     }
 }
+
+/// While an item's flash sale runs, its units are the sale's: a cart holding it
+/// is not checked out at the regular price, past the sale's limit per account
+/// (409 `on_sale`, naming it and the sale page; nothing ordered, no stock
+/// taken), nor is the item added to a cart. Once the sale is over, the same
+/// cart is checked out.
+#[tokio::test]
+async fn a_cart_holding_an_item_whose_flash_sale_runs_is_not_checked_out() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        app.post("/cart", Some(&buyer), "item=6&count=3", false)
+            .await;
+        app.start_sale(6, 3, 100).await;
+        let stock = app.db.inventory_row(item(5)).await.unwrap().unwrap().stock;
+        let cart = app.me(&buyer).await["cart"]["lines"].clone();
+        let shown = app.checkout_form(&buyer, "sale-1").await;
+
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = json(resp).await;
+        assert_eq!(body["error"], "on_sale", "{kind}: {body}");
+        let said = body["message"].as_str().unwrap();
+        assert!(
+            said.contains("item 6") && said.contains("/flash"),
+            "{kind}: {said}"
+        );
+        untouched(&app, &buyer, 5, stock, &cart).await;
+        let sale_stock = app.db.inventory_row(item(6)).await.unwrap().unwrap().stock;
+        assert_eq!(sale_stock, 3, "{kind}: the sale's units all there");
+        // Adding it to a cart is refused too, once the sale pages show the sale.
+        let watcher = app.state.take_sale_watcher().unwrap();
+        watcher.step().await.unwrap();
+        let resp = app
+            .post("/cart", Some(&buyer), "item=6&count=1", true)
+            .await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        assert_eq!(json(resp).await["error"], "on_sale", "{kind}");
+        untouched(&app, &buyer, 5, stock, &cart).await;
+
+        // The sale over (its window moved to the past), the cart is ordered.
+        let now = shop_db::unix_now();
+        let over = shop_db::inventory::Sale {
+            stock: 3,
+            price_cents: 100,
+            start: now - 120,
+            end: now - 60,
+        };
+        assert!(app.db.set_sale(item(6), over, now).await.unwrap().is_set());
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        let placed = json(resp).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+        let left = app.db.inventory_row(item(6)).await.unwrap().unwrap().stock;
+        assert_eq!(left, 0, "{kind}");
+    }
+}
