@@ -52,6 +52,7 @@ pub mod search_cache;
 pub mod session;
 pub mod templates;
 pub mod uncached;
+pub mod view_shares;
 pub mod views;
 
 use std::sync::{Arc, Mutex};
@@ -124,6 +125,9 @@ pub struct WebConfig {
     /// Renders and database reads one client address may cause per
     /// [`uncached::WINDOW`] (beyond: 429): see [`uncached`].
     pub uncached_per_address: u32,
+    /// Item views one client address may have counted per minute, per server
+    /// (beyond: served, counted nowhere): see [`view_shares`].
+    pub counted_views_per_minute: u32,
     /// The shop sits behind a reverse proxy that appends the client's address to
     /// `X-Forwarded-For`: count login attempts by that, not by the proxy's address.
     pub trust_forwarded_for: bool,
@@ -175,6 +179,7 @@ impl Default for WebConfig {
             flash_buys_per_minute: DEFAULT_FLASH_BUYS_PER_MINUTE,
             cart_starts_per_minute: DEFAULT_CART_STARTS_PER_MINUTE,
             uncached_per_address: uncached::DEFAULT_UNCACHED_PER_ADDRESS,
+            counted_views_per_minute: view_shares::DEFAULT_COUNTED_VIEWS_PER_MINUTE,
             trust_forwarded_for: false,
             redis_budget: DEFAULT_REDIS_BUDGET,
             edge_purger: None,
@@ -376,6 +381,10 @@ impl AppState {
         session::SessionLayer {
             errors: self.metrics.session_errors.clone(),
             trust_forwarded_proto: self.config.trust_forwarded_for,
+            view_shares: Some(view_shares::ViewShares::new(
+                self.config.counted_views_per_minute,
+                self.config.trust_forwarded_for,
+            )),
             ..session::SessionLayer::new(self.sessions.clone(), self.config.secure_cookies)
         }
         .with_views(views::ItemViews {

@@ -175,6 +175,9 @@ pub struct SessionLayer {
     pub holdings_on: Option<&'static str>,
     /// Counts requests served as guests because the session store failed.
     pub errors: Arc<AtomicU64>,
+    /// Each client address's share of the views that count (none: every view
+    /// counts): see [`crate::view_shares`].
+    pub view_shares: Option<crate::view_shares::ViewShares>,
 }
 
 impl SessionLayer {
@@ -187,6 +190,7 @@ impl SessionLayer {
             views: None,
             holdings_on: None,
             errors: Arc::default(),
+            view_shares: None,
         }
     }
 
@@ -281,12 +285,20 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
             if let Some(asked) = asked {
                 req.extensions_mut().insert(asked);
             }
-            match state.view_of(&req, asked) {
+            let viewed = state.view_of(&req, asked);
+            // Past the client's share, a view is served but counted nowhere.
+            let counted = viewed.is_some()
+                && state
+                    .view_shares
+                    .as_ref()
+                    .is_none_or(|shares| shares.counts(&req));
+            match viewed {
                 Some(Viewed::Page(view)) => {
-                    crate::views::serve(state, view, presented, https, req, next).await
+                    crate::views::serve(state, view, counted, presented, https, req, next).await
                 }
                 Some(Viewed::Named(view)) => {
-                    crate::views::serve_named(state, view, presented, https, req, next).await
+                    crate::views::serve_named(state, view, counted, presented, https, req, next)
+                        .await
                 }
                 None => run_identified(state, presented, https, req, next).await,
             }

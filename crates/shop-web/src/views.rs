@@ -109,17 +109,21 @@ impl View {
 /// have: a visitor's session touch puts it in the history ahead of the answer
 /// ([`Touch::view_ahead`]), and the view is counted once the handler found the
 /// item ([`ItemFound`]), or taken out of the history again.
+///
+/// Not `counted` (past the client's share, [`crate::view_shares`]): the call is
+/// answered as without `item=`, and the view counts nowhere.
 pub(crate) async fn serve_named(
     state: &SessionLayer,
     view: View,
+    counted: bool,
     presented: Option<SessionToken>,
     https: bool,
     mut req: Request,
     next: Next,
 ) -> (Response, Option<SessionToken>) {
     let (item, ahead) = match view {
-        View::Shopper(item) => (item, presented.clone()),
-        View::Bot(item) => (item, None),
+        View::Shopper(item) if counted => (item, presented.clone()),
+        View::Shopper(item) | View::Bot(item) => (item, None),
     };
     req.extensions_mut().insert(NamedView(item));
     let touch = match ahead {
@@ -136,32 +140,35 @@ pub(crate) async fn serve_named(
                 session_error(state, &error);
             }
         }
-        _ if found => state.sessions.count_view(item),
+        _ if found && counted => state.sessions.count_view(item),
         _ => {}
     }
     (resp, issued)
 }
 
-/// Serves an item page's request and counts its view (see the module
-/// documentation); returns the answer and the token to set in a cookie, if the
-/// visitor gets a new one.
+/// Serves an item page's request and counts its view if `counted` (see the
+/// module documentation); returns the answer and the token to set in a cookie,
+/// if the visitor gets a new one. Not `counted` (past the client's share,
+/// [`crate::view_shares`]), it is served as the page of a bot whose view
+/// counts nowhere.
 pub(crate) async fn serve(
     state: &SessionLayer,
     view: View,
+    counted: bool,
     presented: Option<SessionToken>,
     https: bool,
     mut req: Request,
     next: Next,
 ) -> (Response, Option<SessionToken>) {
     let item = match view {
-        View::Bot(item) => {
+        View::Shopper(item) if counted => item,
+        View::Bot(item) | View::Shopper(item) => {
             let (resp, issued) = run_identified(state, presented, https, req, next).await;
-            if resp.status() == StatusCode::OK {
+            if resp.status() == StatusCode::OK && counted {
                 state.sessions.count_view(item);
             }
             return (resp, issued);
         }
-        View::Shopper(item) => item,
     };
     let write_behind = state.views.is_some_and(|v| v.write_behind);
     match presented {

@@ -22,3 +22,4 @@ mod routes;
 mod sessions;
 mod storefront;
 mod uncached;
+mod view_shares;

@@ -163,6 +163,11 @@ pub struct WebSettings {
     #[arg(long, env = "SHOP_UNCACHED_PER_ADDRESS", default_value_t = shop_web::uncached::DEFAULT_UNCACHED_PER_ADDRESS,
           value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub uncached_per_address: u32,
+    /// Item views one client address may have counted per minute in the ranking,
+    /// histories and insights, per server; beyond, served and counted nowhere.
+    #[arg(long, env = "SHOP_COUNTED_VIEWS_PER_ADDRESS", default_value_t = shop_web::view_shares::DEFAULT_COUNTED_VIEWS_PER_MINUTE,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub counted_views_per_address: u32,
     /// Seconds the database may refuse writes before `/healthz` answers 503
     /// (`"database": "read_only"`) so load balancers take this server out; shorter
     /// refusals, and writes that only wait (a lock, a queue), answer 200
@@ -549,6 +554,7 @@ impl From<&WebSettings> for shop_web::WebConfig {
             flash_buys_per_minute: web.flash_buys_per_minute,
             cart_starts_per_minute: web.cart_starts_per_address,
             uncached_per_address: web.uncached_per_address,
+            counted_views_per_minute: web.counted_views_per_address,
             write_grace: Duration::from_secs(web.write_grace),
             secure_cookies: web.secure_cookies,
             max_quantity: web.max_quantity,

@@ -76,6 +76,8 @@ async fn a_dead_primary(host_gone: bool) {
         &[
             "--uncached-per-address",
             "10000000",
+            "--counted-views-per-address",
+            "10000000",
             "--cart-starts-per-address",
             "1000",
             "--redis-budget-ms",

@@ -177,7 +177,12 @@ fn warm_item_pages(addr: &str, n: u64) {
 async fn redis_stopped_for_five_seconds() {
     let mut shop = seeded(200).await;
     // Every client here is this machine's one address.
-    let (child, addr) = shop.serve(&["--uncached-per-address", "10000000"]);
+    let (child, addr) = shop.serve(&[
+        "--uncached-per-address",
+        "10000000",
+        "--counted-views-per-address",
+        "10000000",
+    ]);
     warm_item_pages(&addr, 20);
 
     let (down_at, up_at, end_at) = (
@@ -294,6 +299,8 @@ async fn database_write_locked_for_twenty_seconds() {
         "1000",
         // Every client here is this machine's one address.
         "--uncached-per-address",
+        "10000000",
+        "--counted-views-per-address",
         "10000000",
     ]);
     warm_item_pages(&addr, 20);

@@ -150,7 +150,12 @@ async fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
 async fn listing_and_search_loads_ask_only_for_pages_that_exist() {
     let test_shop = seeded(300).await;
     // The load generator is one address: its searches and listings are all uncached.
-    let (server, addr) = test_shop.serve(&["--uncached-per-address", "10000000"]);
+    let (server, addr) = test_shop.serve(&[
+        "--uncached-per-address",
+        "10000000",
+        "--counted-views-per-address",
+        "10000000",
+    ]);
     // The address as a browser's address bar shows it is taken too.
     let url = format!("http://{addr}/");
     for (only, target) in [("browse", &addr), ("search", &url)] {
@@ -189,8 +194,15 @@ fn served(metrics: &str, route: &str) -> u64 {
 async fn a_page_view_load_asks_for_each_page_as_a_browser_does_and_counts_page_views() {
     let test_shop = seeded(200).await;
     // The load generator is one address: its first views of each page are uncached.
-    let (server, addr, metrics) =
-        crate::e2e::serve_with_metrics(test_shop.shop(), &["--uncached-per-address", "10000000"]);
+    let (server, addr, metrics) = crate::e2e::serve_with_metrics(
+        test_shop.shop(),
+        &[
+            "--uncached-per-address",
+            "10000000",
+            "--counted-views-per-address",
+            "10000000",
+        ],
+    );
     let me_before = served(&metrics, "/api/me");
     let json = test_shop.cwd.path().join("pageviews.json");
     let out = crate::e2e::succeed(

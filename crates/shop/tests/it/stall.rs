@@ -377,8 +377,10 @@ async fn stalled_node(
 /// on uncached work (every probe is this machine), and a flash sale one buyer
 /// may buy from as often as the drill does, whose pending units are settled a
 /// second after they were reserved.
-const STALL_FLAGS: [&str; 10] = [
+const STALL_FLAGS: [&str; 12] = [
     "--uncached-per-address",
+    "10000000",
+    "--counted-views-per-address",
     "10000000",
     "--redis-budget-ms",
     "100",
