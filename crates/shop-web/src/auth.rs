@@ -383,11 +383,32 @@ async fn signup(
     }
 }
 
+/// Logouts of sessions nobody is logged in to (a guest's, or a token made up)
+/// one client address may send a minute, per server; beyond, 429. Each logout
+/// lists its token in `ended:` for two minutes (so a touch held back before it
+/// cannot bring the session back), and that list is bounded: a client posting
+/// made-up tokens in a loop filled it in under a second, pushing out the real
+/// ones. A logged-in user's logout is never refused.
+pub const GUEST_LOGOUTS_PER_MINUTE: u32 = 30;
+
 async fn logout(
     State(state): State<AppState>,
     session: Session,
+    PeerAddr(peer): PeerAddr,
     headers: HeaderMap,
 ) -> Result<Response, WebError> {
+    if session.user.is_none()
+        && !state.guest_logouts.take(client_address(
+            peer,
+            &headers,
+            state.config.trust_forwarded_for,
+        ))
+    {
+        return Err(WebError::too_many_requests(
+            "too many logouts from your address; try again shortly",
+            state.guest_logouts.window(),
+        ));
+    }
     let guest = state.accounts().log_out(&session.token).await?;
     let mut resp = if wants_json(&headers) {
         Json(json!({ "user": null })).into_response()

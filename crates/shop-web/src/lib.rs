@@ -23,6 +23,7 @@ pub const PERSONAL: &str = "private, no-store";
 pub const DEFAULT_REDIS_BUDGET: Duration = Duration::from_millis(100);
 
 pub mod account;
+pub mod address_shares;
 pub mod admin;
 pub mod answered;
 pub mod assets;
@@ -257,6 +258,9 @@ pub struct AppParts {
     pub buy_limit: RateLimit,
     /// New carts (a session's first line, not logged in) per client address.
     pub cart_starts: AddressLimit,
+    /// Logouts of sessions nobody is logged in to, per client address:
+    /// [`auth::GUEST_LOGOUTS_PER_MINUTE`].
+    pub guest_logouts: address_shares::AddressShares,
     /// Uncached work (renders, database reads) per client address: [`uncached`].
     pub uncached: AddressLimit,
     /// The addresses this process refused uncached work lately.
@@ -332,6 +336,10 @@ impl AppState {
                 keys.clone(),
                 "cart-start",
                 config.cart_starts_per_minute,
+                Duration::from_secs(60),
+            ),
+            guest_logouts: address_shares::AddressShares::new(
+                auth::GUEST_LOGOUTS_PER_MINUTE,
                 Duration::from_secs(60),
             ),
             uncached: AddressLimit::new(

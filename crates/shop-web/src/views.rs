@@ -255,6 +255,15 @@ const BOT_WORDS: &[&str] = &[
     "phantomjs",
     "ahrefs",
     "semrush",
+    "okhttp",
+    "axios",
+    "node-fetch",
+    "undici",
+    "aiohttp",
+    "httpx",
+    "postmanruntime",
+    "guzzlehttp",
+    "reqwest",
 ];
 
 /// The words of `BOT_WORDS`, looked for all at once in one pass over the text.
@@ -304,6 +313,20 @@ mod tests {
         );
         assert!(with("WGET/1.21"), "any case");
         assert!(with("Scrapy/2.11 (+https://scrapy.org)"));
+        // HTTP libraries of other languages (a drill's list).
+        for library in [
+            "okhttp/4.12.0",
+            "axios/1.7.2",
+            "node-fetch/1.0 (+https://github.com/bitinn/node-fetch)",
+            "undici",
+            "Python/3.12 aiohttp/3.9.5",
+            "python-httpx/0.27.0",
+            "PostmanRuntime/7.39.0",
+            "GuzzleHttp/7",
+            "reqwest/0.12",
+        ] {
+            assert!(with(library), "{library}");
+        }
         assert!(!with(
             "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
         ));

@@ -353,3 +353,57 @@ async fn ipv6_login_attempts_count_per_64_56_and_48() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+/// Logouts of sessions nobody is logged in to (made-up tokens, in a loop) end
+/// only so many a minute from one address: each lists its token in `ended:`,
+/// whose bound a flood filled in under a second. A logged-in user's logout from
+/// the same address still ends the session; another address has its own share.
+#[tokio::test]
+async fn logouts_of_made_up_tokens_are_bounded_per_address() {
+    let app = TestApp::with_config(WebConfig {
+        trust_forwarded_for: true,
+        ..WebConfig::default()
+    })
+    .await;
+    let logout = |cookie: String, from: &'static str| {
+        let req = shop_testapp::form_post("/logout", Some(&cookie), true)
+            .header("x-forwarded-for", from)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        app.send(req)
+    };
+    let made_up = || {
+        format!(
+            "shop_session={}",
+            shop_cache::session::SessionToken::generate().expose()
+        )
+    };
+    let flooder = "198.51.100.66";
+    let per_minute = shop_web::auth::GUEST_LOGOUTS_PER_MINUTE as usize;
+    for _ in 0..per_minute {
+        assert_eq!(logout(made_up(), flooder).await.status(), StatusCode::OK);
+    }
+    let refused = logout(made_up(), flooder).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    let mut conn = app.redis.conn().await;
+    let mut ended = 0;
+    for shard in app.keys.shards() {
+        let n: usize = redis::AsyncCommands::zcard(&mut conn, app.keys.ended_in(shard))
+            .await
+            .unwrap();
+        ended += n;
+    }
+    assert_eq!(ended, per_minute, "only the logouts answered are listed");
+
+    let user = app.logged_in("lorna").await;
+    let resp = logout(user.clone(), flooder).await;
+    assert_eq!(resp.status(), StatusCode::OK, "a logged-in user's logout");
+    assert_eq!(
+        app.get("/account", Some(&user)).await.status(),
+        StatusCode::SEE_OTHER,
+        "that session ended"
+    );
+    let other = logout(made_up(), "198.51.100.67").await;
+    assert_eq!(other.status(), StatusCode::OK, "another address");
+}
