@@ -94,6 +94,15 @@ const PROBE_BUSY_TIMEOUT_MS: u32 = 100;
 
 static DRIVERS: Once = Once::new();
 
+/// The file a `sqlite:PATH` or `sqlite://PATH` URL names (its query left out);
+/// `None` for any other URL.
+pub fn sqlite_path(url: &str) -> Option<&str> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    path.split('?').next()
+}
+
 impl Db {
     /// Connects to `url` (`sqlite:PATH`, `sqlite://PATH`, or `postgres://...`),
     /// creating a SQLite file and its directory if missing, and migrates it.
@@ -101,11 +110,7 @@ impl Db {
         DRIVERS.call_once(sqlx::any::install_default_drivers);
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
-        } else if let Some(path) = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-        {
-            let path = path.split('?').next().unwrap_or(path);
+        } else if let Some(path) = sqlite_path(url) {
             if let Some(dir) = Path::new(path)
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())

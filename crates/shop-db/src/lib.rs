@@ -28,7 +28,7 @@ pub mod seed;
 pub mod users;
 pub mod write;
 
-pub use db::{Backend, Db};
+pub use db::{Backend, Db, sqlite_path};
 pub use error::DbError;
 pub use write::WriteTx;
 

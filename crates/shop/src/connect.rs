@@ -96,9 +96,35 @@ pub async fn connect_configured_cache(redis: &RedisSettings) -> anyhow::Result<O
     }
 }
 
-/// Connects to (and migrates) the database as configured.
+/// Connects to (and migrates) the database as configured; a SQLite file that is
+/// not there is made, and the command says so on standard error (run from
+/// another directory, the default `data/shop.db` is a new, empty shop).
 pub async fn connect_db(database: &DatabaseSettings) -> anyhow::Result<Db> {
-    Db::connect(database.database_url.expose())
+    let url = database.database_url.expose();
+    let new_file = shop_db::sqlite_path(url).filter(|path| !std::path::Path::new(path).exists());
+    let db = Db::connect(url)
         .await
-        .with_context(|| format!("cannot open the database at {}", database.database_url))
+        .with_context(|| format!("cannot open the database at {}", database.database_url))?;
+    if let Some(path) = new_file {
+        eprintln!("note: there was no database at {path}; a new, empty one is made there");
+    }
+    Ok(db)
+}
+
+/// [`connect_db`] for a command that changes what a shop's database holds
+/// (an account, a sale, a cached row): a SQLite file that is not there is an
+/// error naming it, and nothing is made (run from another directory, such a
+/// command made an empty database and then found no one in it).
+pub async fn connect_existing_db(database: &DatabaseSettings) -> anyhow::Result<Db> {
+    let url = database.database_url.expose();
+    if let Some(path) = shop_db::sqlite_path(url)
+        && !std::path::Path::new(path).exists()
+    {
+        anyhow::bail!(
+            "there is no database at {path}: run this in the shop's directory (where \
+             `shop serve` keeps data/shop.db) or name the database with --database-url or \
+             DATABASE_URL"
+        );
+    }
+    connect_db(database).await
 }

@@ -14,7 +14,7 @@ pub async fn run(args: RowsArgs) -> anyhow::Result<()> {
             // A row the refresher would drop (no such item) or cache as if still
             // sold is refused, not said to be scheduled.
             if delay > 0.0 {
-                match crate::connect::connect_db(&args.database)
+                match crate::connect::connect_existing_db(&args.database)
                     .await?
                     .item(id)
                     .await?

@@ -1,7 +1,7 @@
 //! `shop sale`: starting a flash sale.
 
 use crate::config::SaleCommand;
-use crate::connect::{connect_db, connect_redis};
+use crate::connect::{connect_existing_db, connect_redis};
 use shop_app::sale::{self, SaleSet};
 use shop_cache::domain::ItemId;
 
@@ -19,7 +19,7 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             edge,
         } => {
             let (conn, keys) = connect_redis(&redis).await?;
-            let db = connect_db(&database).await?;
+            let db = connect_existing_db(&database).await?;
             let start = shop_db::unix_now();
             let sale = shop_db::inventory::Sale {
                 stock,

@@ -4,7 +4,7 @@
 use anyhow::Context;
 
 use crate::config::UsersCommand;
-use crate::connect::{connect_db, connect_redis};
+use crate::connect::{connect_db, connect_existing_db, connect_redis};
 
 /// The password on the first line of standard input (so it never shows in the
 /// process list or the shell's history).
@@ -43,7 +43,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
         } => {
             let password = password_from_stdin()?;
             shop_cache::domain::account::check_new_password(&password)?;
-            let db = connect_db(&database).await?;
+            let db = connect_existing_db(&database).await?;
             let Some(user) = db.user_named(&name).await? else {
                 anyhow::bail!("there is no user {name:?}");
             };
@@ -77,7 +77,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             }
         }
         UsersCommand::GrantAdmin { name, database } => {
-            let db = connect_db(&database).await?;
+            let db = connect_existing_db(&database).await?;
             if !db.grant_admin(&name).await? {
                 anyhow::bail!("there is no user {name:?}");
             }

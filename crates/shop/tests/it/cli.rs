@@ -531,3 +531,41 @@ async fn a_graceful_stop_writes_the_item_pages_held_touches() {
         .unwrap();
     assert_eq!(counted, Some(-1.0));
 }
+
+/// Run where there is no database (another directory, a mistyped path), a
+/// command that changes a shop's accounts or sales says so, naming the
+/// database, and makes nothing; one that may start a shop says it made one.
+#[test]
+fn a_command_run_where_no_database_is_says_so_and_makes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data").join("shop.db");
+    let url = format!("sqlite:{}", path.display());
+    let redis = TestRedis::start();
+    let redis_url = redis.url();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("REDIS_URL", redis_url.as_str()),
+    ];
+    for args in [
+        &["users", "grant-admin", "alice"][..],
+        &["sale", "start", "3", "--stock", "5", "--price-cents", "100"],
+        &["rows", "schedule", "3", "1"],
+    ] {
+        let out = run(args, &env);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            said.contains(&format!("there is no database at {}", path.display())),
+            "{args:?}: {said}"
+        );
+        assert!(!path.exists(), "{args:?} made a database");
+    }
+    let seeded = run(&["seed", "--items", "10"], &env);
+    stdout(&seeded);
+    assert!(
+        String::from_utf8_lossy(&seeded.stderr).contains("a new, empty one is made there"),
+        "{}",
+        String::from_utf8_lossy(&seeded.stderr)
+    );
+    assert!(path.exists());
+}
