@@ -453,6 +453,7 @@ impl FlashSales {
             .key(self.keys.sale_pending(item))
             .arg(seen.seq)
             .arg(stock)
+            .arg(seen.stock)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(changed == 1)

@@ -51,9 +51,9 @@ pub enum CheckoutOutcome {
         /// The item.
         item_id: ItemId,
     },
-    /// The item's flash sale runs: its units are sold only through the sale (at
-    /// the sale's price, within its per-account limit) until it ends; nothing
-    /// was ordered.
+    /// The item's flash sale runs or is coming: its units are sold only through
+    /// the sale (at the sale's price, within its per-account limit) until it
+    /// ends; nothing was ordered.
     OnSale {
         /// The item.
         item_id: ItemId,
@@ -164,16 +164,15 @@ impl Db {
                 return Ok(CheckoutOutcome::Retired { item_id: item });
             }
             let price = found.price_cents;
-            // Not while the item's flash sale runs: its units are the sale's.
+            // Not while the item's flash sale runs or is coming: its units are
+            // the sale's from its start command on.
             let left: Option<i64> = sqlx::query(
                 "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3 \
-                 AND NOT (sale_start IS NOT NULL AND sale_start <= $4 AND sale_end > $5) \
-                 RETURNING stock",
+                 AND NOT (sale_end IS NOT NULL AND sale_end > $4) RETURNING stock",
             )
             .bind(i64::from(quantity))
             .bind(item.to_i64())
             .bind(i64::from(quantity))
-            .bind(now)
             .bind(now)
             .fetch_optional(&mut *tx)
             .await?
@@ -186,23 +185,16 @@ impl Db {
                 // On sale, or not enough left: the shopper is shown how many
                 // are, and lowers the line (the cart's version is unchanged, so
                 // nothing else is).
-                let row = sqlx::query(
-                    "SELECT stock, sale_start, sale_end FROM inventory WHERE item_id = $1",
-                )
-                .bind(item.to_i64())
-                .fetch_optional(&mut *tx)
-                .await?;
-                let (in_stock, start, end): (i64, Option<i64>, Option<i64>) = match row {
-                    Some(row) => (
-                        row.try_get("stock")?,
-                        row.try_get("sale_start")?,
-                        row.try_get("sale_end")?,
-                    ),
-                    None => (0, None, None),
+                let row = sqlx::query("SELECT stock, sale_end FROM inventory WHERE item_id = $1")
+                    .bind(item.to_i64())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let (in_stock, end): (i64, Option<i64>) = match row {
+                    Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
+                    None => (0, None),
                 };
                 tx.rollback().await?;
-                if let (Some(start), Some(sale_end)) = (start, end)
-                    && start <= now
+                if let Some(sale_end) = end
                     && now < sale_end
                 {
                     return Ok(CheckoutOutcome::OnSale {

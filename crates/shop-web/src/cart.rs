@@ -196,6 +196,13 @@ async fn update(
         // The checks that cost no database read first: a flood refused by the
         // budget, or sending a bad quantity, costs Redis one call and no lookup.
         LineChange::from_count(count, state.carts.max_quantity()).map_err(CacheError::from)?;
+        // Not an item whose sale runs or is coming, as the sale pages show it
+        // (within a second): checkout is what decides.
+        if let Some(sale) = state.sale_board.borrow().get(&item)
+            && shop_db::unix_now() < sale.end
+        {
+            return Err(on_sale(item));
+        }
         new_cart_allowed(&state, &session, peer, &headers).await?;
         match state.db.item(item).await? {
             None => return Err(WebError::not_found("there is no such item")),
@@ -207,14 +214,6 @@ async fn update(
                 ));
             }
             Some(_) => {}
-        }
-        // As the sale pages show it (within a second): checkout is what decides.
-        let now = shop_db::unix_now();
-        if let Some(sale) = state.sale_board.borrow().get(&item)
-            && sale.start <= now
-            && now < sale.end
-        {
-            return Err(on_sale(item));
         }
     }
     let cart = cart_of(&state, &session).await?;
@@ -351,9 +350,9 @@ fn on_sale(item: ItemId) -> WebError {
         StatusCode::CONFLICT,
         "on_sale",
         format!(
-            "item {item} is in a flash sale: until it ends, it is sold only on the sale page \
-             ({}), at the sale's price and with a limit per account; a cart holding it is \
-             checked out without it, or once the sale is over",
+            "item {item} is in a flash sale (running or coming): until it ends, it is sold \
+             only on the sale page ({}), at the sale's price and with a limit per account; \
+             remove it from your cart to check out the rest, or check out once the sale is over",
             crate::flash::SHELL_PATH
         ),
     )

@@ -375,8 +375,25 @@ async fn a_cart_holding_an_item_whose_flash_sale_runs_is_not_checked_out() {
         assert_eq!(json(resp).await["error"], "on_sale", "{kind}");
         untouched(&app, &buyer, 5, stock, &cart).await;
 
-        // The sale over (its window moved to the past), the cart is ordered.
+        // A coming sale's units are the sale's too.
         let now = shop_db::unix_now();
+        let coming = shop_db::inventory::Sale {
+            stock: 3,
+            price_cents: 100,
+            start: now + 600,
+            end: now + 4_200,
+        };
+        assert!(
+            app.db
+                .set_sale(item(6), coming, now)
+                .await
+                .unwrap()
+                .is_set()
+        );
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}: a coming sale");
+        assert_eq!(json(resp).await["error"], "on_sale", "{kind}");
+        // The sale over (its window moved to the past), the cart is ordered.
         let over = shop_db::inventory::Sale {
             stock: 3,
             price_cents: 100,
