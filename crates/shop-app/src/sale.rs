@@ -119,6 +119,28 @@ pub async fn start(
     Ok(set)
 }
 
+/// [`start`] as a new sale whatever ran before: a sale of `item` that has not
+/// ended is ended first (a sale that ended a minute ago replaces it), so every
+/// account may buy up to the limit again, as a load generator's next run needs.
+pub async fn start_anew(
+    stores: &SaleStores<'_>,
+    item: ItemId,
+    sale: Sale,
+    refresh: f64,
+) -> Result<SaleSet, AppError> {
+    let now = shop_db::unix_now();
+    let ended = Sale {
+        start: now - 120,
+        end: now - 60,
+        ..sale
+    };
+    let set = start(stores, item, ended, refresh).await?;
+    if !set.is_set() {
+        return Ok(set);
+    }
+    start(stores, item, sale, refresh).await
+}
+
 /// Whether a sale's terms are ones [`start`] starts at `now` (unix seconds): 0
 /// or more units, a price of an item's range ([`MAX_PRICE_CENTS`]), an end 1
 /// minute to [`MAX_MINUTES`] after its start, both within [`MAX_MINUTES`] of

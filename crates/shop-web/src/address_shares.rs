@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use shop_cache::domain::client::ClientAddress;
 
-/// The most blocks one process counts at once (the oldest go first).
+/// The most blocks one process counts at once (past it, `moka`'s TinyLFU keeps
+/// the blocks seen most often: a flooder's, not a block seen once).
 pub const MAX_BLOCKS: u64 = 100_000;
 
 /// A block of addresses, as counted here (no text made per ask).
@@ -61,11 +62,6 @@ impl AddressShares {
                 .time_to_live(window)
                 .build(),
         }
-    }
-
-    /// How many one address may have per window.
-    pub fn per_address(&self) -> u32 {
-        self.per_address
     }
 
     /// The window the shares are counted over (from an address's first ask).

@@ -46,11 +46,6 @@ impl ViewShares {
         }
     }
 
-    /// The counted views one address may have per [`WINDOW`].
-    pub fn per_address(&self) -> u32 {
-        self.shares.per_address()
-    }
-
     /// Whether a view by the client of `req` counts: one more of its share, if
     /// it has one left.
     pub fn counts(&self, req: &Request) -> bool {

@@ -149,8 +149,8 @@ pub(crate) async fn serve_named(
 /// Serves an item page's request and counts its view if `counted` (see the
 /// module documentation); returns the answer and the token to set in a cookie,
 /// if the visitor gets a new one. Not `counted` (past the client's share,
-/// [`crate::view_shares`]), it is served as the page of a bot whose view
-/// counts nowhere.
+/// [`crate::view_shares`]), it is served the same way (its touch held back as a
+/// counted view's is) and its view counts nowhere.
 pub(crate) async fn serve(
     state: &SessionLayer,
     view: View,
@@ -161,22 +161,25 @@ pub(crate) async fn serve(
     next: Next,
 ) -> (Response, Option<SessionToken>) {
     let item = match view {
-        View::Shopper(item) if counted => item,
-        View::Bot(item) | View::Shopper(item) => {
+        View::Bot(item) => {
             let (resp, issued) = run_identified(state, presented, https, req, next).await;
             if resp.status() == StatusCode::OK && counted {
                 state.sessions.count_view(item);
             }
             return (resp, issued);
         }
+        View::Shopper(item) => item,
     };
+    // The view, if it counts: the page found, and within the client's share.
+    // Past the share the page is served as any other, its touch held back too.
+    let viewed = |found: bool| (found && counted).then_some(item);
     let write_behind = state.views.is_some_and(|v| v.write_behind);
     match presented {
         // No session yet: a token for the cookie, and nothing written. The view
         // still counts in the ranking, once the page answered 200.
         None => {
             let (resp, issued) = run_identified(state, None, https, req, next).await;
-            if resp.status() == StatusCode::OK {
+            if let Some(item) = viewed(resp.status() == StatusCode::OK) {
                 state.sessions.count_view(item);
             }
             (resp, issued)
@@ -186,15 +189,15 @@ pub(crate) async fn serve(
             req.extensions_mut()
                 .insert(Session::guest(token.clone(), https));
             let resp = next.run(req).await;
-            let found = resp.status() == StatusCode::OK;
-            if state.sessions.touch_later(&token, found.then_some(item)) {
+            let viewed = viewed(resp.status() == StatusCode::OK);
+            if state.sessions.touch_later(&token, viewed) {
                 return (resp, None);
             }
             // This process holds as many touches as it may (Redis is not taking
             // them): this one is written now, or lost with the request.
-            let touch = match found {
-                true => Touch::request().view(item),
-                false => Touch::request(),
+            let touch = match viewed {
+                Some(item) => Touch::request().view(item),
+                None => Touch::request(),
             };
             match state.sessions.touch(&token, touch).await {
                 Ok(Touched::Expired) => (resp, Some(SessionToken::generate())),
@@ -211,15 +214,19 @@ pub(crate) async fn serve(
         Some(token) => {
             req.extensions_mut()
                 .insert(Session::guest(token.clone(), https));
+            let ahead = counted.then_some(item);
             let (resp, (session, renewed)) =
-                tokio::join!(next.run(req), identify(state, token, Some(item), https));
+                tokio::join!(next.run(req), identify(state, token, ahead, https));
             let found = resp.status() == StatusCode::OK;
             if renewed {
                 // The session had expired: the view counts as a new visitor's.
-                if found {
+                if let Some(item) = viewed(found) {
                     state.sessions.count_view(item);
                 }
                 return (resp, Some(session.token));
+            }
+            if ahead.is_none() {
+                return (resp, None);
             }
             if let Err(error) = state
                 .sessions

@@ -77,7 +77,8 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     };
     let cache = crate::connect::connect_configured_cache(&args.redis).await?;
     let parts = sale::SaleParts::new(&conn, cache, &keys);
-    let set = sale::start(
+    // A new sale each run: the buyers are the same accounts as the last run's.
+    let set = sale::start_anew(
         &parts.stores(&db),
         args.sale_item,
         terms,

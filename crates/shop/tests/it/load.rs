@@ -130,17 +130,20 @@ async fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
             "each unit sold once"
         );
         assert_eq!(report["check"]["ok"], true);
-        // A second run on the same shop: a new sale, the same buyers, again exact.
+        // A second run on the same shop: a new sale (the first had not ended),
+        // the same buyers, again exact: 30 of them, among the first run's
+        // winners, buy all 25 units.
         let again = test_shop
             .shop()
             .args(["load", "--scenario", "flash", "--target", &addr])
-            .args(["--buyers", "300", "--stock", "25", "--connections", "16"])
+            .args(["--buyers", "30", "--stock", "25", "--connections", "16"])
             .output()
             .unwrap();
+        let said = String::from_utf8_lossy(&again.stdout);
+        assert!(again.status.success(), "{decider}: {said}");
         assert!(
-            again.status.success(),
-            "{decider}: {}",
-            String::from_utf8_lossy(&again.stdout)
+            said.contains("25 units ordered for a stock of 25 (0 oversold)"),
+            "{decider}: {said}"
         );
         assert!(stop(server).success());
     }
