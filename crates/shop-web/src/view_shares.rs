@@ -1,5 +1,5 @@
 //! Each client address's share of the item views that count: at most
-//! [`ViewShares::per_address`] a [`WINDOW`] count in the `viewed:` ranking, a
+//! [`crate::WebConfig::counted_views_per_minute`] a [`WINDOW`] count in the `viewed:` ranking, a
 //! session's history and an item's viewers; the rest are served as any page is,
 //! and counted nowhere. The ranking decides which item pages are cached and
 //! what the home page calls popular, so without a share one client (a script
