@@ -125,3 +125,19 @@ const mePromise = (async function () {
   }
   box.hidden = false;
 })();
+
+// An item in a flash sale: its page links the sale page instead of offering
+// "Add to cart" until the sale ends, then offers it again (a page cached during
+// the sale may still be served for a few minutes after).
+(function () {
+  const notice = document.getElementById('sale-notice');
+  const form = document.getElementById('add-to-cart');
+  if (!notice || !form) return;
+  const reopen = () => {
+    notice.hidden = true;
+    form.hidden = false;
+  };
+  const left = Number(notice.dataset.saleEnd) * 1000 - Date.now();
+  if (left <= 0) reopen();
+  else if (left < 2 ** 31 - 1) setTimeout(reopen, left);
+})();

@@ -26,7 +26,7 @@ use crate::error::{Cause, WebError};
 use crate::page_cache::{self, PageCacheConfig};
 use crate::purged_copy::Stamp;
 use crate::request::{BadRequest, ItemPath};
-use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView};
+use crate::templates::{self, CategoryLink, HomePage, ItemPage, ItemView, SaleNotice};
 
 /// How many of the most viewed items the home page shows.
 const MOST_VIEWED: u64 = 12;
@@ -239,12 +239,14 @@ async fn item(
             (None, None)
         }
     };
-    // Out of stock only when its inventory says so (a flash sale sold it out).
-    let in_stock = state
-        .db
-        .inventory_row(id)
-        .await?
-        .is_none_or(|row| row.stock > 0);
+    // Out of stock only when its inventory says so (a flash sale sold it out);
+    // an item whose sale runs or is coming says so and links the sale page.
+    let row = state.db.inventory_row(id).await?;
+    let in_stock = row.as_ref().is_none_or(|row| row.stock > 0);
+    let sale = row.as_ref().and_then(|row| {
+        let (price, start, end) = (row.sale_price_cents?, row.sale_start?, row.sale_end?);
+        SaleNotice::new(price, start, end, shop_db::unix_now())
+    });
     let page = ItemPage {
         item: ItemView::from(&item),
         category_href: CategoryLink::all(std::slice::from_ref(&item.category))
@@ -258,6 +260,7 @@ async fn item(
         stock_class: if in_stock { "in-stock" } else { "out-of-stock" },
         picture_size: crate::pictures::SIZE,
         insights,
+        sale,
     };
     let mut resp = templates::render(&page)?.into_response();
     if let Some(tags) = tags {

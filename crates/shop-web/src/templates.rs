@@ -165,6 +165,57 @@ pub struct ItemPage {
     /// script data block (see [`crate::insights::inline_json`]); none when they
     /// could not be read.
     pub insights: Option<String>,
+    /// Its flash sale, while one runs or is coming: the page says so and links
+    /// the sale page instead of offering "Add to cart" (the sale's units are sold
+    /// only there until it ends; the cart refuses them, 409 `on_sale`).
+    pub sale: Option<SaleNotice>,
+}
+
+/// What an item page says of the item's flash sale, running or coming.
+#[derive(Debug, Clone)]
+pub struct SaleNotice {
+    /// The sentence, e.g. "On flash sale at $4.99 until 2026-11-28 14:05 UTC."
+    pub text: String,
+    /// When the sale ends, unix seconds: the page's script puts "Add to cart"
+    /// back then (a page cached during the sale may be served a while after).
+    pub end: i64,
+}
+
+impl SaleNotice {
+    /// The notice of a sale at `price_cents` from `start` to `end` (unix
+    /// seconds), as seen at `now`; none once it has ended.
+    pub fn new(price_cents: i64, start: i64, end: i64, now: i64) -> Option<Self> {
+        if end <= now {
+            return None;
+        }
+        let price = money(price_cents);
+        let text = if start <= now {
+            format!("On flash sale at {price} until {}.", utc(end))
+        } else {
+            format!(
+                "In a flash sale at {price} from {} until {}.",
+                utc(start),
+                utc(end)
+            )
+        };
+        Some(Self { text, end })
+    }
+}
+
+/// Unix seconds as a UTC date and time to the minute, e.g. `2026-11-28 14:05
+/// UTC` (a time out of range as the number itself).
+fn utc(unix: i64) -> String {
+    match cookie::time::OffsetDateTime::from_unix_timestamp(unix) {
+        Ok(at) => format!(
+            "{}-{:02}-{:02} {:02}:{:02} UTC",
+            at.year(),
+            u8::from(at.month()),
+            at.day(),
+            at.hour(),
+            at.minute()
+        ),
+        Err(_) => format!("{unix} (unix time)"),
+    }
 }
 
 /// One cart line as the cart page shows it.

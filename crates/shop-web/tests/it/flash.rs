@@ -751,6 +751,47 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     assert!(html_of(third).await.contains("data-item=\"2\""));
 }
 
+/// An item page while the item's sale is coming or running says so and links
+/// the sale page instead of offering "Add to cart" (whose answer would be 409
+/// `on_sale`); once the sale is over, the page offers it again.
+#[tokio::test]
+async fn an_item_page_links_its_sale_while_it_runs_or_is_coming() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    let page = || async { html_of(shop.send(get("/items/3")).await).await };
+    let offers_the_cart =
+        |html: &str| html.contains("id=\"add-to-cart\">") && !html.contains("sale-notice");
+    assert!(offers_the_cart(&page().await), "no sale");
+
+    let now = shop_db::unix_now();
+    let terms = |start: i64, end: i64| Sale {
+        stock: 3,
+        price_cents: 499,
+        start,
+        end,
+    };
+    shop.sale_with(3, terms(now + 600, now + 4_200)).await;
+    let coming = page().await;
+    assert!(coming.contains("In a flash sale at $4.99 from"), "{coming}");
+    assert!(coming.contains("href=\"/flash\""), "{coming}");
+    assert!(coming.contains(&format!("data-sale-end=\"{}\"", now + 4_200)));
+    assert!(coming.contains("id=\"add-to-cart\" hidden"), "{coming}");
+
+    shop.sale_with(3, terms(now - 60, now + 3_600)).await;
+    let running = page().await;
+    assert!(
+        running.contains("On flash sale at $4.99 until"),
+        "{running}"
+    );
+    assert!(running.contains("id=\"add-to-cart\" hidden"), "{running}");
+    assert!(offers_the_cart(
+        &html_of(shop.send(get("/items/4")).await).await
+    ));
+
+    shop.sale_with(3, terms(now - 120, now - 60)).await;
+    let over = page().await;
+    assert!(offers_the_cart(&over), "{over}");
+}
+
 #[tokio::test]
 async fn the_event_stream_pushes_each_change_and_ends_with_the_watcher() {
     let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
