@@ -35,6 +35,7 @@ use crate::page_tags;
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
 use shop_db::catalogue::{AddOutcome, EditOutcome, ItemChange};
+use shop_db::inventory::{StockChange, StockChanged};
 use shop_db::items::Item;
 
 use crate::AppError;
@@ -65,6 +66,35 @@ pub enum CatalogueError {
     Stale {
         /// The item as it is now.
         current: Box<Item>,
+    },
+    /// The item is retired (no longer sold): its stock stays; nothing was written.
+    #[error("item {0} is retired: it is no longer sold, so its stock does not change")]
+    NotSold(ItemId),
+    /// The item's flash sale has not ended: its units are the sale's; nothing
+    /// was written.
+    #[error(
+        "item {item} is in a flash sale until {}: its units are the sale's \
+         (`shop sale start` changes them); nothing was changed",
+        shop_cache::domain::when::Utc(*end)
+    )]
+    OnSale {
+        /// The item.
+        item: ItemId,
+        /// When its sale ends, unix seconds.
+        end: i64,
+    },
+    /// The stock change would leave fewer than 0 or more than
+    /// [`shop_db::inventory::MAX_STOCK`] units; nothing was written.
+    #[error(
+        "item {item} has {before} units: that change would leave fewer than 0 or more than {} \
+         units; nothing was changed",
+        shop_db::inventory::MAX_STOCK
+    )]
+    StockOutOfRange {
+        /// The item.
+        item: ItemId,
+        /// The units it has.
+        before: i64,
     },
     /// The change is committed, but the cached pages showing these items could not
     /// be purged (Redis unreachable): they may show the old content until their
@@ -203,6 +233,40 @@ impl Catalogue<'_> {
             source,
         })?;
         Ok(applied)
+    }
+
+    /// Changes item `id`'s units (received, written off, or counted: see
+    /// [`StockChange`]); returns its units before and after. Its page is purged
+    /// when it goes out of stock or back in (the page says which, not how many),
+    /// and its cached row is rewritten.
+    pub async fn stock(
+        &self,
+        id: ItemId,
+        change: StockChange,
+    ) -> Result<(i64, i64), CatalogueError> {
+        let (before, after) = match self
+            .db
+            .change_stock(id, change, shop_db::unix_now())
+            .await?
+        {
+            StockChanged::Changed { before, after } => (before, after),
+            StockChanged::NoSuchItem => return Err(CatalogueError::UnknownItem(id)),
+            StockChanged::Retired => return Err(CatalogueError::NotSold(id)),
+            StockChanged::OnSale { end } => return Err(CatalogueError::OnSale { item: id, end }),
+            StockChanged::OutOfRange { before } => {
+                return Err(CatalogueError::StockOutOfRange { item: id, before });
+            }
+        };
+        if (before > 0) != (after > 0) {
+            self.purge_tags(&[page_tags::item(id)], &[id]).await?;
+        }
+        self.refresh_row(id)
+            .await
+            .map_err(|source| CatalogueError::NotPurged {
+                items: vec![id],
+                source,
+            })?;
+        Ok((before, after))
     }
 
     /// Writes one chunk of an import (distinct ids, checked fields) and purges

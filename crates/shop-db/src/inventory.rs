@@ -70,6 +70,49 @@ impl SaleSet {
     }
 }
 
+/// The most units an item's stock may hold: a count past it is a mistake (a
+/// price typed in the stock field), refused before it is written.
+pub const MAX_STOCK: i64 = 1_000_000_000;
+
+/// A change of an item's units, as a warehouse makes it ([`Db::change_stock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockChange {
+    /// Units received (negative: written off), added to what is left at the
+    /// moment it is written, so orders placed meanwhile still count.
+    Add(i64),
+    /// A count: exactly this many units from now (orders placed since the count
+    /// was taken are not subtracted).
+    Set(i64),
+}
+
+/// What [`Db::change_stock`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockChanged {
+    /// The item has `after` units now, `before` just before.
+    Changed {
+        /// Units before.
+        before: i64,
+        /// Units now.
+        after: i64,
+    },
+    /// There is no such item; nothing changed.
+    NoSuchItem,
+    /// The item is no longer sold; nothing changed.
+    Retired,
+    /// The item's flash sale has not ended (it ends at `end`, unix seconds): its
+    /// units are the sale's, changed by starting the sale again; nothing changed.
+    OnSale {
+        /// When the sale ends.
+        end: i64,
+    },
+    /// The change would leave fewer than 0 or more than [`MAX_STOCK`] units;
+    /// nothing changed.
+    OutOfRange {
+        /// Units the item has.
+        before: i64,
+    },
+}
+
 /// The most ids one batch query names (well under SQLite's 32,766 parameters).
 pub const ROWS_PER_QUERY: usize = 500;
 
@@ -179,6 +222,65 @@ impl Db {
             .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Changes an item's units (see [`StockChange`]), unless its flash sale has
+    /// not ended by `now` (the sale's units are the sale's to change), it is
+    /// retired, or the result is out of range: see [`StockChanged`]. The item's
+    /// row is held until the commit, so a checkout waits for it and a count is
+    /// exact.
+    pub async fn change_stock(
+        &self,
+        id: ItemId,
+        change: StockChange,
+        now: i64,
+    ) -> Result<StockChanged, DbError> {
+        let mut tx = self.begin_write().await?;
+        let item = read_items(&mut tx, &[id], RowLock::Share)
+            .await?
+            .remove(&id);
+        let lock = match tx.backend() {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR UPDATE",
+        };
+        let row = sqlx::query(&format!(
+            "SELECT stock, sale_end FROM inventory WHERE item_id = $1{lock}"
+        ))
+        .bind(id.to_i64())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let refused = match (item, &row) {
+            (None, _) | (_, None) => Some(StockChanged::NoSuchItem),
+            (Some(item), _) if item.retired => Some(StockChanged::Retired),
+            _ => None,
+        };
+        let (before, end): (i64, Option<i64>) = match (refused, row) {
+            (None, Some(row)) => (row.try_get("stock")?, row.try_get("sale_end")?),
+            (refused, _) => {
+                tx.rollback().await?;
+                return Ok(refused.unwrap_or(StockChanged::NoSuchItem));
+            }
+        };
+        let after = match change {
+            StockChange::Add(units) => before.checked_add(units),
+            StockChange::Set(units) => Some(units),
+        };
+        let refused = match (end, after) {
+            (Some(end), _) if end > now => Some(StockChanged::OnSale { end }),
+            (_, Some(after)) if (0..=MAX_STOCK).contains(&after) => None,
+            _ => Some(StockChanged::OutOfRange { before }),
+        };
+        let (None, Some(after)) = (refused, after) else {
+            tx.rollback().await?;
+            return Ok(refused.unwrap_or(StockChanged::OutOfRange { before }));
+        };
+        sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
+            .bind(after)
+            .bind(id.to_i64())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(StockChanged::Changed { before, after })
     }
 
     /// Puts an item on sale at `now` (unix seconds): its stock becomes the sale's.

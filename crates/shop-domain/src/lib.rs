@@ -12,6 +12,7 @@ pub mod catalogue;
 pub mod client;
 mod flash;
 mod token;
+pub mod when;
 
 pub use flash::BuyOutcome;
 pub use token::SessionToken;

@@ -486,6 +486,17 @@ impl From<CatalogueError> for WebError {
                     current.id, current.version
                 ),
             ),
+            CatalogueError::NotSold(_) => {
+                WebError::new(StatusCode::CONFLICT, "item_retired", error.to_string())
+            }
+            CatalogueError::OnSale { .. } => {
+                WebError::new(StatusCode::CONFLICT, "on_sale", error.to_string())
+            }
+            CatalogueError::StockOutOfRange { .. } => WebError::new(
+                StatusCode::CONFLICT,
+                "stock_out_of_range",
+                error.to_string(),
+            ),
             // Saved, not yet purged: say so, and that trying again finishes it.
             CatalogueError::NotPurged { ref source, .. } => WebError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

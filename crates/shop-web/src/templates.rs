@@ -3,6 +3,7 @@
 
 use askama::Template;
 use serde::Serialize;
+use shop_cache::domain::when::Utc;
 use shop_db::items::Item;
 
 /// Cents as dollars, e.g. `$12.34`.
@@ -190,31 +191,15 @@ impl SaleNotice {
         }
         let price = money(price_cents);
         let text = if start <= now {
-            format!("On flash sale at {price} until {}.", utc(end))
+            format!("On flash sale at {price} until {}.", Utc(end))
         } else {
             format!(
                 "In a flash sale at {price} from {} until {}.",
-                utc(start),
-                utc(end)
+                Utc(start),
+                Utc(end)
             )
         };
         Some(Self { text, end })
-    }
-}
-
-/// Unix seconds as a UTC date and time to the minute, e.g. `2026-11-28 14:05
-/// UTC` (a time out of range as the number itself).
-fn utc(unix: i64) -> String {
-    match cookie::time::OffsetDateTime::from_unix_timestamp(unix) {
-        Ok(at) => format!(
-            "{}-{:02}-{:02} {:02}:{:02} UTC",
-            at.year(),
-            u8::from(at.month()),
-            at.day(),
-            at.hour(),
-            at.minute()
-        ),
-        Err(_) => format!("{unix} (unix time)"),
     }
 }
 

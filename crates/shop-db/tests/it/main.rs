@@ -8,6 +8,7 @@ mod items;
 mod locks;
 mod search;
 mod seed;
+mod stock;
 mod users;
 
 use shop_db::Db;

@@ -10,6 +10,7 @@ use shop_cache::analytics::Analytics;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
 use shop_cache::flash_sale::FlashSales;
 use shop_cache::row_cache::RowCache;
+use shop_db::inventory::StockChange;
 use shop_page_cache::{DEFAULT_TTL, PageStore};
 
 use crate::config::{ItemsArgs, ItemsCommand};
@@ -83,6 +84,15 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 .map_err(explain)?;
             let version = db.item(id).await?.map_or(0, |item| item.version);
             say(&format!("item {id}"), version, &applied);
+        }
+        ItemsCommand::Stock { id, add, set } => {
+            let change = match (add, set) {
+                (Some(units), _) => StockChange::Add(units),
+                (None, Some(units)) => StockChange::Set(units),
+                (None, None) => anyhow::bail!("give --add N or --set N"),
+            };
+            let (before, after) = catalogue.stock(id, change).await.map_err(explain)?;
+            println!("item {id}: {before} units before, {after} now");
         }
         ItemsCommand::Remove { id } => {
             let applied = catalogue.retire(id).await.map_err(explain)?;

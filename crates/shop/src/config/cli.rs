@@ -348,6 +348,22 @@ pub enum ItemsCommand {
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         if_version: Option<i64>,
     },
+    /// Change an item's units: `--add N` for units received (negative: written
+    /// off), added to what is left whatever orders take meanwhile; `--set N` for
+    /// a count, exactly N from now. Refused while the item's flash sale has not
+    /// ended (`shop sale start` changes the sale's units) and for a retired item.
+    /// Prints the units before and after.
+    #[command(group(clap::ArgGroup::new("units").required(true).args(["add", "set"])))]
+    Stock {
+        /// The item.
+        id: ItemId,
+        /// Units received (negative: written off).
+        #[arg(long, allow_negative_numbers = true)]
+        add: Option<i64>,
+        /// The units it has from now, as counted.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..=shop_db::inventory::MAX_STOCK))]
+        set: Option<i64>,
+    },
     /// Retire an item: kept for old orders, its page answers 410 Gone, and it
     /// leaves listings, search, the home page and the ranking.
     Remove {

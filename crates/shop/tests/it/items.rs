@@ -301,3 +301,61 @@ async fn an_update_with_if_version_is_refused_once_the_item_changed_and_changes_
         );
     }
 }
+
+/// `shop items stock`: a count and a delivery, each shown by the running shop's
+/// cached item page at once (out of stock, back in); a change that would leave
+/// fewer than 0 units, an unknown item, or both flags or none, refused with
+/// nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sold_out_item_is_restocked_and_its_cached_page_says_so_at_once() {
+    let app = seeded_on(TestDb::sqlite(), 10).await;
+    let (server, addr) = app.serve(&[]);
+    // Item 3 ranks, so its page is cached.
+    let _: () = redis::AsyncCommands::zadd(&mut app.redis.conn().await, "viewed:", 3, -50)
+        .await
+        .unwrap();
+    let before = app.db.inventory_row(item(3)).await.unwrap().unwrap().stock;
+    let cached = |says: &'static str| {
+        eventually(
+            says,
+            || request(&addr, "GET", "/items/3", None, None),
+            |page| page.header("x-cache") == Some("HIT".into()) && page.body.contains(says),
+        )
+    };
+    cached("In stock");
+
+    let out = succeed(app.shop().args(["items", "stock", "3", "--set", "0"]));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("item 3: {before} units before, 0 now")
+    );
+    cached("Out of stock");
+    let out = succeed(app.shop().args(["items", "stock", "3", "--add", "12"]));
+    assert_eq!(stdout(&out).trim(), "item 3: 0 units before, 12 now");
+    cached("In stock");
+
+    for (args, says) in [
+        (vec!["--add", "-13"], "item 3 has 12 units"),
+        (vec!["--set", "-1"], "-1"),
+        (vec!["--set", "5", "--add", "1"], "cannot be used with"),
+        (vec![], "--add"),
+    ] {
+        let out = app
+            .shop()
+            .args(["items", "stock", "3"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let out = app
+        .shop()
+        .args(["items", "stock", "99", "--add", "1"])
+        .output()
+        .unwrap();
+    assert!(stderr(&out).contains("no item 99"), "{}", stderr(&out));
+    let after = app.db.inventory_row(item(3)).await.unwrap().unwrap().stock;
+    assert_eq!(after, 12, "the refused changes changed nothing");
+    assert!(stop(server).success());
+}
