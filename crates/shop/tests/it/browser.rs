@@ -415,6 +415,44 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     assert_eq!(stock_bar(&client).await, "width: 0%;");
     screenshot(&client, "flash-sold-out.png").await;
 
+    // An item whose sale runs: its page links the sale page instead of "Add to
+    // cart" (which the cart would refuse), and its script offers "Add to cart"
+    // again the moment the sale ends (a page cached during the sale may be
+    // served for a while after). Item 2 was never viewed: its page is rendered.
+    let now = shop_db::unix_now();
+    let ending = shop_db::inventory::Sale {
+        stock: 3,
+        price_cents: 100,
+        start: now - 60,
+        end: now + 8,
+    };
+    assert!(db.set_sale(id(2), ending, now).await.unwrap().is_set());
+    client.goto(&format!("{base}/items/2")).await.unwrap();
+    let notice = text_of(&client, "#sale-notice").await;
+    assert!(
+        notice.starts_with("On flash sale at $1.00 until"),
+        "{notice}"
+    );
+    let shown = |css: &'static str| {
+        let client = client.clone();
+        async move {
+            let found = client.find(Locator::Css(css)).await.unwrap();
+            found.is_displayed().await.unwrap()
+        }
+    };
+    assert!(
+        !shown("#add-to-cart").await,
+        "no Add to cart during the sale"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !shown("#add-to-cart").await || shown("#sale-notice").await {
+        assert!(
+            Instant::now() < deadline,
+            "Add to cart not back after the sale"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // An open redirect the drills found: `next=/<TAB>/evil.host/x` was sent back as
     // `Location: /\t/evil.host/x`, which Chromium (dropping the tab) followed to
     // another origin. Now the login is refused before anything happens, and the
