@@ -249,30 +249,28 @@ impl Db {
         .bind(id.to_i64())
         .fetch_optional(&mut *tx)
         .await?;
-        let refused = match (item, &row) {
-            (None, _) | (_, None) => Some(StockChanged::NoSuchItem),
-            (Some(item), _) if item.retired => Some(StockChanged::Retired),
-            _ => None,
-        };
-        let (before, end): (i64, Option<i64>) = match (refused, row) {
-            (None, Some(row)) => (row.try_get("stock")?, row.try_get("sale_end")?),
-            (refused, _) => {
-                tx.rollback().await?;
-                return Ok(refused.unwrap_or(StockChanged::NoSuchItem));
+        let answer = match (item, &row) {
+            (None, _) | (_, None) => StockChanged::NoSuchItem,
+            (Some(item), _) if item.retired => StockChanged::Retired,
+            (_, Some(row)) => {
+                let (before, end): (i64, Option<i64>) =
+                    (row.try_get("stock")?, row.try_get("sale_end")?);
+                let after = match change {
+                    StockChange::Add(units) => before.checked_add(units),
+                    StockChange::Set(units) => Some(units),
+                };
+                match (end, after) {
+                    (Some(end), _) if end > now => StockChanged::OnSale { end },
+                    (_, Some(after)) if (0..=MAX_STOCK).contains(&after) => {
+                        StockChanged::Changed { before, after }
+                    }
+                    _ => StockChanged::OutOfRange { before },
+                }
             }
         };
-        let after = match change {
-            StockChange::Add(units) => before.checked_add(units),
-            StockChange::Set(units) => Some(units),
-        };
-        let refused = match (end, after) {
-            (Some(end), _) if end > now => Some(StockChanged::OnSale { end }),
-            (_, Some(after)) if (0..=MAX_STOCK).contains(&after) => None,
-            _ => Some(StockChanged::OutOfRange { before }),
-        };
-        let (None, Some(after)) = (refused, after) else {
+        let StockChanged::Changed { after, .. } = answer else {
             tx.rollback().await?;
-            return Ok(refused.unwrap_or(StockChanged::OutOfRange { before }));
+            return Ok(answer);
         };
         sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
             .bind(after)
@@ -280,7 +278,7 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(StockChanged::Changed { before, after })
+        Ok(answer)
     }
 
     /// Puts an item on sale at `now` (unix seconds): its stock becomes the sale's.
