@@ -9,8 +9,9 @@
 //! (a failure is logged and counted, never the order's).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use shop_cache::cart::{CartOf, Carts};
+use shop_cache::cart::{CartHold, CartOf, Carts};
 use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::insights::Insights;
@@ -57,13 +58,28 @@ pub struct Checkout<'a> {
     pub pages: &'a PageStore,
 }
 
+/// How long a checkout waits for another checkout of the same cart (a second
+/// click, a second tab) to finish before answering [`AppError::CartBusy`]. A
+/// checkout finishes even when its shopper goes away, so only one whose server
+/// died holds a cart longer (until [`shop_cache::cart::CHECKOUT_HOLD`]).
+pub const CHECKOUT_WAIT: Duration = Duration::from_secs(5);
+
+/// How often that wait tries to hold the cart.
+const CHECKOUT_POLL: Duration = Duration::from_millis(20);
+
 impl Checkout<'_> {
     /// Places the order of `user`'s cart (from session `token`), at most once
     /// per `key`, if the cart and its prices at the commit are `shown` (what the
     /// shopper confirmed); on success removes the lines ordered from the cart and
-    /// records the insights. One checkout of a cart at a time: another one (a
-    /// second tab) meanwhile is [`AppError::CartBusy`], so one cart is never
-    /// ordered twice.
+    /// records the insights.
+    ///
+    /// One checkout of a cart at a time, so one cart is never ordered twice:
+    /// another one meanwhile waits for it ([`CHECKOUT_WAIT`] at most, then
+    /// [`AppError::CartBusy`]) and is then answered against the cart as that
+    /// one left it: the same key (a second click) gets the same order, another
+    /// key (a second tab) what changed. The order is placed in a task of its
+    /// own: a shopper who goes away half-way (a dropped connection) cuts off
+    /// neither the order nor the cart's release, so a retry is answered at once.
     pub async fn run(
         &self,
         token: &SessionToken,
@@ -72,60 +88,84 @@ impl Checkout<'_> {
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, AppError> {
-        let Some(hold) = self.carts.hold_for_checkout(CartOf::Account(user)).await? else {
-            return Err(AppError::CartBusy);
-        };
-        let outcome = self.place(token, user, shown, key, now).await;
-        if let Err(error) = self.carts.release(hold).await {
-            // It expires on its own (`CHECKOUT_HOLD`).
-            tracing::warn!(%error, "could not let a cart go after its checkout");
-        }
-        outcome
-    }
-
-    /// [`Checkout::run`] while the cart is held.
-    async fn place(
-        &self,
-        token: &SessionToken,
-        user: UserId,
-        shown: &CartVersion,
-        key: &str,
-        now: i64,
-    ) -> Result<CheckoutOutcome, AppError> {
-        let cart = self.carts.get(CartOf::Account(user)).await?;
-        let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
-        let outcome = self.db.checkout(user, &lines, shown, key, now).await?;
-        // Only a new order: a replayed key answers the earlier order, and the cart
-        // the shopper holds now (filled since) is theirs to keep, and bought by no
-        // order. A new order holds exactly these lines (any missing one aborts it),
-        // and only they leave the cart: one added or changed meanwhile stays.
-        if let CheckoutOutcome::Placed {
-            new: true,
-            ref sold_out,
-            ..
-        } = outcome
-        {
-            self.sold_out(sold_out).await;
-            let items: Vec<ItemId> = lines.iter().map(|(id, _)| *id).collect();
-            self.insights.record(token, &items).await;
-            if let Err(error) = self.carts.take(CartOf::Account(user), &lines).await {
-                tracing::warn!(%error, "order placed but its lines could not leave the cart");
+        let (db, carts, pages) = (self.db.clone(), self.carts.clone(), self.pages.clone());
+        let (shown, key) = (shown.clone(), key.to_owned());
+        let placing = tokio::spawn(async move {
+            let hold = hold(&carts, user).await?;
+            let placed = place(&db, &carts, &pages, user, &shown, &key, now).await;
+            if let Err(error) = carts.release(hold).await {
+                // It expires on its own (`CHECKOUT_HOLD`).
+                tracing::warn!(%error, "could not let a cart go after its checkout");
             }
+            placed
+        });
+        let (outcome, ordered) = placing.await.map_err(|_| AppError::Pending)??;
+        if let Some(items) = ordered {
+            self.insights.record(token, &items).await;
         }
         Ok(outcome)
     }
+}
 
-    /// Purges the pages of `items`, whose last units an order took: they said
-    /// "In stock". The order stands whatever happens here (a failure is logged;
-    /// the page says so until its time is up, and the checkout of a line with no
-    /// stock left answers with how many there are).
-    async fn sold_out(&self, items: &[ItemId]) {
-        if items.is_empty() {
-            return;
+/// Holds `user`'s cart for a checkout, waiting up to [`CHECKOUT_WAIT`] for
+/// another checkout of it to finish.
+async fn hold(carts: &Carts, user: UserId) -> Result<CartHold, AppError> {
+    let deadline = tokio::time::Instant::now() + CHECKOUT_WAIT;
+    loop {
+        if let Some(hold) = carts.hold_for_checkout(CartOf::Account(user)).await? {
+            return Ok(hold);
         }
-        let tags: Vec<_> = items.iter().map(|id| page_tags::item(*id)).collect();
-        if let Err(error) = self.pages.purge(&tags).await {
-            tracing::warn!(%error, "could not purge the pages of items sold out");
+        if tokio::time::Instant::now() + CHECKOUT_POLL > deadline {
+            return Err(AppError::CartBusy);
         }
+        tokio::time::sleep(CHECKOUT_POLL).await;
+    }
+}
+
+/// [`Checkout::run`] while the cart is held: the outcome, and the items of a
+/// new order (for its insights).
+async fn place(
+    db: &Db,
+    carts: &Carts,
+    pages: &PageStore,
+    user: UserId,
+    shown: &CartVersion,
+    key: &str,
+    now: i64,
+) -> Result<(CheckoutOutcome, Option<Vec<ItemId>>), AppError> {
+    let cart = carts.get(CartOf::Account(user)).await?;
+    let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
+    let outcome = db.checkout(user, &lines, shown, key, now).await?;
+    // Only a new order: a replayed key answers the earlier order, and the cart
+    // the shopper holds now (filled since) is theirs to keep, and bought by no
+    // order. A new order holds exactly these lines (any missing one aborts it),
+    // and only they leave the cart: one added or changed meanwhile stays.
+    let CheckoutOutcome::Placed {
+        new: true,
+        ref sold_out,
+        ..
+    } = outcome
+    else {
+        return Ok((outcome, None));
+    };
+    sold_out_pages(pages, sold_out).await;
+    if let Err(error) = carts.take(CartOf::Account(user), &lines).await {
+        tracing::warn!(%error, "order placed but its lines could not leave the cart");
+    }
+    let items = lines.iter().map(|(id, _)| *id).collect();
+    Ok((outcome, Some(items)))
+}
+
+/// Purges the pages of `items`, whose last units an order took: they said "In
+/// stock". The order stands whatever happens here (a failure is logged; the page
+/// says so until its time is up, and the checkout of a line with no stock left
+/// answers with how many there are).
+async fn sold_out_pages(pages: &PageStore, items: &[ItemId]) {
+    if items.is_empty() {
+        return;
+    }
+    let tags: Vec<_> = items.iter().map(|id| page_tags::item(*id)).collect();
+    if let Err(error) = pages.purge(&tags).await {
+        tracing::warn!(%error, "could not purge the pages of items sold out");
     }
 }

@@ -235,15 +235,6 @@ async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
     );
 }
 
-/// How many times the shop's Redis has answered `HGETALL` (a cart's read).
-async fn cart_reads(app: &TestApp) -> u64 {
-    app.command_calls()
-        .await
-        .get("hgetall")
-        .copied()
-        .unwrap_or(0)
-}
-
 /// The database's write path held where a checkout of item 5 waits for it:
 /// SQLite's one write connection, or PostgreSQL's lock on item 5's stock row.
 enum Held {
@@ -272,9 +263,56 @@ impl Held {
     }
 }
 
+/// A checkout of paula's cart (`buyer` is her cookie) with `body`, sent in a task of its own (as JSON if
+/// `json`), once it holds the cart: it waits then on the database `Held` by the
+/// test.
+async fn checkout_waiting_on_the_database(
+    app: &TestApp,
+    buyer: &str,
+    body: String,
+    json: bool,
+) -> tokio::task::JoinHandle<axum::response::Response> {
+    let user = app.db.user_named("paula").await.unwrap().unwrap();
+    let hold = app.keys.user_checkout_hold(user);
+    let first = checkout_in_background(app, buyer, body, json);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let held: bool = redis::cmd("EXISTS")
+            .arg(&hold)
+            .query_async(&mut app.redis.conn().await)
+            .await
+            .unwrap();
+        if held {
+            return first;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: the checkout never held the cart",
+            app.kind()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The same request as `checkout_waiting_on_the_database`, sent in a task of its
+/// own at once (it waits for the cart).
+fn checkout_in_background(
+    app: &TestApp,
+    buyer: &str,
+    body: String,
+    json: bool,
+) -> tokio::task::JoinHandle<axum::response::Response> {
+    let router = app.router.clone();
+    let request = shop_testapp::form_post("/checkout", Some(buyer), json)
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    tokio::spawn(async move { shop_testapp::send(&router, request).await })
+}
+
 /// While one checkout waits for the database (after it read the cart), a second
-/// checkout of the same cart from another tab is refused at once, and a line added
-/// then stays in the cart: one order, of the lines the first one read.
+/// checkout of the same cart from another tab waits for it, and is then told
+/// what changed (its lines were ordered); a line added meanwhile stays in the
+/// cart: one order, of the lines the first one read.
 #[tokio::test]
 async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() {
     for app in TestApp::builder().start_on_every_database().await {
@@ -285,45 +323,35 @@ async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() 
         let version = app.cart_version(&buyer).await;
 
         let held = Held::take(&app).await;
-        let reads = cart_reads(&app).await;
-        let router = app.router.clone();
-        let request = shop_testapp::form_post("/checkout", Some(&buyer), true)
-            .body(axum::body::Body::from(format!(
-                "key=tab-1&cart_version={version}"
-            )))
-            .unwrap();
-        let first = tokio::spawn(async move { shop_testapp::send(&router, request).await });
-        // Until the first checkout has read the cart (it then waits on the database).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while cart_reads(&app).await == reads {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{kind}: the checkout never read the cart"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let first = checkout_waiting_on_the_database(
+            &app,
+            &buyer,
+            format!("key=tab-1&cart_version={version}"),
+            true,
+        )
+        .await;
         // The other tab: the same cart, another key.
-        let second = app
-            .post(
-                "/checkout",
-                Some(&buyer),
-                &format!("key=tab-2&cart_version={version}"),
-                true,
-            )
-            .await;
-        assert_eq!(second.status(), StatusCode::CONFLICT, "{kind}");
-        assert_eq!(
-            json(second).await["error"],
-            "checkout_in_progress",
-            "{kind}"
+        let second = checkout_in_background(
+            &app,
+            &buyer,
+            format!("key=tab-2&cart_version={version}"),
+            true,
         );
         app.post("/cart", Some(&buyer), "item=7&count=1", false)
             .await;
+        assert!(
+            !second.is_finished(),
+            "{kind}: the second tab waits for the first checkout"
+        );
         held.release().await;
 
         let placed = json(first.await.unwrap()).await;
         assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
         assert_eq!(placed["new"], true, "{kind}");
+        let second = second.await.unwrap();
+        assert_eq!(second.status(), StatusCode::CONFLICT, "{kind}");
+        let told = json(second).await;
+        assert_eq!(told["outcome"], "changed", "{kind}: {told}");
         assert_eq!(
             app.me(&buyer).await["cart"]["lines"],
             serde_json::json!([{"item": 7, "quantity": 1}]),
@@ -331,6 +359,81 @@ async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() 
         );
         let user = app.db.user_named("paula").await.unwrap().unwrap();
         assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1, "{kind}");
+    }
+}
+
+/// A double click on "Check out" sends the form twice at once: both answers lead
+/// to the one order it placed (the browser shows the last), not to an error page.
+#[tokio::test]
+async fn a_double_click_is_answered_with_the_one_order_it_placed() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        let form = app.checkout_form(&buyer, "double-1").await;
+
+        let held = Held::take(&app).await;
+        let first = checkout_waiting_on_the_database(&app, &buyer, form.clone(), false).await;
+        let second = checkout_in_background(&app, &buyer, form, false);
+        held.release().await;
+
+        let mut answers = Vec::new();
+        for answer in [first.await.unwrap(), second.await.unwrap()] {
+            assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{kind}");
+            answers.push(answer.headers()["location"].to_str().unwrap().to_owned());
+        }
+        let user = app.db.user_named("paula").await.unwrap().unwrap();
+        let orders = app.db.orders_of(user, 10).await.unwrap();
+        assert_eq!(orders.len(), 1, "{kind}: one order");
+        let id = orders[0].id;
+        assert_eq!(
+            answers,
+            [
+                format!("/account?placed={id}"),
+                format!("/account?placed={id}&again=1")
+            ],
+            "{kind}"
+        );
+    }
+}
+
+/// A shopper whose connection drops while the checkout waits for the database
+/// (the request's work is dropped with it) gets the order placed all the same,
+/// and the cart let go: the same form sent again is answered with that order at
+/// once, not "another checkout is in progress" for half a minute.
+#[tokio::test]
+async fn a_checkout_whose_shopper_went_away_is_placed_and_lets_the_cart_go() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        let form = app.checkout_form(&buyer, "gone-1").await;
+
+        let held = Held::take(&app).await;
+        let gone = checkout_waiting_on_the_database(&app, &buyer, form.clone(), true).await;
+        gone.abort();
+        assert!(gone.await.unwrap_err().is_cancelled(), "{kind}");
+        held.release().await;
+
+        let resp = app.post("/checkout", Some(&buyer), &form, true).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{kind}");
+        let placed = json(resp).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+        assert_eq!(
+            placed["new"], false,
+            "{kind}: placed by the request that went away"
+        );
+        let user = app.db.user_named("paula").await.unwrap().unwrap();
+        let orders = app.db.orders_of(user, 10).await.unwrap();
+        assert_eq!(orders.len(), 1, "{kind}");
+        assert_eq!(placed["order_id"], orders[0].id, "{kind}");
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"],
+            serde_json::json!([]),
+            "{kind}: the ordered lines left the cart"
+        );
     }
 }
 
