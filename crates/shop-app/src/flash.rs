@@ -65,7 +65,9 @@ pub struct Buy<'a> {
 
 impl Buy<'_> {
     /// One unit of `item` for `user` (in session `token`) at time `now`, at most
-    /// once per `key`.
+    /// once per `key`, at the sale's price if it is `shown` (what the buyer saw;
+    /// else [`BuyOutcome::PriceChanged`] and nothing bought). `None` agrees to
+    /// the sale's price at the order's commit.
     pub async fn run(
         &self,
         token: &SessionToken,
@@ -73,10 +75,16 @@ impl Buy<'_> {
         item: ItemId,
         key: String,
         now: i64,
+        shown: Option<i64>,
     ) -> Result<BuyOutcome, AppError> {
         let outcome = match self.decider {
-            FlashDecider::Redis => self.in_redis(user, item, key, now).await?,
-            FlashDecider::Database => self.db.flash_buy(user, item, &key, self.limit, now).await?,
+            FlashDecider::Redis => self.in_redis(user, item, key, now, shown).await?,
+            FlashDecider::Database => {
+                let limit = self.limit;
+                self.db
+                    .flash_buy(user, item, &key, limit, now, shown)
+                    .await?
+            }
         };
         if matches!(outcome, BuyOutcome::Bought { .. }) {
             self.insights.record(token, &[item]).await;
@@ -90,6 +98,7 @@ impl Buy<'_> {
         item: ItemId,
         key: String,
         now: i64,
+        shown: Option<i64>,
     ) -> Result<BuyOutcome, AppError> {
         let limit = self.limit;
         let reservation = match self.flash.reserve(item, user, &key, limit, now).await? {
@@ -104,7 +113,10 @@ impl Buy<'_> {
             // A database error leaves the reservation pending: the reconciler
             // settles it after its deadline, by what the database then holds.
             // Whatever the error, the buy's outcome is not known yet.
-            let recorded = match db.record_flash_win(user, item, &key, limit, now).await {
+            let recorded = match db
+                .record_flash_win(user, item, &key, limit, now, shown)
+                .await
+            {
                 Ok(recorded) => recorded,
                 Err(error) => {
                     if error.is_unavailable() {

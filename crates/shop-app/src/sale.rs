@@ -15,8 +15,8 @@ use shop_page_cache::PageStore;
 use crate::page_tags;
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
-use shop_db::inventory::Sale;
 pub use shop_db::inventory::SaleSet;
+use shop_db::inventory::{MAX_STOCK, Sale};
 
 use crate::AppError;
 
@@ -142,7 +142,7 @@ pub async fn start_anew(
 }
 
 /// Whether a sale's terms are ones [`start`] starts at `now` (unix seconds): 0
-/// or more units, a price of an item's range ([`MAX_PRICE_CENTS`]), an end 1
+/// to [`MAX_STOCK`] units, a price of an item's range ([`MAX_PRICE_CENTS`]), an end 1
 /// minute to [`MAX_MINUTES`] after its start, both within [`MAX_MINUTES`] of
 /// now, a refresh within [`REFRESH_RANGE`]. Past them a sale would be written
 /// and then fail half-way (an expiry Redis refuses) or run as no sale (one
@@ -152,7 +152,7 @@ pub fn valid_terms(sale: &Sale, refresh: f64, now: i64) -> bool {
     let most = MAX_MINUTES * 60;
     let near = |at: i64| at.checked_sub(now).is_some_and(|by| by.abs() <= most);
     let length = sale.end.checked_sub(sale.start);
-    sale.stock >= 0
+    (0..=MAX_STOCK).contains(&sale.stock)
         && (0..=MAX_PRICE_CENTS).contains(&sale.price_cents)
         && length.is_some_and(|length| (60..=most).contains(&length))
         && near(sale.start)

@@ -77,7 +77,10 @@ async fn take_one(
 
 impl Db {
     /// One purchase of one unit of `item` by `user` at time `now`, idempotent on
-    /// `key` (per user). See the module documentation for how it cannot oversell.
+    /// `key` (per user), at the sale's price if it is `shown` (the price the buyer
+    /// saw; `None` takes the sale's price as it is at the commit), else refused
+    /// ([`BuyOutcome::PriceChanged`]). See the module documentation for how it
+    /// cannot oversell.
     pub async fn flash_buy(
         &self,
         user: UserId,
@@ -85,6 +88,7 @@ impl Db {
         key: &str,
         per_user_limit: i64,
         now: i64,
+        shown: Option<i64>,
     ) -> Result<BuyOutcome, DbError> {
         let mut tx = self.begin_write().await?;
         if !first_attempt(&mut tx, user, item, key).await? {
@@ -114,6 +118,12 @@ impl Db {
             return Ok(why);
         };
         let price: i64 = took.try_get("sale_price_cents")?;
+        if shown.is_some_and(|shown| shown != price) {
+            tx.rollback().await?;
+            return self
+                .record_refusal(user, item, key, BuyOutcome::PriceChanged)
+                .await;
+        }
 
         let claimed = claim(&mut tx, user, item, per_user_limit).await?;
         if !claimed || per_user_limit < 1 {
@@ -217,7 +227,9 @@ impl Db {
     /// outside the sale's window, or without a sale price in the database is
     /// refused (`NotOnSale`), whatever Redis still holds. The order is charged the
     /// sale price the database holds at its commit: the one the sale was started
-    /// with (a sale started again with another price charges that price from then on).
+    /// with (a sale started again with another price charges that price from then
+    /// on), and only if it is `shown` (the price the buyer saw), else refused
+    /// ([`BuyOutcome::PriceChanged`]); `None` takes that price whatever it is.
     pub async fn record_flash_win(
         &self,
         user: UserId,
@@ -225,6 +237,7 @@ impl Db {
         key: &str,
         per_user_limit: i64,
         now: i64,
+        shown: Option<i64>,
     ) -> Result<WinRecord, DbError> {
         let mut tx = self.begin_write().await?;
         if !first_attempt(&mut tx, user, item, key).await? {
@@ -243,6 +256,10 @@ impl Db {
         };
         let price: Option<i64> = took.try_get("sale_price_cents")?;
         let left: i64 = took.try_get("stock")?;
+        if shown.is_some_and(|shown| Some(shown) != price) {
+            tx.rollback().await?;
+            return Ok(WinRecord::Refused(BuyOutcome::PriceChanged));
+        }
         if !claim(&mut tx, user, item, per_user_limit).await? {
             tx.rollback().await?;
             return Ok(WinRecord::Refused(BuyOutcome::LimitReached));

@@ -60,6 +60,12 @@ pub enum SaleSet {
     NoSuchItem,
     /// The item is no longer sold; nothing changed.
     Retired,
+    /// The sale's price is above the item's regular price (a sale charges less,
+    /// never more); nothing changed.
+    AboveRegular {
+        /// The item's regular price, in cents.
+        regular_cents: i64,
+    },
 }
 
 impl SaleSet {
@@ -286,8 +292,8 @@ impl Db {
     /// same sale ([`SaleSet::Changed`]: the users' counts toward the per-user
     /// limit stay, as a limit is per sale); after one that ended, the counts start
     /// again ([`SaleSet::Started`]). Nothing changes unless the answer is one of
-    /// those two: an item no longer sold (retired) is refused in the same write
-    /// that would start its sale.
+    /// those two: an item no longer sold (retired), or whose regular price is
+    /// below the sale's, is refused in the same write that would start its sale.
     pub async fn set_sale(&self, id: ItemId, sale: Sale, now: i64) -> Result<SaleSet, DbError> {
         let mut tx = self.begin_write().await?;
         // The item held against a retire until this commits (a retire waiting on
@@ -298,6 +304,9 @@ impl Db {
         let refused = match item {
             None => Some(SaleSet::NoSuchItem),
             Some(item) if item.retired => Some(SaleSet::Retired),
+            Some(item) if sale.price_cents > item.price_cents => Some(SaleSet::AboveRegular {
+                regular_cents: item.price_cents,
+            }),
             Some(_) => None,
         };
         if let Some(refused) = refused {

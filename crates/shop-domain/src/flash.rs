@@ -29,6 +29,10 @@ pub enum BuyOutcome {
     /// (the server handling it failed): the unit went back on sale. Try again with a
     /// new key.
     Expired,
+    /// The sale's price is not the one the buyer was shown (the sale was started
+    /// again with another price meanwhile): nothing was bought. Read the sale's
+    /// price again and buy with a new key.
+    PriceChanged,
 }
 
 impl BuyOutcome {
@@ -42,6 +46,7 @@ impl BuyOutcome {
             BuyOutcome::UnknownItem => "unknown_item",
             BuyOutcome::KeyReused => "key_reused",
             BuyOutcome::Expired => "expired",
+            BuyOutcome::PriceChanged => "price_changed",
         }
     }
 
@@ -56,6 +61,7 @@ impl BuyOutcome {
             ("unknown_item", _) => BuyOutcome::UnknownItem,
             ("key_reused", _) => BuyOutcome::KeyReused,
             ("expired", _) => BuyOutcome::Expired,
+            ("price_changed", _) => BuyOutcome::PriceChanged,
             _ => return None,
         })
     }
@@ -75,6 +81,7 @@ mod tests {
             BuyOutcome::UnknownItem,
             BuyOutcome::KeyReused,
             BuyOutcome::Expired,
+            BuyOutcome::PriceChanged,
         ];
         for outcome in all {
             let order = match outcome {

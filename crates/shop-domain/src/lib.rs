@@ -67,7 +67,7 @@ pub enum InvalidInput {
     Category,
     /// A flash sale's terms out of range (`shop_app::sale::start`).
     #[error(
-        "a sale lasts 1 to 527,040 minutes (366 days), within that of now, of 0 or more units, at 0 to 1,000,000,000 cents, its row refreshed every 0.1 to 86,400 seconds"
+        "a sale lasts 1 to 527,040 minutes (366 days), within that of now, of 0 to 1,000,000,000 units, at 0 to 1,000,000,000 cents, its row refreshed every 0.1 to 86,400 seconds"
     )]
     SaleTerms,
 }

@@ -43,7 +43,11 @@ function tick(li) {
 }
 async function buy(li) {
   const key = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2);
-  const r = await fetch('/api/flash/' + li.dataset.item + '/buy', {
+  // The price shown: a sale started again at another price meanwhile sells
+  // nothing (409 price_changed) and the page shows the new one.
+  const sale = sales.get(li.dataset.item);
+  const price = sale ? '?price_cents=' + sale.price_cents : '';
+  const r = await fetch('/api/flash/' + li.dataset.item + '/buy' + price, {
     method: 'POST', headers: { 'Idempotency-Key': key, Accept: 'application/json' } });
   const body = await r.json();
   li.querySelector('.result').textContent =

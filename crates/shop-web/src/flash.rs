@@ -21,6 +21,10 @@
 //!   attempt is a database transaction (`shop_db::flash`, the baseline). The
 //!   required custom header also keeps other sites from posting it: a cross-site
 //!   request with it needs a CORS preflight, which this shop never grants.
+//!   `?price_cents=N` is the sale price the buyer was shown (the sale page
+//!   sends it): a sale whose price is another at the order's commit (started
+//!   again with new terms meanwhile) sells nothing and answers 409
+//!   `price_changed`. Without it the buy takes the sale's price at the commit.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -155,9 +159,11 @@ async fn buy(
     ItemPath(item): ItemPath,
     session: Session,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
     let key =
         idempotency_key(headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()))?.to_owned();
+    let shown = shown_price(uri.query())?;
     let user = session.require_user()?;
     // Per account, before anything is decided: a script looping buys with fresh
     // keys is slowed down (its refusals cost Redis a script call each).
@@ -171,19 +177,39 @@ async fn buy(
     }
     let outcome = state
         .buy()
-        .run(&session.token, user, item, key, unix_now())
+        .run(&session.token, user, item, key, unix_now(), shown)
         .await?;
     let status = match outcome {
         BuyOutcome::Bought { .. } => StatusCode::OK,
         BuyOutcome::SoldOut
         | BuyOutcome::LimitReached
         | BuyOutcome::NotOnSale
-        | BuyOutcome::Expired => StatusCode::CONFLICT,
+        | BuyOutcome::Expired
+        | BuyOutcome::PriceChanged => StatusCode::CONFLICT,
         BuyOutcome::UnknownItem => StatusCode::NOT_FOUND,
         BuyOutcome::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
     };
     state.metrics.flash_outcome(outcome.code());
     Ok((status, Json(outcome)).into_response())
+}
+
+/// The buy's `price_cents=` (the first; `None` without one): a price in an
+/// item's range, or 400.
+fn shown_price(query: Option<&str>) -> Result<Option<i64>, WebError> {
+    let Some(text) = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(name, _)| name == "price_cents")
+        .map(|(_, value)| value)
+    else {
+        return Ok(None);
+    };
+    match text.parse::<i64>() {
+        Ok(cents) if (0..=shop_cache::domain::catalogue::MAX_PRICE_CENTS).contains(&cents) => {
+            Ok(Some(cents))
+        }
+        _ => Err(WebError::bad_request(format!(
+            "price_cents must be the sale price in cents you were shown, not {text:?}"
+        ))),
+    }
 }
 
 async fn shell(State(state): State<AppState>) -> Result<Response, WebError> {

@@ -53,7 +53,10 @@ async fn five_hundred_buyers_for_twenty_units_never_oversell() {
         let buyers = users(&db, 500).await;
         let attempts = buyers.iter().enumerate().map(|(i, &user)| {
             let db = db.clone();
-            tokio::spawn(async move { db.flash_buy(user, item(1), &format!("k{i}"), 1, NOW).await })
+            tokio::spawn(async move {
+                db.flash_buy(user, item(1), &format!("k{i}"), 1, NOW, None)
+                    .await
+            })
         });
         let outcomes: Vec<BuyOutcome> = futures::future::join_all(attempts)
             .await
@@ -89,7 +92,7 @@ async fn a_retry_with_the_same_key_buys_once_and_gets_the_same_answer() {
         // Ten copies of the same request at once (a client retrying impatiently).
         let attempts = (0..10).map(|_| {
             let db = db.clone();
-            tokio::spawn(async move { db.flash_buy(user, item(1), "same-key", 3, NOW).await })
+            tokio::spawn(async move { db.flash_buy(user, item(1), "same-key", 3, NOW, None).await })
         });
         let outcomes: Vec<BuyOutcome> = futures::future::join_all(attempts)
             .await
@@ -104,7 +107,7 @@ async fn a_retry_with_the_same_key_buys_once_and_gets_the_same_answer() {
         assert!(outcomes.iter().all(|o| *o == first), "{kind}: {outcomes:?}");
         // And later.
         assert_eq!(
-            db.flash_buy(user, item(1), "same-key", 3, NOW)
+            db.flash_buy(user, item(1), "same-key", 3, NOW, None)
                 .await
                 .unwrap(),
             first
@@ -113,7 +116,7 @@ async fn a_retry_with_the_same_key_buys_once_and_gets_the_same_answer() {
         assert_eq!(db.inventory_row(item(1)).await.unwrap().unwrap().stock, 4);
         // The same key for another item is refused, not answered with this order.
         assert_eq!(
-            db.flash_buy(user, item(2), "same-key", 3, NOW)
+            db.flash_buy(user, item(2), "same-key", 3, NOW, None)
                 .await
                 .unwrap(),
             BuyOutcome::KeyReused
@@ -129,17 +132,17 @@ async fn the_per_user_limit_holds() {
         let ids = users(&db, 2).await;
         let (one, two) = (ids[0], ids[1]);
         assert!(matches!(
-            db.flash_buy(one, item(1), "a", 1, NOW).await.unwrap(),
+            db.flash_buy(one, item(1), "a", 1, NOW, None).await.unwrap(),
             BuyOutcome::Bought { .. }
         ));
         assert_eq!(
-            db.flash_buy(one, item(1), "b", 1, NOW).await.unwrap(),
+            db.flash_buy(one, item(1), "b", 1, NOW, None).await.unwrap(),
             BuyOutcome::LimitReached,
             "{kind}"
         );
         // The refusal is remembered for its key, and took no stock.
         assert_eq!(
-            db.flash_buy(one, item(1), "b", 1, NOW).await.unwrap(),
+            db.flash_buy(one, item(1), "b", 1, NOW, None).await.unwrap(),
             BuyOutcome::LimitReached
         );
         assert_eq!(
@@ -149,7 +152,7 @@ async fn the_per_user_limit_holds() {
         );
         // A limit of 2 lets the second through, not a third.
         for (key, expect_bought) in [("c", true), ("d", true), ("e", false)] {
-            let got = db.flash_buy(two, item(1), key, 2, NOW).await.unwrap();
+            let got = db.flash_buy(two, item(1), key, 2, NOW, None).await.unwrap();
             assert_eq!(
                 matches!(got, BuyOutcome::Bought { .. }),
                 expect_bought,
@@ -167,15 +170,21 @@ async fn outside_the_window_or_unknown_items_are_refused() {
         on_sale(&db, 10).await;
         let user = users(&db, 1).await[0];
         let before = db
-            .flash_buy(user, item(1), "early", 1, NOW - 11)
+            .flash_buy(user, item(1), "early", 1, NOW - 11, None)
             .await
             .unwrap();
         let at_end = db
-            .flash_buy(user, item(1), "late", 1, NOW + 3_600)
+            .flash_buy(user, item(1), "late", 1, NOW + 3_600, None)
             .await
             .unwrap();
-        let never = db.flash_buy(user, item(2), "never", 1, NOW).await.unwrap();
-        let unknown = db.flash_buy(user, item(999), "nope", 1, NOW).await.unwrap();
+        let never = db
+            .flash_buy(user, item(2), "never", 1, NOW, None)
+            .await
+            .unwrap();
+        let unknown = db
+            .flash_buy(user, item(999), "nope", 1, NOW, None)
+            .await
+            .unwrap();
         assert_eq!(
             (before, at_end, never, unknown),
             (
@@ -202,21 +211,21 @@ async fn winners_orders_the_fence_and_counting_by_key() {
         on_sale(&db, 2).await;
         let u = users(&db, 4).await;
         let won = db
-            .record_flash_win(u[0], item(1), "run1-a", 1, NOW)
+            .record_flash_win(u[0], item(1), "run1-a", 1, NOW, None)
             .await
             .unwrap();
         let WinRecord::Ordered { order_id, .. } = won else {
             panic!("{kind}: {won:?}")
         };
         assert_eq!(
-            db.record_flash_win(u[0], item(1), "run1-a", 1, NOW)
+            db.record_flash_win(u[0], item(1), "run1-a", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Earlier(BuyOutcome::Bought { order_id }),
             "{kind}: the same key again"
         );
         assert_eq!(
-            db.record_flash_win(u[0], item(1), "run1-b", 1, NOW)
+            db.record_flash_win(u[0], item(1), "run1-b", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Refused(BuyOutcome::LimitReached),
@@ -225,7 +234,7 @@ async fn winners_orders_the_fence_and_counting_by_key() {
         // The reconciler fences an attempt that never wrote: a late order fails.
         assert_eq!(db.fence_flash(u[1], item(1), "run1-c").await.unwrap(), None);
         assert_eq!(
-            db.record_flash_win(u[1], item(1), "run1-c", 1, NOW)
+            db.record_flash_win(u[1], item(1), "run1-c", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Earlier(BuyOutcome::Expired),
@@ -238,13 +247,13 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             "{kind}"
         );
         assert!(matches!(
-            db.record_flash_win(u[2], item(1), "run1-d", 1, NOW)
+            db.record_flash_win(u[2], item(1), "run1-d", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Ordered { .. }
         ));
         assert_eq!(
-            db.record_flash_win(u[3], item(1), "run1-e", 1, NOW)
+            db.record_flash_win(u[3], item(1), "run1-e", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Refused(BuyOutcome::SoldOut),
@@ -265,7 +274,7 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             "{kind}"
         );
         assert_eq!(
-            db.record_flash_win(u[0], item(1), "run2-x", 1, NOW)
+            db.record_flash_win(u[0], item(1), "run2-x", 1, NOW, None)
                 .await
                 .unwrap(),
             WinRecord::Refused(BuyOutcome::LimitReached),
@@ -286,7 +295,7 @@ async fn winners_orders_the_fence_and_counting_by_key() {
             "{kind}"
         );
         assert!(matches!(
-            db.record_flash_win(u[0], item(1), "run2-a", 1, later)
+            db.record_flash_win(u[0], item(1), "run2-a", 1, later, None)
                 .await
                 .unwrap(),
             WinRecord::Ordered { .. }

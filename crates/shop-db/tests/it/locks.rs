@@ -98,7 +98,7 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
         let db = db.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let outcome = db.flash_buy(user, item(1), "k2", 1, NOW).await;
+            let outcome = db.flash_buy(user, item(1), "k2", 1, NOW, None).await;
             (outcome, started.elapsed())
         })
     };
@@ -136,7 +136,9 @@ async fn a_sqlite_write_lock_held_by_another_process_fails_writes_fast_and_spare
         CheckoutOutcome::Placed { .. }
     ));
     assert!(matches!(
-        db.flash_buy(user, item(1), "k2", 1, NOW).await.unwrap(),
+        db.flash_buy(user, item(1), "k2", 1, NOW, None)
+            .await
+            .unwrap(),
         BuyOutcome::Bought { .. }
     ));
     assert_eq!(db.units_ordered(item(1)).await.unwrap(), 1);
@@ -163,7 +165,7 @@ async fn a_postgres_row_lock_held_elsewhere_fails_writes_fast_and_spares_reads()
     let checkout = db.checkout(user, &cart, &shown, "k1", NOW);
     let flash = async {
         reads_stay_quick(&db).await;
-        db.flash_buy(user, item(1), "k2", 1, NOW).await
+        db.flash_buy(user, item(1), "k2", 1, NOW, None).await
     };
     let (checkout, flash) = tokio::join!(checkout, flash);
     unavailable("checkout", checkout, started.elapsed());
@@ -173,7 +175,9 @@ async fn a_postgres_row_lock_held_elsewhere_fails_writes_fast_and_spares_reads()
 
     sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
     assert!(matches!(
-        db.flash_buy(user, item(1), "k2", 1, NOW).await.unwrap(),
+        db.flash_buy(user, item(1), "k2", 1, NOW, None)
+            .await
+            .unwrap(),
         BuyOutcome::Bought { .. }
     ));
 }

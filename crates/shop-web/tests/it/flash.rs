@@ -178,7 +178,17 @@ async fn buy_on(
     cookie: Option<&str>,
     key: Option<&str>,
 ) -> (StatusCode, serde_json::Value) {
-    let mut req = Request::post(format!("/api/flash/{id}/buy"));
+    buy_at(app, &format!("/api/flash/{id}/buy"), cookie, key).await
+}
+
+/// A buy POSTed to `uri` (its query, if any, included).
+async fn buy_at(
+    app: &Router,
+    uri: &str,
+    cookie: Option<&str>,
+    key: Option<&str>,
+) -> (StatusCode, serde_json::Value) {
+    let mut req = Request::post(uri);
     if let Some(cookie) = cookie {
         req = req.header(header::COOKIE, cookie);
     }
@@ -491,6 +501,13 @@ async fn a_sale_with_terms_out_of_range_is_refused_and_writes_nothing() {
         (Sale { stock: -1, ..good }, 1.0),
         (
             Sale {
+                stock: shop_db::inventory::MAX_STOCK + 1,
+                ..good
+            },
+            1.0,
+        ),
+        (
+            Sale {
                 price_cents: -1,
                 ..good
             },
@@ -569,6 +586,20 @@ async fn a_sale_with_terms_out_of_range_is_refused_and_writes_nothing() {
             "{sale:?} every {refresh} s"
         );
     }
+    // A sale charges less than the item's regular price, never more.
+    let regular = shop.db.item(item(1)).await.unwrap().unwrap().price_cents;
+    let dearer = Sale {
+        price_cents: regular + 1,
+        ..good
+    };
+    assert_eq!(
+        shop_app::sale::start(&stores, item(1), dearer, 1.0)
+            .await
+            .unwrap(),
+        shop_app::sale::SaleSet::AboveRegular {
+            regular_cents: regular
+        }
+    );
     assert!(shop.db.sales(now).await.unwrap().is_empty());
     assert!(
         shop.state.flash.state(item(1)).await.unwrap().is_none(),
@@ -616,7 +647,9 @@ async fn the_reconciler_settles_what_a_dead_server_left() {
         // c: alive but slow: its order comes after the reconciler gave up on it.
         reserve((buyers[0].0, "ka")).await;
         reserve((buyers[1].0, "kb")).await;
-        let b = shop.db.record_flash_win(buyers[1].0, item(1), "kb", 1, now);
+        let b = shop
+            .db
+            .record_flash_win(buyers[1].0, item(1), "kb", 1, now, None);
         let Ok(WinRecord::Ordered {
             order_id: b_order, ..
         }) = b.await
@@ -663,7 +696,7 @@ async fn the_reconciler_settles_what_a_dead_server_left() {
         );
         let late = shop
             .db
-            .record_flash_win(buyers[2].0, item(1), "kc", 1, now)
+            .record_flash_win(buyers[2].0, item(1), "kc", 1, now, None)
             .await;
         assert_eq!(
             late.unwrap(),
@@ -1312,6 +1345,68 @@ async fn a_flash_buy_is_charged_the_sale_price_whatever_the_regular_price_does()
             9,
             "{kind}: the new stock, less sam's unit"
         );
+    }
+}
+
+/// A buy names the sale price its buyer was shown (`?price_cents=`, as the sale
+/// page sends it): once the sale was started again at another price, that buy
+/// buys nothing (409 `price_changed`, the unit still on sale, the answer kept
+/// for its key), and one at the new price is charged it. Whoever decides.
+#[tokio::test]
+async fn a_buy_at_a_price_no_longer_the_sales_buys_nothing() {
+    for decider in [FlashDecider::Redis, FlashDecider::Database] {
+        for shop in Shop::on_every_database(config(decider)).await {
+            let kind = format!("{} {decider:?}", shop.kind());
+            shop.sale_of(5, 10).await;
+            let rita = shop.login("rita").await;
+            let at = |cents: &str| format!("/api/flash/5/buy?price_cents={cents}");
+            let (status, body) = buy_at(&shop.router, &at("500"), Some(&rita), Some("r-1")).await;
+            assert_eq!(status, StatusCode::OK, "{kind}: {body}");
+            let order = body["order_id"].as_i64().unwrap();
+            assert_eq!(
+                shop.db.order_lines(order).await.unwrap(),
+                [(item(5), 1, 500)],
+                "{kind}"
+            );
+
+            let now = shop_db::unix_now();
+            let dearer = Sale {
+                stock: 10,
+                price_cents: 700,
+                start: now - 60,
+                end: now + 3_600,
+            };
+            shop.sale_with(5, dearer).await;
+            let sam = shop.login("sam").await;
+            for _ in 0..2 {
+                let (status, body) =
+                    buy_at(&shop.router, &at("500"), Some(&sam), Some("s-1")).await;
+                assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");
+                assert_eq!(body["outcome"], "price_changed", "{kind}: {body}");
+            }
+            assert_eq!(shop.redis_stock(5).await, 10, "{kind}: the unit is on sale");
+            assert_eq!(shop.db_stock(5).await, 10, "{kind}");
+            let sam_id = shop.db.user_named("sam").await.unwrap().unwrap();
+            assert!(
+                shop.db.orders_of(sam_id, 10).await.unwrap().is_empty(),
+                "{kind}: nothing ordered"
+            );
+
+            let (status, body) = buy_at(&shop.router, &at("700"), Some(&sam), Some("s-2")).await;
+            assert_eq!(status, StatusCode::OK, "{kind}: {body}");
+            let order = body["order_id"].as_i64().unwrap();
+            assert_eq!(
+                shop.db.order_lines(order).await.unwrap(),
+                [(item(5), 1, 700)],
+                "{kind}"
+            );
+
+            for bad in ["abc", "-1", "1000000001", ""] {
+                let (status, body) = buy_at(&shop.router, &at(bad), Some(&sam), Some("s-3")).await;
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{kind} {bad:?}: {body}");
+            }
+            assert_eq!(shop.db_stock(5).await, 9, "{kind}: sam's one unit");
+        }
     }
 }
 

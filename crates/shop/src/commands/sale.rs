@@ -59,5 +59,9 @@ pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<String> {
             "item {id} is no longer sold (retired): it cannot go on sale; \
              a line of `shop items import` naming it sells it again"
         ),
+        SaleSet::AboveRegular { regular_cents } => anyhow::bail!(
+            "item {id}'s regular price is {regular_cents} cents: a sale's price is at most \
+             that; nothing was changed"
+        ),
     }
 }

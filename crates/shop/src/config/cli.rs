@@ -406,10 +406,10 @@ pub enum SaleCommand {
     Start {
         /// The item.
         id: ItemId,
-        /// Units on sale.
-        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        /// Units on sale (0 to 1,000,000,000).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..=shop_db::inventory::MAX_STOCK))]
         stock: i64,
-        /// Sale price in cents (0 to 1,000,000,000, as an item's price).
+        /// Sale price in cents (0 to the item's regular price).
         #[arg(long, value_parser = clap::value_parser!(i64).range(0..=MAX_PRICE_CENTS))]
         price_cents: i64,
         /// How long the sale lasts, in minutes (1 to 527,040: a year).

@@ -208,6 +208,8 @@ fn sale_start_refuses_an_unknown_item() {
         ("--minutes", "153722867280912930"),
         ("--minutes", "527041"),
         ("--price-cents", "1000000001"),
+        ("--stock", "1000000001"),
+        ("--stock", "99999999999"),
         ("--refresh", "nan"),
         ("--refresh", "0"),
     ] {
@@ -216,6 +218,14 @@ fn sale_start_refuses_an_unknown_item() {
         let said = String::from_utf8_lossy(&refused.stderr);
         assert!(said.contains(flag), "{flag} {value}: {said}");
     }
+    // A sale charges less than the item's regular price, never more.
+    let dearer = sale_of_4("--price-cents", "1000000000");
+    assert_eq!(dearer.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&dearer.stderr);
+    assert!(
+        said.contains("item 4's regular price is") && said.contains("nothing was changed"),
+        "{said}"
+    );
     let mut redis_conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_connection()
@@ -237,7 +247,7 @@ fn sale_start_refuses_an_unknown_item() {
             "--stock",
             "5",
             "--price-cents",
-            "1000000000",
+            "100",
             "--minutes",
             "527040",
         ],
