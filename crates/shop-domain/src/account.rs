@@ -33,9 +33,14 @@ pub fn check_new_account(name: &str, password: &str) -> Result<(), InvalidInput>
 }
 
 /// Checks a new password (a sign-up's, or a password change's): at least
-/// [`MIN_PASSWORD`] characters, at most [`MAX_PASSWORD`] bytes.
+/// [`MIN_PASSWORD`] characters, at most [`MAX_PASSWORD`] bytes, and not one
+/// character over and over (ten spaces, `aaaaaaaaaa`: the first guesses of
+/// anyone who tries).
 pub fn check_new_password(password: &str) -> Result<(), InvalidInput> {
-    if password.chars().count() < MIN_PASSWORD || password.len() > MAX_PASSWORD {
+    let mut chars = password.chars();
+    let first = chars.next();
+    let one_repeated = chars.all(|c| Some(c) == first);
+    if password.chars().count() < MIN_PASSWORD || password.len() > MAX_PASSWORD || one_repeated {
         return Err(InvalidInput::Password);
     }
     Ok(())
@@ -82,10 +87,23 @@ mod tests {
             Err(InvalidInput::Password)
         );
         assert_eq!(check_new_account("alice", "ünïcödé!!!"), Ok(()));
-        assert_eq!(check_new_account("alice", &"p".repeat(200)), Ok(()));
+        assert_eq!(check_new_account("alice", &"pw".repeat(100)), Ok(()));
         assert_eq!(
-            check_new_account("alice", &"p".repeat(201)),
+            check_new_account("alice", &format!("{}x", "pw".repeat(100))),
             Err(InvalidInput::Password)
         );
+        for same in [
+            "          ",
+            "\t\t\t\t\t\t\t\t\t\t",
+            "aaaaaaaaaaaa",
+            "ééééééééééé",
+        ] {
+            assert_eq!(
+                check_new_account("alice", same),
+                Err(InvalidInput::Password),
+                "{same:?}"
+            );
+        }
+        assert_eq!(check_new_account("alice", "          a"), Ok(()));
     }
 }

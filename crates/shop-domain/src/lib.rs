@@ -41,7 +41,9 @@ pub enum InvalidInput {
     )]
     UserName,
     /// A new account's password is too short or too long ([`account`]).
-    #[error("a password is at least 10 characters (and at most 200 bytes)")]
+    #[error(
+        "a password is at least 10 characters, not all one character (ten spaces), and at most 200 bytes"
+    )]
     Password,
     /// A new line for a cart that already holds the most lines allowed.
     #[error("a cart holds at most {max} different items; remove one first")]

@@ -234,6 +234,11 @@ async fn sign_up_logs_in_with_the_guest_cart_and_refuses_bad_input() {
         ),
         ("name=ab&password=long-enough-pw", 400, "3 to 32"),
         ("name=newbie&password=short", 400, "at least 10"),
+        (
+            "name=newbie&password=++++++++++++",
+            400,
+            "not all one character",
+        ),
         ("name=&password=", 400, "3 to 32"),
         (
             "name=newbie&password=long-enough-pw&next=//evil.example",
