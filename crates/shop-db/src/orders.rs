@@ -88,6 +88,30 @@ pub struct OrderSummary {
     pub created_at: i64,
 }
 
+/// One past order with its lines, for its page (`/account/orders/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderDetail {
+    /// The order.
+    #[serde(flatten)]
+    pub summary: OrderSummary,
+    /// What it bought, by item id.
+    pub lines: Vec<OrderLine>,
+}
+
+/// One line of a past order: what was charged for it then, whatever the item
+/// costs or is called now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderLine {
+    /// The item.
+    pub item: ItemId,
+    /// The item's title now (an order keeps no title of its own).
+    pub title: String,
+    /// Units bought.
+    pub quantity: i64,
+    /// The price charged for each, in cents.
+    pub price_cents: i64,
+}
+
 impl Db {
     /// Places an order for `lines` (item, quantity > 0) at the items' regular
     /// prices, if they are the lines and prices of `shown` (the version of the cart
@@ -280,6 +304,57 @@ impl Db {
                 })
             })
             .collect()
+    }
+
+    /// Order `order_id` with its lines, if it is `user`'s (another user's order
+    /// is `None`, as one that does not exist).
+    pub async fn order_of(
+        &self,
+        user: UserId,
+        order_id: i64,
+    ) -> Result<Option<OrderDetail>, DbError> {
+        let Some(order) = sqlx::query(
+            "SELECT id, kind, total_cents, created_at FROM orders WHERE id = $1 AND user_id = $2",
+        )
+        .bind(order_id)
+        .bind(user.to_i64())
+        .fetch_optional(&self.read)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(
+            "SELECT l.item_id, i.title, l.quantity, l.price_cents FROM order_lines l \
+             JOIN items i ON i.id = l.item_id WHERE l.order_id = $1 ORDER BY l.item_id",
+        )
+        .bind(order_id)
+        .fetch_all(&self.read)
+        .await?;
+        let lines = rows
+            .iter()
+            .map(|r| {
+                Ok(OrderLine {
+                    item: ItemId::from_i64(r.try_get("item_id")?).map_err(|_| {
+                        DbError::Corrupt {
+                            what: "order_lines.item_id",
+                        }
+                    })?,
+                    title: r.try_get("title")?,
+                    quantity: r.try_get("quantity")?,
+                    price_cents: r.try_get("price_cents")?,
+                })
+            })
+            .collect::<Result<Vec<_>, DbError>>()?;
+        Ok(Some(OrderDetail {
+            summary: OrderSummary {
+                id: order.try_get("id")?,
+                kind: order.try_get("kind")?,
+                total_cents: order.try_get("total_cents")?,
+                units: lines.iter().map(|l| l.quantity).sum(),
+                created_at: order.try_get("created_at")?,
+            },
+            lines,
+        }))
     }
 
     /// The lines of an order: (item, quantity, price in cents).

@@ -2,7 +2,9 @@
 //! each with a "log out" form: [`crate::devices`]); the login page otherwise.
 //! After a checkout from the cart page (`?placed=ID`), it says the order is
 //! placed, or (`&again=1`) that the form was sent before and nothing was
-//! ordered now.
+//! ordered now. `/account/orders/{id}`: one of the user's orders line by line
+//! (item, units, the price charged for each), as a page or as JSON; another
+//! user's order is 404, as one that does not exist.
 
 use axum::Router;
 use std::collections::HashMap;
@@ -14,14 +16,15 @@ use axum::routing::get;
 
 use crate::AppState;
 use crate::error::WebError;
-use crate::request::log_in_first;
+use crate::request::{log_in_first, wants_json};
 use crate::session::Session;
-use crate::templates::{self, AccountPage, OrderView, PlacedNotice};
+use crate::templates::{self, AccountPage, OrderLineView, OrderPage, OrderView, PlacedNotice};
 
 /// The account page.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/account", get(account))
+        .route("/account/orders/{id}", get(order))
         .with_state(state)
 }
 
@@ -66,4 +69,47 @@ async fn account(
         templates::render(&page)?,
     )
         .into_response())
+}
+
+async fn order(
+    State(state): State<AppState>,
+    session: Session,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Response, WebError> {
+    let no_such = || WebError::not_found("there is no such order of yours");
+    // An order id as the account page links it: digits, no sign, no zero first.
+    let id: i64 = match id.parse::<i64>() {
+        Ok(n) if n > 0 && n.to_string() == id => n,
+        _ => return Err(no_such()),
+    };
+    let Some(user) = session.known_user()? else {
+        return Ok(log_in_first(&format!("/account/orders/{id}"), &headers));
+    };
+    let Some(order) = state.db.order_of(user, id).await? else {
+        return Err(no_such());
+    };
+    let personal = [(header::CACHE_CONTROL, crate::PERSONAL)];
+    if wants_json(&headers) {
+        return Ok((personal, axum::Json(order)).into_response());
+    }
+    let page = OrderPage {
+        id: order.summary.id,
+        kind: order.summary.kind,
+        placed: shop_cache::domain::when::Utc(order.summary.created_at).to_string(),
+        units: order.summary.units,
+        total: templates::money(order.summary.total_cents),
+        lines: order
+            .lines
+            .into_iter()
+            .map(|line| OrderLineView {
+                item: line.item.get(),
+                title: line.title,
+                quantity: line.quantity,
+                price: templates::money(line.price_cents),
+                line_total: templates::money(line.price_cents.saturating_mul(line.quantity)),
+            })
+            .collect(),
+    };
+    Ok((personal, templates::render(&page)?).into_response())
 }

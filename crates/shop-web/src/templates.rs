@@ -384,6 +384,38 @@ pub struct PlacedNotice {
     pub again: bool,
 }
 
+/// `GET /account/orders/{id}`: one of the user's orders, line by line.
+#[derive(Template)]
+#[template(path = "order.html")]
+pub struct OrderPage {
+    /// The order.
+    pub id: i64,
+    /// `cart` or `flash`.
+    pub kind: String,
+    /// When it was placed, for people.
+    pub placed: String,
+    /// Its lines.
+    pub lines: Vec<OrderLineView>,
+    /// Units in all.
+    pub units: i64,
+    /// The total charged, formatted.
+    pub total: String,
+}
+
+/// A line on the order page.
+pub struct OrderLineView {
+    /// The item's id (its page's link).
+    pub item: u64,
+    /// The item's title.
+    pub title: String,
+    /// Units bought.
+    pub quantity: i64,
+    /// Charged for each, formatted.
+    pub price: String,
+    /// Charged for the line, formatted.
+    pub line_total: String,
+}
+
 /// `GET /account/password`.
 #[derive(Template)]
 #[template(path = "password.html")]

@@ -511,3 +511,101 @@ async fn a_cart_holding_an_item_whose_flash_sale_runs_is_not_checked_out() {
         assert_eq!(left, 0, "{kind}");
     }
 }
+
+/// An order's page lists what it bought, line by line, at the prices it was
+/// charged (not today's), as a page and as JSON; the account page links it.
+/// Another user's order, or no order, is 404 and says nothing of it; a guest is
+/// sent to log in.
+#[tokio::test]
+async fn an_order_shows_its_lines_at_the_prices_charged_to_its_buyer_alone() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        app.post("/cart", Some(&buyer), "item=7&count=1", false)
+            .await;
+        let (five, seven) = (
+            app.db.item(item(5)).await.unwrap().unwrap(),
+            app.db.item(item(7)).await.unwrap().unwrap(),
+        );
+        let shown = app.checkout_form(&buyer, "lines-1").await;
+        let placed = json(app.post("/checkout", Some(&buyer), &shown, true).await).await;
+        let id = placed["order_id"].as_i64().unwrap();
+        // Today's price is not what the order was charged.
+        let edit = ItemEdit::new(None, None, Some(five.price_cents + 100), None).unwrap();
+        app.state
+            .catalogue()
+            .update(item(5), &edit, None)
+            .await
+            .unwrap();
+
+        let account = text(app.get("/account", Some(&buyer)).await).await;
+        assert!(
+            account.contains(&format!("href=\"/account/orders/{id}\"")),
+            "{kind}: {account}"
+        );
+        let resp = app
+            .get(&format!("/account/orders/{id}"), Some(&buyer))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "{kind}");
+        assert_eq!(resp.headers()["cache-control"], "private, no-store");
+        let page = text(resp).await;
+        let total = 2 * five.price_cents + seven.price_cents;
+        for said in [
+            format!("Order #{id}"),
+            format!(
+                "{}</a></td><td>2</td><td>{}</td><td>{}</td>",
+                five.title,
+                money(five.price_cents),
+                money(2 * five.price_cents)
+            ),
+            format!(
+                "{}</a></td><td>1</td><td>{}</td>",
+                seven.title,
+                money(seven.price_cents)
+            ),
+            format!("<td id=\"order-total\">{}</td>", money(total)),
+        ] {
+            assert!(page.contains(&said), "{kind}: {said} in {page}");
+        }
+
+        let resp = app
+            .send(
+                axum::http::Request::get(format!("/account/orders/{id}"))
+                    .header("cookie", &buyer)
+                    .header("accept", "application/json")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        let body = json(resp).await;
+        assert_eq!(body["id"], id, "{kind}");
+        assert_eq!(body["total_cents"], total, "{kind}");
+        assert_eq!(body["units"], 3, "{kind}");
+        assert_eq!(
+            body["lines"],
+            serde_json::json!([
+                {"item": 5, "title": five.title, "quantity": 2, "price_cents": five.price_cents},
+                {"item": 7, "title": seven.title, "quantity": 1, "price_cents": seven.price_cents},
+            ]),
+            "{kind}"
+        );
+
+        let other = app.logged_in("oscar").await;
+        for uri in [
+            format!("/account/orders/{id}"),
+            format!("/account/orders/{}", id + 1),
+            "/account/orders/abc".to_owned(),
+            format!("/account/orders/0{id}"),
+            "/account/orders/-1".to_owned(),
+        ] {
+            let resp = app.get(&uri, Some(&other)).await;
+            assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{kind}: {uri}");
+            let page = text(resp).await;
+            assert!(!page.contains(&five.title), "{kind}: {uri}: {page}");
+        }
+        let guest = app.get(&format!("/account/orders/{id}"), None).await;
+        assert_eq!(guest.status(), StatusCode::SEE_OTHER, "{kind}");
+    }
+}

@@ -265,7 +265,13 @@ async fn random_query_parameters_do_not_bust_the_item_page_cache() {
 #[tokio::test]
 async fn pages_for_logged_in_users_answer_json_clients_401() {
     let app = TestApp::start().await;
-    for uri in ["/account", "/ops", "/admin/items/1", "/account/password"] {
+    for uri in [
+        "/account",
+        "/ops",
+        "/admin/items/1",
+        "/account/password",
+        "/account/orders/1",
+    ] {
         let asked = Request::get(uri)
             .header(header::ACCEPT, "application/json")
             .body(Body::empty())
