@@ -28,7 +28,14 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let (conn, keys) = connect_redis(&args.redis).await?;
-    let db = connect_db(&args.database).await?;
+    // Adding items may start a new shop's database; changing one needs the
+    // shop's own (a new, empty one would only say there is no such item).
+    let db = match &args.command {
+        ItemsCommand::Add { .. } | ItemsCommand::Import { .. } => {
+            connect_db(&args.database).await?
+        }
+        _ => crate::connect::connect_existing_db(&args.database).await?,
+    };
     let pages = PageStore::in_cache_or_state(
         connect_configured_cache(&args.redis).await?,
         conn.clone(),

@@ -560,6 +560,10 @@ fn a_command_run_where_no_database_is_says_so_and_makes_none() {
         &["users", "grant-admin", "alice"][..],
         &["sale", "start", "3", "--stock", "5", "--price-cents", "100"],
         &["rows", "schedule", "3", "1"],
+        &["items", "update", "3", "--price-cents", "100"],
+        &["items", "stock", "3", "--add", "5"],
+        &["items", "remove", "3"],
+        &["items", "purge", "3"],
     ] {
         let out = run(args, &env);
         let said = String::from_utf8_lossy(&out.stderr);
