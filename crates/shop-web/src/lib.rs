@@ -49,6 +49,7 @@ pub mod pictures;
 pub mod purged_copy;
 pub mod request;
 pub mod request_log;
+pub mod sale_ends;
 pub mod search_cache;
 pub mod session;
 pub mod templates;
@@ -491,6 +492,12 @@ impl AppState {
     pub fn tier_feed(&self) -> Option<page_cache::TierFeed> {
         let tier = self.tier.clone()?;
         Some(page_cache::TierFeed::new(tier, &self.pages))
+    }
+
+    /// The daemon that purges the pages of a flash sale at its end (a server runs
+    /// one beside its sale watcher, whose board it follows).
+    pub fn sale_ends(&self) -> sale_ends::SaleEnds {
+        sale_ends::SaleEnds::new(self.sale_board.clone(), self.pages.clone())
     }
 
     /// The daemon that keeps [`AppParts::sale_board`] current, the first time it is

@@ -784,6 +784,59 @@ async fn the_sale_page_is_one_shared_cached_shell() {
     assert!(html_of(third).await.contains("data-item=\"2\""));
 }
 
+/// When a sale ends, its item page stops saying "On flash sale" at once (the
+/// daemon that follows the sale board purges it at the end, once), not a page
+/// cache TTL later, and offers "Add to cart" again without any script.
+#[tokio::test]
+async fn the_item_page_of_a_sale_is_purged_at_the_sales_end() {
+    let shop = Shop::start(TestDb::sqlite(), WebConfig::default()).await;
+    shop.rank(&[3]).await;
+    let now = shop_db::unix_now();
+    let end = now + 2;
+    let sale = Sale {
+        stock: 3,
+        price_cents: 100,
+        start: end - 60,
+        end,
+    };
+    shop.sale_with(3, sale).await;
+    let watcher = shop.state.take_sale_watcher().unwrap();
+    watcher.step().await.unwrap();
+    let mut ends = shop.state.sale_ends();
+    let during = shop.send(get("/items/3")).await;
+    assert!(html_of(during).await.contains("On flash sale"));
+    let cached = shop.send(get("/items/3")).await;
+    assert_eq!(
+        cached.headers()["x-cache"],
+        "HIT",
+        "the sale's page is cached"
+    );
+    assert_eq!(ends.step(end - 1).await.unwrap(), 0, "not ended yet");
+    assert_eq!(shop.send(get("/items/3")).await.headers()["x-cache"], "HIT");
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while shop_db::unix_now() < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock stood still"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(ends.step(shop_db::unix_now()).await.unwrap(), 1);
+    assert_eq!(
+        ends.step(shop_db::unix_now()).await.unwrap(),
+        0,
+        "once per end"
+    );
+    let after = shop.send(get("/items/3")).await;
+    assert_eq!(after.headers()["x-cache"], "MISS");
+    let html = html_of(after).await;
+    assert!(
+        html.contains("id=\"add-to-cart\">") && !html.contains("sale-notice"),
+        "{html}"
+    );
+}
+
 /// An item page while the item's sale is coming or running says so and links
 /// the sale page instead of offering "Add to cart" (whose answer would be 409
 /// `on_sale`); once the sale is over, the page offers it again.

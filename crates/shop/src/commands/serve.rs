@@ -208,6 +208,7 @@ async fn serve_with(
     // shutdown signal, which ends the pages' event streams so connections drain.
     if let Some(watcher) = state.take_sale_watcher() {
         daemons.spawn(shop_cache::daemon::run(watcher, shutdown.clone()));
+        daemons.spawn(shop_cache::daemon::run(state.sale_ends(), shutdown.clone()));
     }
     // Its own copy of the ranking's top (the page cache's gate), and the feed
     // that keeps its in-process page tier coherent.
