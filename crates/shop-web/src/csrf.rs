@@ -6,6 +6,11 @@
 //! load generator, old browsers on same-origin forms) are let through: they cannot
 //! be a browser being tricked into sending them cross-site, and `SameSite=Lax`
 //! keeps the session cookie off cross-site POSTs from those browsers anyway.
+//!
+//! An `Origin` is the shop's when it names the request's `Host`, by `https://`
+//! when the shop is served over TLS (`--secure-cookies`: a page of the same
+//! host over plain HTTP is another origin, one anybody on the network can
+//! write), by either scheme otherwise.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -23,19 +28,22 @@ use crate::error::WebError;
 /// it is (no box, no clone of the service below per request, as a `from_fn`
 /// middleware makes).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CsrfLayer;
+pub struct CsrfLayer {
+    /// The shop is served over TLS alone: only an `https://` origin is its own.
+    pub https_only: bool,
+}
 
 impl<S> tower::Layer<S> for CsrfLayer {
     type Service = Csrf<S>;
 
     fn layer(&self, inner: S) -> Csrf<S> {
-        Csrf(inner)
+        Csrf(inner, self.https_only)
     }
 }
 
 /// The service of [`CsrfLayer`].
 #[derive(Debug, Clone)]
-pub struct Csrf<S>(S);
+pub struct Csrf<S>(S, bool);
 
 impl<S> tower::Service<Request> for Csrf<S>
 where
@@ -50,7 +58,7 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        if allowed(&req) {
+        if allowed(&req, self.1) {
             Either::Left(self.0.call(req))
         } else {
             Either::Right(ready(Ok(refusal())))
@@ -59,8 +67,9 @@ where
 }
 
 /// A request that changes nothing, or that comes from the shop's own pages.
-fn allowed(req: &Request) -> bool {
-    matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || same_site(req)
+fn allowed(req: &Request, https_only: bool) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        || same_site(req, https_only)
 }
 
 fn refusal() -> Response {
@@ -72,7 +81,7 @@ fn refusal() -> Response {
     .into_response()
 }
 
-fn same_site(req: &Request) -> bool {
+fn same_site(req: &Request, https_only: bool) -> bool {
     let headers = req.headers();
     if let Some(site) = headers.get("sec-fetch-site") {
         return matches!(site.as_bytes(), b"same-origin" | b"none");
@@ -86,8 +95,8 @@ fn same_site(req: &Request) -> bool {
         .unwrap_or("");
     let origin = origin.to_str().unwrap_or("");
     let origin_host = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://").filter(|_| !https_only))
         .unwrap_or("");
     !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
 }

@@ -570,7 +570,9 @@ pub fn router(state: AppState) -> Router {
     let app = visitors
         .merge(operations)
         .fallback(|| async { WebError::not_found("there is no such page") })
-        .layer(csrf::CsrfLayer);
+        .layer(csrf::CsrfLayer {
+            https_only: state.config.secure_cookies,
+        });
     // `harden` puts the error pages (`error::ErrorPagesLayer`) outside its own
     // limits, so they cover every answer, the limits' included: no second copy
     // here. What no route counted (the limits' answers, unknown paths) is

@@ -383,6 +383,33 @@ async fn cross_site_posts_are_refused() {
     assert_eq!(app.me(&cookie).await["cart"]["count"], 1, "set, not added");
 }
 
+/// Served over TLS (`--secure-cookies`), a page of the shop's host over plain
+/// HTTP is another origin: its posts are refused; the `https://` origin's are
+/// not.
+#[tokio::test]
+async fn over_tls_a_plain_http_origin_is_another_site() {
+    let config = WebConfig {
+        secure_cookies: true,
+        ..WebConfig::default()
+    };
+    let app = TestApp::with_config(config).await;
+    let post = |origin: &str| {
+        Request::post("/cart")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::HOST, "shop.example")
+            .header(header::ORIGIN, origin)
+            .body(Body::from("item=3&count=1"))
+            .unwrap()
+    };
+    for (origin, status) in [
+        ("http://shop.example", StatusCode::FORBIDDEN),
+        ("https://evil.example", StatusCode::FORBIDDEN),
+        ("https://shop.example", StatusCode::SEE_OTHER),
+    ] {
+        assert_eq!(app.send(post(origin)).await.status(), status, "{origin}");
+    }
+}
+
 /// The floods issue's drill: a shopper logged in with a cart, then a flood of
 /// cookieless cart posts (each starting a session holding a cart) past the session
 /// cap. The cleaner takes the flood's carts, never the shopper.
