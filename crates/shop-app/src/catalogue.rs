@@ -83,6 +83,22 @@ pub enum CatalogueError {
         /// When its sale ends, unix seconds.
         end: i64,
     },
+    /// The edit would put the item's regular price below its flash sale's, and
+    /// the sale has not ended; nothing was written.
+    #[error(
+        "item {item} is in a flash sale at {sale_cents} cents until {}: its regular price \
+         cannot go below the sale's (a sale never charges more than the item costs); change \
+         the sale first (`shop sale start`); nothing was saved",
+        shop_cache::domain::when::Utc(*end)
+    )]
+    BelowSale {
+        /// The item.
+        item: ItemId,
+        /// The sale's price, in cents.
+        sale_cents: i64,
+        /// When the sale ends, unix seconds.
+        end: i64,
+    },
     /// The stock change would leave fewer than 0 or more than
     /// [`shop_db::inventory::MAX_STOCK`] units; nothing was written.
     #[error(
@@ -206,6 +222,13 @@ impl Catalogue<'_> {
             EditOutcome::Stale { current } => {
                 return Err(CatalogueError::Stale {
                     current: Box::new(current),
+                });
+            }
+            EditOutcome::BelowSale { sale_cents, end } => {
+                return Err(CatalogueError::BelowSale {
+                    item: id,
+                    sale_cents,
+                    end,
                 });
             }
         };

@@ -47,6 +47,15 @@ pub enum EditOutcome {
         /// The item as it is now.
         current: Item,
     },
+    /// The edit would put the item's regular price below the price of its
+    /// flash sale, which has not ended (the sale would charge more than the
+    /// item costs); nothing was written.
+    BelowSale {
+        /// The sale's price, in cents.
+        sale_cents: i64,
+        /// When the sale ends, unix seconds.
+        end: i64,
+    },
 }
 
 /// The answer to [`Db::add_item`].
@@ -143,6 +152,12 @@ impl Db {
             category: fields.category,
             ..before.clone()
         };
+        if after.price_cents < before.price_cents
+            && let Some((sale_cents, end)) = sale_above(&mut tx, id, after.price_cents).await?
+        {
+            tx.rollback().await?;
+            return Ok(EditOutcome::BelowSale { sale_cents, end });
+        }
         if after != before {
             after.version += 1;
             write_fields(&mut tx, &after, None).await?;
@@ -236,6 +251,26 @@ impl Db {
         tx.commit().await?;
         Ok(changes)
     }
+}
+
+/// The price and end of item `id`'s flash sale, if one has not ended and its
+/// price is above `price_cents`.
+async fn sale_above(
+    tx: &mut WriteTx,
+    id: ItemId,
+    price_cents: i64,
+) -> Result<Option<(i64, i64)>, DbError> {
+    let row = sqlx::query(
+        "SELECT sale_price_cents, sale_end FROM inventory \
+         WHERE item_id = $1 AND sale_end > $2 AND sale_price_cents > $3",
+    )
+    .bind(id.to_i64())
+    .bind(crate::unix_now())
+    .bind(price_cents)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.map(|row| Ok((row.try_get("sale_price_cents")?, row.try_get("sale_end")?)))
+        .transpose()
 }
 
 /// Item `id` as the transaction sees it, locked for a change.

@@ -52,10 +52,14 @@ pub enum WinRecord {
 }
 
 /// The condition (on the `inventory` row of item `$1`, at unix time `$2` = `$3`)
-/// that the item is on sale: inside its sale's window, at a sale price, and still
-/// sold. Both deciders check it when they take a unit, whatever Redis holds.
+/// that the item is on sale: inside its sale's window, at a sale price no higher
+/// than the item's regular price now (a sale never charges more than the item
+/// costs: `shop sale start` and `items update` refuse it, and an import that
+/// lowered the regular price below it stops the sale here), and still sold. Both
+/// deciders check it when they take a unit, whatever Redis holds.
 const ON_SALE: &str = "sale_price_cents IS NOT NULL AND sale_start <= $2 AND $3 < sale_end \
-     AND EXISTS (SELECT 1 FROM items WHERE id = $1 AND retired_at IS NULL)";
+     AND EXISTS (SELECT 1 FROM items WHERE id = $1 AND retired_at IS NULL \
+     AND price_cents >= inventory.sale_price_cents)";
 
 /// Takes one unit of `item` if it is in stock and on sale ([`ON_SALE`]) at `now`;
 /// the row's sale price, or `None` if nothing was taken.
@@ -318,8 +322,8 @@ impl Db {
              WHERE l.item_id = $1 AND o.kind = 'flash' AND substr(o.idempotency_key, 1, $2) = $3",
         )
         .bind(item.to_i64())
-        .bind(i32::try_from(prefix.len()).unwrap_or(i32::MAX))
-        .bind(prefix)
+        .bind(i32::try_from(order_key(prefix).len()).unwrap_or(i32::MAX))
+        .bind(order_key(prefix))
         .fetch_one(&self.read)
         .await?
         .try_get("n")?)
@@ -379,6 +383,13 @@ async fn claim(
         == 1)
 }
 
+/// What a flash order's key is in `orders`, whose keys a cart's checkouts share:
+/// the key as sent after `flash ` (a client's key has no space), so one key
+/// used for a buy and a checkout names two orders, not one.
+fn order_key(key: &str) -> String {
+    format!("flash {key}")
+}
+
 /// The order of one sale unit, its line, and the attempt's answer `bought`.
 async fn insert_order(
     tx: &mut crate::WriteTx,
@@ -393,7 +404,7 @@ async fn insert_order(
          VALUES ($1, $2, 'flash', $3, $4) RETURNING id",
     )
     .bind(user.to_i64())
-    .bind(key)
+    .bind(order_key(key))
     .bind(price)
     .bind(now)
     .fetch_one(&mut **tx)

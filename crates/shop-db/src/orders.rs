@@ -263,7 +263,8 @@ impl Db {
         key: &str,
     ) -> Result<Option<CheckoutOutcome>, DbError> {
         let row = sqlx::query(
-            "SELECT id, total_cents FROM orders WHERE user_id = $1 AND idempotency_key = $2",
+            "SELECT id, total_cents FROM orders \
+             WHERE user_id = $1 AND idempotency_key = $2 AND kind = 'cart'",
         )
         .bind(user.to_i64())
         .bind(key)

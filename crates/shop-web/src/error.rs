@@ -492,6 +492,9 @@ impl From<CatalogueError> for WebError {
             CatalogueError::OnSale { .. } => {
                 WebError::new(StatusCode::CONFLICT, "on_sale", error.to_string())
             }
+            CatalogueError::BelowSale { .. } => {
+                WebError::new(StatusCode::CONFLICT, "below_sale_price", error.to_string())
+            }
             CatalogueError::StockOutOfRange { .. } => WebError::new(
                 StatusCode::CONFLICT,
                 "stock_out_of_range",

@@ -609,3 +609,51 @@ async fn an_order_shows_its_lines_at_the_prices_charged_to_its_buyer_alone() {
         assert_eq!(guest.status(), StatusCode::SEE_OTHER, "{kind}");
     }
 }
+
+/// One key used for a cart's checkout and a flash buy (an API client's) names
+/// two orders, one of each: the buy is bought (not a 503 holding the unit), and
+/// the checkout places the cart (not "placed before" with the flash order).
+#[tokio::test]
+async fn a_key_used_for_a_checkout_and_a_flash_buy_places_each() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        app.start_sale(6, 3, 100).await;
+        let buy = |cookie: &str, key: &str| {
+            axum::http::Request::post("/api/flash/6/buy")
+                .header("cookie", cookie)
+                .header("idempotency-key", key)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+
+        let bob = app.logged_in("bea").await;
+        app.post("/cart", Some(&bob), "item=5&count=1", false).await;
+        let version = app.cart_version(&bob).await;
+        let form = format!("key=SHARED-1&cart_version={version}");
+        let placed = json(app.post("/checkout", Some(&bob), &form, true).await).await;
+        assert_eq!(placed["new"], true, "{kind}: {placed}");
+        let resp = app.send(buy(&bob, "SHARED-1")).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{kind}");
+        let bought = json(resp).await;
+        assert_eq!(bought["outcome"], "bought", "{kind}: {bought}");
+        assert_ne!(bought["order_id"], placed["order_id"], "{kind}");
+
+        let carol = app.logged_in("cleo").await;
+        let resp = app.send(buy(&carol, "SHARED-2")).await;
+        let bought = json(resp).await;
+        assert_eq!(bought["outcome"], "bought", "{kind}: {bought}");
+        app.post("/cart", Some(&carol), "item=7&count=2", false)
+            .await;
+        let version = app.cart_version(&carol).await;
+        let form = format!("key=SHARED-2&cart_version={version}");
+        let placed = json(app.post("/checkout", Some(&carol), &form, true).await).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+        assert_eq!(placed["new"], true, "{kind}: the cart's own order");
+        assert_ne!(placed["order_id"], bought["order_id"], "{kind}");
+        assert_eq!(
+            app.me(&carol).await["cart"]["lines"],
+            serde_json::json!([]),
+            "{kind}: the cart was ordered"
+        );
+    }
+}

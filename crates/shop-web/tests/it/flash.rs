@@ -1401,6 +1401,61 @@ async fn a_flash_buy_is_charged_the_sale_price_whatever_the_regular_price_does()
     }
 }
 
+/// A sale never charges more than the item costs: an edit that would put the
+/// regular price below a sale's that has not ended is refused (409
+/// `below_sale_price`, nothing saved); an import that does so anyway stops the
+/// sale's buys (`not_on_sale`, the unit goes back).
+#[tokio::test]
+async fn a_sale_never_charges_more_than_the_items_regular_price() {
+    for shop in Shop::on_every_database(WebConfig::default()).await {
+        let kind = shop.kind();
+        shop.sale_of(5, 10).await;
+        let before = shop.db.item(item(5)).await.unwrap().unwrap();
+        let cheaper = |cents| {
+            shop_cache::domain::catalogue::ItemEdit::new(None, None, Some(cents), None).unwrap()
+        };
+        let refused = shop
+            .state
+            .catalogue()
+            .update(item(5), &cheaper(499), None)
+            .await
+            .expect_err("below the sale's price");
+        assert!(
+            matches!(
+                refused,
+                shop_app::catalogue::CatalogueError::BelowSale {
+                    sale_cents: 500,
+                    ..
+                }
+            ),
+            "{kind}: {refused}"
+        );
+        let web = shop_web::error::WebError::from(refused);
+        assert_eq!(web.status(), StatusCode::CONFLICT, "{kind}");
+        assert_eq!(
+            shop.db.item(item(5)).await.unwrap().unwrap(),
+            before,
+            "{kind}: nothing saved"
+        );
+        // The sale's own price is as low as the regular one may go.
+        shop.state
+            .catalogue()
+            .update(item(5), &cheaper(500), None)
+            .await
+            .unwrap();
+
+        let mut fields = shop.db.item(item(5)).await.unwrap().unwrap().fields();
+        fields.price_cents = 100;
+        shop.db.import_items(&[(item(5), fields, 0)]).await.unwrap();
+        let buyer = shop.login("ivy").await;
+        let (status, body) = shop.buy("5", Some(&buyer), Some("i-1")).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");
+        assert_eq!(body["outcome"], "not_on_sale", "{kind}: {body}");
+        assert_eq!(shop.redis_stock(5).await, 10, "{kind}: the unit went back");
+        assert_eq!(shop.db_stock(5).await, 10, "{kind}");
+    }
+}
+
 /// A buy names the sale price its buyer was shown (`?price_cents=`, as the sale
 /// page sends it): once the sale was started again at another price, that buy
 /// buys nothing (409 `price_changed`, the unit still on sale, the answer kept
