@@ -137,7 +137,12 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
         };
     }
     if change.removed {
-        return format!("{title} is no longer in your cart.");
+        // Most often an order took it (another tab's, or this one's whose
+        // answer was lost): say where that order would be.
+        return format!(
+            "{title} is no longer in your cart (if an order of yours took it, your account \
+             page lists that order)."
+        );
     }
     if change.retired {
         return format!("{title} is no longer available.");

@@ -201,6 +201,16 @@ async fn a_page_whose_cart_another_tab_ordered_is_told_so_and_the_order_is_not_r
         body,
         serde_json::json!({"outcome": "changed", "cart_version": "", "changes": [{"item": 5, "removed": true}]})
     );
+    // As a page: the shopper is told where an order that took it would be.
+    let resp = app
+        .post("/checkout", Some(&buyer), &second_tab, false)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let page = text(resp).await;
+    assert!(
+        page.contains("is no longer in your cart (if an order of yours took it, your account page lists that order)."),
+        "{page}"
+    );
     let user = app.db.user_named("paula").await.unwrap().unwrap();
     assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1);
 }
