@@ -125,7 +125,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
             && report.outcomes.get("bought").copied().unwrap_or(0) == orders as u64
             && report.distinct_orders as i64 == orders,
     };
-    println!(
+    crate::say!(
         "orders     {orders} units ordered for a stock of {} ({} oversold); stock left: \
          database {database_stock_left}, redis {}",
         check.stock,

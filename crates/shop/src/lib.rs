@@ -9,6 +9,7 @@ pub mod daemons;
 pub mod flash_load;
 pub mod logging;
 pub mod managed_redis;
+pub mod output;
 pub mod server;
 pub mod shutdown;
 

@@ -64,7 +64,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         } => {
             let fields = ItemFields::new(&title, &description, price_cents, &category)?;
             let item = catalogue.add(id, &fields, stock).await.map_err(explain)?;
-            println!("{}", item.id);
+            crate::say!("{}", item.id);
         }
         ItemsCommand::Update {
             id,
@@ -99,14 +99,14 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 (None, None) => anyhow::bail!("give --add N or --set N"),
             };
             let (before, after) = catalogue.stock(id, change).await.map_err(explain)?;
-            println!("item {id}: {before} units before, {after} now");
+            crate::say!("item {id}: {before} units before, {after} now");
         }
         ItemsCommand::Remove { id } => {
             let applied = catalogue.retire(id).await.map_err(explain)?;
             if applied.changed.is_empty() {
-                println!("item {id} was already retired");
+                crate::say!("item {id} was already retired");
             } else {
-                println!(
+                crate::say!(
                     "item {id} retired ({} cached pages purged)",
                     applied.pages_purged
                 );
@@ -157,7 +157,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 bar.inc(chunk.len() as u64);
             }
             bar.finish_and_clear();
-            println!(
+            crate::say!(
                 "imported {} lines in {:.1?}: {} added, {} changed, {} unchanged; {} cached pages purged",
                 lines.len(),
                 started.elapsed(),
@@ -169,7 +169,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         }
         ItemsCommand::Purge { ids } => {
             let n = catalogue.purge(&ids).await.map_err(explain)?;
-            println!("{n} cached pages purged");
+            crate::say!("{n} cached pages purged");
         }
     }
     Ok(())
@@ -195,9 +195,9 @@ fn read_import(file: &std::path::Path) -> anyhow::Result<Vec<shop_app::import::I
 /// What an update did, in a line, with the item's version now.
 fn say(what: &str, version: i64, applied: &Applied) {
     if applied.changed.is_empty() {
-        println!("{what} unchanged at version {version} (it already had these values)");
+        crate::say!("{what} unchanged at version {version} (it already had these values)");
     } else {
-        println!(
+        crate::say!(
             "{what} updated to version {version} ({} cached pages purged)",
             applied.pages_purged
         );

@@ -27,24 +27,26 @@ use crate::connect::{connect_db, connect_redis};
 /// Runs `shop migrate`.
 pub async fn run(args: MigrateArgs) -> anyhow::Result<()> {
     connect_db(&args.database).await?.close().await;
-    println!("database: migrated");
+    crate::say!("database: migrated");
     let (conn, keys) = connect_redis(&args.redis).await?;
     let insights = Insights::new(conn.clone(), keys.clone());
     let removed = insights.remove_unwindowed_counts().await?;
-    println!("redis: removed {removed} insight counts of the old, unexpiring layout");
+    crate::say!("redis: removed {removed} insight counts of the old, unexpiring layout");
     let removed = insights.remove_old_also_bought_decay().await?;
-    println!("redis: removed {removed} keys of the old also-bought decay");
+    crate::say!("redis: removed {removed} keys of the old also-bought decay");
     let carts = Carts::new(
         conn.clone(),
         keys.clone(),
         shop_cache::cart::DEFAULT_MAX_QUANTITY,
     );
     let merged = carts.move_logged_in_carts().await?;
-    println!("redis: merged the carts of {merged} logged-in sessions into their accounts' carts");
+    crate::say!(
+        "redis: merged the carts of {merged} logged-in sessions into their accounts' carts"
+    );
     let sessions = Sessions::new(conn, keys);
     let listed = sessions.index_guests().await?;
-    println!("redis: listed {listed} sessions not logged in in guests: or anonymous:");
+    crate::say!("redis: listed {listed} sessions not logged in in guests: or anonymous:");
     let listed = sessions.index_logins().await?;
-    println!("redis: listed {listed} logged-in sessions in their users' lists of sessions");
+    crate::say!("redis: listed {listed} logged-in sessions in their users' lists of sessions");
     Ok(())
 }

@@ -28,21 +28,21 @@ pub async fn run(args: RowsArgs) -> anyhow::Result<()> {
                 }
             }
             rows.schedule(id, delay).await?;
-            println!("row {id} scheduled every {delay} s");
+            crate::say!("row {id} scheduled every {delay} s");
         }
         RowsCommand::Unschedule { id } => {
             rows.unschedule(id).await?;
-            println!("row {id} unscheduled");
+            crate::say!("row {id} unscheduled");
         }
         RowsCommand::List => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
-            println!("{:>12} {:>10} {:>12}", "row", "delay_s", "due_in_s");
+            crate::say!("{:>12} {:>10} {:>12}", "row", "delay_s", "due_in_s");
             for r in rows.list().await? {
                 let delay = r.delay.map_or("-".to_owned(), |d| d.to_string());
-                println!("{:>12} {:>10} {:>12.1}", r.row, delay, r.next_at - now);
+                crate::say!("{:>12} {:>10} {:>12.1}", r.row, delay, r.next_at - now);
             }
         }
     }

@@ -33,10 +33,10 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
                 id,
                 sale::start(&parts.stores(&db), id, sale, refresh).await?,
             )?;
-            println!(
+            crate::say!(
                 "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
             );
-            println!("{said}");
+            crate::say!("{said}");
             Ok(())
         }
     }

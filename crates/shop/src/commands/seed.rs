@@ -25,7 +25,7 @@ pub async fn demo_users(db: &Db) -> anyhow::Result<()> {
         .iter()
         .map(|(name, password)| format!("{name} / {password}"))
         .collect();
-    println!(
+    crate::say!(
         "{added} demo users added; demo logins: {}",
         users.join(", ")
     );
@@ -44,7 +44,7 @@ pub async fn with_progress(db: &Db, items: u64, seed: u64) -> anyhow::Result<()>
         .await
         .context("seeding the catalogue")?;
     bar.finish_and_clear();
-    println!(
+    crate::say!(
         "seeded {} new items in {:.1?} (catalogue: {} items)",
         report.items,
         started.elapsed(),

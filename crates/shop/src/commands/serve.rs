@@ -55,7 +55,7 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
     }
     let state =
         ManagedRedis::start(std::path::Path::new(managed_redis::STATE_DIR), Role::State).await?;
-    println!(
+    crate::say!(
         "started a private redis-server at {} (append-only file on, never evicts)",
         state.url()
     );
@@ -71,7 +71,7 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
             Role::Cache { max_mb },
         )
         .await?;
-        println!(
+        crate::say!(
             "started a private cache redis-server at {} (pages only, at most {max_mb} MB)",
             pages.url()
         );
@@ -96,7 +96,7 @@ async fn demo(
         if web.demo {
             seed::with_progress(db, web.demo_items, shop_db::seed::DEFAULT_SEED).await?;
         } else {
-            println!(
+            crate::say!(
                 "the catalogue is empty: load yours with `shop items import FILE` \
                  (JSON Lines), or the demo catalogue with `shop seed` (or serve with --demo)"
             );
@@ -113,7 +113,7 @@ async fn demo(
     };
     let parts = sale::SaleParts::new(conn, cache, keys);
     if sale::start_demo(&parts.stores(db), item).await? {
-        println!("started a demo flash sale of item {item}: see /flash");
+        crate::say!("started a demo flash sale of item {item}: see /flash");
     }
     Ok(Some(item))
 }
@@ -231,8 +231,8 @@ async fn serve_with(
     ));
     // The operators' address first: a script that waits for the "serving at"
     // line finds it there already.
-    println!("shop metrics at http://{metrics_addr}/metrics");
-    println!("shop is serving at http://{addr}/");
+    crate::say!("shop metrics at http://{metrics_addr}/metrics");
+    crate::say!("shop is serving at http://{addr}/");
     let stop = shutdown.clone();
     let files = server::raise_open_files_limit();
     let room = files.saturating_sub(server::RESERVED_FILES).max(1);

@@ -33,7 +33,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             if admin {
                 db.grant_admin(&name).await?;
             }
-            println!("added {name}{}", if admin { " (admin)" } else { "" });
+            crate::say!("added {name}{}", if admin { " (admin)" } else { "" });
             Ok(())
         }
         UsersCommand::SetPassword {
@@ -67,7 +67,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             };
             match accounts.reset_password(user, &password).await? {
                 Some(ended) => {
-                    println!("{name}'s password is set; {ended} session(s) logged out");
+                    crate::say!("{name}'s password is set; {ended} session(s) logged out");
                     Ok(())
                 }
                 None => anyhow::bail!(
@@ -81,7 +81,7 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             if !db.grant_admin(&name).await? {
                 anyhow::bail!("there is no user {name:?}");
             }
-            println!("{name} is an admin: /ops is open to them");
+            crate::say!("{name} is an admin: /ops is open to them");
             Ok(())
         }
     }

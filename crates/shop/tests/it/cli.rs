@@ -256,6 +256,36 @@ fn sale_start_refuses_an_unknown_item() {
     assert!(longest.contains("item 4 is on sale"), "{longest}");
 }
 
+/// A command whose reader went away before its answer (`| head -1`, a closed
+/// pipe) ends quietly with a broken pipe's code once its work is done, not
+/// with a panic and a backtrace.
+#[test]
+fn a_command_whose_reader_went_away_ends_quietly() {
+    let redis = TestRedis::start();
+    let db = TestDb::sqlite();
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
+    stdout(&run(&["seed", "--items", "10"], &env));
+    let mut cmd = shop();
+    cmd.args(["sale", "start", "3", "--stock", "5", "--price-cents", "100"])
+        .envs(env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // The read end closed before the command (which connects first) writes.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+    // Its work was done: the sale runs (started again, it is the same sale).
+    let again = stdout(&run(
+        &["sale", "start", "3", "--stock", "5", "--price-cents", "100"],
+        &env,
+    ));
+    assert!(again.contains("has these terms now"), "{again}");
+}
+
 #[tokio::test]
 async fn serve_answers_on_the_printed_address_and_stops_on_sigterm() {
     let shop = seeded(20).await;
