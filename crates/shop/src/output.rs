@@ -18,7 +18,7 @@ pub fn line(args: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `println!` for a command's answer: see [`line`].
+/// `println!` for a command's answer: see [`line()`].
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
