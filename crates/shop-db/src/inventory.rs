@@ -344,6 +344,34 @@ impl Db {
         Ok(SaleSet::Started { stock_before })
     }
 
+    /// The sales not ended by `now` whose price is above their item's regular
+    /// price now (an import lowered it): (item, sale price, regular price). The
+    /// database sells nothing of them (see `flash::ON_SALE`).
+    pub async fn sales_above_regular(&self, now: i64) -> Result<Vec<(ItemId, i64, i64)>, DbError> {
+        let rows = sqlx::query(
+            "SELECT v.item_id, v.sale_price_cents, i.price_cents FROM inventory v \
+             JOIN items i ON i.id = v.item_id \
+             WHERE v.sale_end > $1 AND v.sale_price_cents > i.price_cents \
+             AND i.retired_at IS NULL ORDER BY v.item_id",
+        )
+        .bind(now)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let item =
+                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
+                        what: "inventory.item_id",
+                    })?;
+                Ok((
+                    item,
+                    r.try_get("sale_price_cents")?,
+                    r.try_get("price_cents")?,
+                ))
+            })
+            .collect()
+    }
+
     /// Every sale ending after `since`, by item: its terms as the database holds
     /// them now (the stock is what is left).
     pub async fn sales(&self, since: i64) -> Result<Vec<(ItemId, Sale)>, DbError> {

@@ -42,7 +42,7 @@ pub enum InvalidInput {
     UserName,
     /// A new account's password is too short or too long ([`account`]).
     #[error(
-        "a password is at least 10 characters, not all one character (ten spaces), and at most 200 bytes"
+        "a password is at least 10 characters and at most 200 bytes, and not one character repeated (such as ten spaces)"
     )]
     Password,
     /// A new line for a cart that already holds the most lines allowed.

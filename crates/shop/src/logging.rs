@@ -7,8 +7,10 @@ use tracing_subscriber::EnvFilter;
 /// `info` and above, redis-rs's errors only. redis-rs warns at each failed
 /// reconnect to a cluster node (tens of lines a second per web server while
 /// a node is gone), and the shop says the same once, naming the node, as its
-/// breaker opens and closes. `SHOP_LOG=info` shows redis-rs's warnings too.
-pub const DEFAULT: &str = "info,redis=error";
+/// breaker opens and closes. PostgreSQL's notices at `info` (each command's
+/// migration check says "relation _sqlx_migrations already exists, skipping")
+/// are left out too. `SHOP_LOG=info` shows both.
+pub const DEFAULT: &str = "info,redis=error,sqlx::postgres::notice=warn";
 
 /// The filter for `setting` (`SHOP_LOG`'s value, if set).
 pub fn filter(setting: Option<&str>) -> EnvFilter {
@@ -65,6 +67,7 @@ mod tests {
                 tracing::info!(target: "shop_cache::connection", "the shop informs");
                 tracing::debug!(target: "shop_cache::connection", "the shop debugs");
                 tracing::warn!(target: "sqlx_postgres::options::parse", "sslpassword=hunter2");
+                tracing::info!(target: "sqlx::postgres::notice", "already exists, skipping");
             });
             let text = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
             text
@@ -80,6 +83,7 @@ mod tests {
         );
         assert!(!log.contains("warns") && !log.contains("debugs"), "{log}");
         assert!(!log.contains("hunter2"), "{log}");
+        assert!(!log.contains("skipping"), "no PostgreSQL notice: {log}");
         // A setting that is no filter: the default.
         let log = logged!(Some("no such=level=at all"));
         assert!(
@@ -92,6 +96,7 @@ mod tests {
     fn shop_log_says_what_is_logged_but_never_a_connect_parameter() {
         let log = logged!(Some("info"));
         assert!(log.contains("async_connection warns"), "{log}");
+        assert!(log.contains("already exists, skipping"), "{log}");
         assert!(!log.contains("debugs"), "{log}");
         let log = logged!(Some("debug"));
         assert!(

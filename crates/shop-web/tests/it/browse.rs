@@ -237,7 +237,7 @@ async fn sign_up_logs_in_with_the_guest_cart_and_refuses_bad_input() {
         (
             "name=newbie&password=++++++++++++",
             400,
-            "not all one character",
+            "not one character repeated",
         ),
         ("name=&password=", 400, "3 to 32"),
         (

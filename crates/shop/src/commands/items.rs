@@ -166,6 +166,15 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 total.unchanged,
                 total.pages_purged
             );
+            // An import is not refused for it (its lines were checked before a
+            // write), but a sale priced above its item sells nothing: say so.
+            for (id, sale, regular) in db.sales_above_regular(shop_db::unix_now()).await? {
+                eprintln!(
+                    "warning: item {id}'s flash sale is priced at {sale} cents, above its regular \
+                     price of {regular} cents: it sells nothing until it is started again at a \
+                     price no higher (`shop sale start`) or the regular price is raised"
+                );
+            }
         }
         ItemsCommand::Purge { ids } => {
             let n = catalogue.purge(&ids).await.map_err(explain)?;

@@ -207,6 +207,18 @@ async fn an_import_checks_every_line_first_then_writes_only_what_changed() {
             "{kind}"
         );
 
+        // Item 2 on sale at its price, which the import then lowers: the sale
+        // would charge more than the item costs, and sells nothing; said.
+        let regular = app.db.item(item(2)).await.unwrap().unwrap().price_cents;
+        assert!(regular > 200, "{kind}: the test lowers it to 200");
+        let sale = app
+            .shop()
+            .args(["sale", "start", "2", "--stock", "5", "--price-cents"])
+            .arg(regular.to_string())
+            .output()
+            .unwrap();
+        stdout(&sale);
+
         // The same as item 1 is, a change to item 2, two new items, by stdin.
         let same = format!(
             r#"{{"id":1,"title":{},"description":{},"price_cents":{},"category":{}}}"#,
@@ -240,6 +252,14 @@ async fn an_import_checks_every_line_first_then_writes_only_what_changed() {
         assert!(
             said.contains("2 added, 1 changed, 1 unchanged"),
             "{kind}: {said}"
+        );
+        let warned = stderr(&out);
+        assert!(
+            warned.contains(&format!(
+                "warning: item 2's flash sale is priced at {regular} cents, above its regular \
+                 price of 200 cents"
+            )),
+            "{kind}: {warned}"
         );
         assert_eq!(
             app.db.item(item(2)).await.unwrap().unwrap().price_cents,
