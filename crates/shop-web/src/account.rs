@@ -93,7 +93,9 @@ async fn order(
     if wants_json(&headers) {
         return Ok((personal, axum::Json(order)).into_response());
     }
+    let name = state.user_names.name(&state.db, user).await?;
     let page = OrderPage {
+        name: name.map(|name| name.to_string()).unwrap_or_default(),
         id: order.summary.id,
         kind: order.summary.kind,
         placed: shop_cache::domain::when::Utc(order.summary.created_at).to_string(),

@@ -84,6 +84,16 @@ async fn cart_page(
     let cart = state.carts.get(cart_of(state, session).await?).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let by_id = state.db.items_by_id(&ids).await?;
+    // The page is personal (never cached): it says who is logged in without
+    // waiting for the script.
+    let user_name = match session.known_user()? {
+        Some(user) => state
+            .user_names
+            .name(&state.db, user)
+            .await?
+            .map(|name| name.to_string()),
+        None => None,
+    };
     let mut total = 0;
     let mut shown = Vec::with_capacity(cart.len());
     let lines = cart
@@ -112,6 +122,7 @@ async fn cart_page(
         max_quantity: state.carts.max_quantity(),
         changes,
         left_out: None,
+        user_name,
     })
 }
 

@@ -233,6 +233,8 @@ pub struct CartPage {
     pub changes: Vec<String>,
     /// What a login just left out of the cart, said once after it.
     pub left_out: Option<String>,
+    /// The logged-in user's name (the page's "Log out"), `None` for a guest.
+    pub user_name: Option<String>,
 }
 
 /// `GET /admin/items/{id}`: an item's edit form, for admins.
@@ -388,6 +390,8 @@ pub struct PlacedNotice {
 #[derive(Template)]
 #[template(path = "order.html")]
 pub struct OrderPage {
+    /// The logged-in user's name (the page's "Log out").
+    pub name: String,
     /// The order.
     pub id: i64,
     /// `cart` or `flash`.

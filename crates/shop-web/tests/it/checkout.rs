@@ -667,3 +667,30 @@ async fn a_key_used_for_a_checkout_and_a_flash_buy_places_each() {
         );
     }
 }
+
+/// A personal page (never cached: the cart, the account, an order) says who is
+/// logged in without waiting for a script; a page cached for everyone offers
+/// "Log in" and its script says who.
+#[tokio::test]
+async fn personal_pages_name_who_is_logged_in_without_a_script() {
+    let app = TestApp::start().await;
+    let logged_out =
+        r#"<div id="who"><a href="/login">Log in</a> <a href="/signup">Sign up</a></div>"#;
+    let guest = app.visitor().await;
+    let cart = text(app.get("/cart", Some(&guest)).await).await;
+    assert!(cart.contains(logged_out), "{cart}");
+    let paula = app.logged_in("paula").await;
+    app.post("/cart", Some(&paula), "item=5&count=1", false)
+        .await;
+    let shown = app.checkout_form(&paula, "who-1").await;
+    let placed = json(app.post("/checkout", Some(&paula), &shown, true).await).await;
+    let order = format!("/account/orders/{}", placed["order_id"]);
+    let logged_in = r#"<div id="who"><a href="/account">paula</a> <form method="post" action="/logout" class="inline"><button type="submit">Log out</button></form></div>"#;
+    for uri in ["/cart", "/account", order.as_str()] {
+        let page = text(app.get(uri, Some(&paula)).await).await;
+        assert!(page.contains(logged_in), "{uri}: {page}");
+        assert!(!page.contains("Log in</a>"), "{uri}");
+    }
+    let item = text(app.get("/items/3", Some(&paula)).await).await;
+    assert!(item.contains(logged_out), "the shared page");
+}
