@@ -411,7 +411,8 @@ async fn insert_order(
     .await?
     .try_get("id")?;
     sqlx::query(
-        "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, 1, $3)",
+        "INSERT INTO order_lines (order_id, item_id, quantity, price_cents, title) \
+         SELECT $1, $2, 1, $3, title FROM items WHERE id = $2",
     )
     .bind(order_id)
     .bind(item.to_i64())

@@ -104,7 +104,8 @@ pub struct OrderDetail {
 pub struct OrderLine {
     /// The item.
     pub item: ItemId,
-    /// The item's title now (an order keeps no title of its own).
+    /// The item's title when it was bought (for a line bought before lines kept
+    /// their titles, the item's title now).
     pub title: String,
     /// Units bought.
     pub quantity: i64,
@@ -232,12 +233,14 @@ impl Db {
                 });
             }
             sqlx::query(
-                "INSERT INTO order_lines (order_id, item_id, quantity, price_cents) VALUES ($1, $2, $3, $4)",
+                "INSERT INTO order_lines (order_id, item_id, quantity, price_cents, title) \
+                 VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(order_id)
             .bind(item.to_i64())
             .bind(i64::from(quantity))
             .bind(price)
+            .bind(&found.title)
             .execute(&mut *tx)
             .await?;
             total += price * i64::from(quantity);
@@ -325,7 +328,8 @@ impl Db {
             return Ok(None);
         };
         let rows = sqlx::query(
-            "SELECT l.item_id, i.title, l.quantity, l.price_cents FROM order_lines l \
+            "SELECT l.item_id, COALESCE(l.title, i.title) AS title, l.quantity, l.price_cents \
+             FROM order_lines l \
              JOIN items i ON i.id = l.item_id WHERE l.order_id = $1 ORDER BY l.item_id",
         )
         .bind(order_id)

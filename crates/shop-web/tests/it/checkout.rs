@@ -542,8 +542,14 @@ async fn an_order_shows_its_lines_at_the_prices_charged_to_its_buyer_alone() {
         let shown = app.checkout_form(&buyer, "lines-1").await;
         let placed = json(app.post("/checkout", Some(&buyer), &shown, true).await).await;
         let id = placed["order_id"].as_i64().unwrap();
-        // Today's price is not what the order was charged.
-        let edit = ItemEdit::new(None, None, Some(five.price_cents + 100), None).unwrap();
+        // Today's price and title are not what the order bought.
+        let edit = ItemEdit::new(
+            Some("Renamed since"),
+            None,
+            Some(five.price_cents + 100),
+            None,
+        )
+        .unwrap();
         app.state
             .catalogue()
             .update(item(5), &edit, None)
@@ -579,6 +585,7 @@ async fn an_order_shows_its_lines_at_the_prices_charged_to_its_buyer_alone() {
         ] {
             assert!(page.contains(&said), "{kind}: {said} in {page}");
         }
+        assert!(!page.contains("Renamed since"), "{kind}: the title bought");
 
         let resp = app
             .send(
