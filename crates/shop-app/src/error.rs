@@ -17,8 +17,9 @@ pub enum AppError {
     /// waits for the reconciler): retry with the same key shortly.
     #[error("the outcome is not known yet; retry with the same key")]
     Pending,
-    /// Another checkout of this cart (another tab, another key) is being placed
-    /// now; nothing was done: look at the cart again once it is over.
+    /// Another checkout of this cart held it for longer than a checkout waits
+    /// for it (`orders::CHECKOUT_WAIT`); nothing was done: look at the cart
+    /// again once it is over.
     #[error("another checkout of this cart is in progress")]
     CartBusy,
 }

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use shop_cache::cart::{CartHold, CartOf, Carts};
+use shop_cache::cart::{CartOf, Carts};
 use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::insights::Insights;
@@ -88,37 +88,42 @@ impl Checkout<'_> {
         key: &str,
         now: i64,
     ) -> Result<CheckoutOutcome, AppError> {
-        let (db, carts, pages) = (self.db.clone(), self.carts.clone(), self.pages.clone());
-        let (shown, key) = (shown.clone(), key.to_owned());
-        let placing = tokio::spawn(async move {
-            let hold = hold(&carts, user).await?;
-            let placed = place(&db, &carts, &pages, user, &shown, &key, now).await;
-            if let Err(error) = carts.release(hold).await {
-                // It expires on its own (`CHECKOUT_HOLD`).
-                tracing::warn!(%error, "could not let a cart go after its checkout");
+        let deadline = tokio::time::Instant::now() + CHECKOUT_WAIT;
+        loop {
+            let (db, carts, pages) = (self.db.clone(), self.carts.clone(), self.pages.clone());
+            let (shown, key) = (shown.clone(), key.to_owned());
+            // Held and placed in a task of its own: once the cart is taken, a
+            // shopper who goes away cuts off neither the order nor the release.
+            let placing = tokio::spawn(async move {
+                let Some(hold) = carts.hold_for_checkout(CartOf::Account(user)).await? else {
+                    return Ok(None);
+                };
+                let placed = place(&db, &carts, &pages, user, &shown, &key, now).await;
+                if let Err(error) = carts.release(hold).await {
+                    // It expires on its own (`CHECKOUT_HOLD`).
+                    tracing::warn!(%error, "could not let a cart go after its checkout");
+                }
+                placed.map(Some)
+            });
+            if let Some((outcome, ordered)) = placing.await.map_err(|_| AppError::Pending)?? {
+                if let Some(items) = ordered {
+                    self.insights.record(token, &items).await;
+                }
+                return Ok(outcome);
             }
-            placed
-        });
-        let (outcome, ordered) = placing.await.map_err(|_| AppError::Pending)??;
-        if let Some(items) = ordered {
-            self.insights.record(token, &items).await;
+            // Another checkout holds the cart: wait for it in this request (a
+            // read at a time, so a shopper who goes away stops waiting and
+            // leaves nothing behind), then try again.
+            loop {
+                if tokio::time::Instant::now() + CHECKOUT_POLL > deadline {
+                    return Err(AppError::CartBusy);
+                }
+                tokio::time::sleep(CHECKOUT_POLL).await;
+                if !self.carts.held_for_checkout(CartOf::Account(user)).await? {
+                    break;
+                }
+            }
         }
-        Ok(outcome)
-    }
-}
-
-/// Holds `user`'s cart for a checkout, waiting up to [`CHECKOUT_WAIT`] for
-/// another checkout of it to finish.
-async fn hold(carts: &Carts, user: UserId) -> Result<CartHold, AppError> {
-    let deadline = tokio::time::Instant::now() + CHECKOUT_WAIT;
-    loop {
-        if let Some(hold) = carts.hold_for_checkout(CartOf::Account(user)).await? {
-            return Ok(hold);
-        }
-        if tokio::time::Instant::now() + CHECKOUT_POLL > deadline {
-            return Err(AppError::CartBusy);
-        }
-        tokio::time::sleep(CHECKOUT_POLL).await;
     }
 }
 

@@ -236,6 +236,18 @@ impl Carts {
         Ok(change)
     }
 
+    /// Whether a checkout holds `cart` now (a read: nothing is taken).
+    pub async fn held_for_checkout(&self, cart: impl Into<CartOf>) -> Result<bool, CacheError> {
+        let key = match cart.into() {
+            CartOf::Session(token) => self.keys.checkout_hold(&token),
+            CartOf::Account(user) => self.keys.user_checkout_hold(user),
+        };
+        Ok(redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
     /// Holds `cart` for one checkout: `None` if another checkout holds it now.
     /// Held until [`Carts::release`], or [`CHECKOUT_HOLD`] at most.
     pub async fn hold_for_checkout(

@@ -15,8 +15,9 @@
 //! compares against): every buyer's attempt is a transaction here. The attempt is
 //! recorded first (SQLite takes its write lock at once; PostgreSQL makes a
 //! concurrent retry with the same key wait and then see this one's answer), then
-//! `UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND
-//! sale_start <= now AND now < sale_end` (the row lock or SQLite's write lock
+//! `UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND`
+//! `ON_SALE` (in the sale's window, the item still sold, the sale's price no
+//! higher than the item's; the row lock or SQLite's write lock
 //! serialises buyers, the condition is re-checked after the wait), the user's count
 //! below the limit, the order. Any refusal rolls back and records the refusal for
 //! the key. Correct, but the database takes a write per buyer, not per unit.

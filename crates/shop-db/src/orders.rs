@@ -327,29 +327,7 @@ impl Db {
         else {
             return Ok(None);
         };
-        let rows = sqlx::query(
-            "SELECT l.item_id, COALESCE(l.title, i.title) AS title, l.quantity, l.price_cents \
-             FROM order_lines l \
-             JOIN items i ON i.id = l.item_id WHERE l.order_id = $1 ORDER BY l.item_id",
-        )
-        .bind(order_id)
-        .fetch_all(&self.read)
-        .await?;
-        let lines = rows
-            .iter()
-            .map(|r| {
-                Ok(OrderLine {
-                    item: ItemId::from_i64(r.try_get("item_id")?).map_err(|_| {
-                        DbError::Corrupt {
-                            what: "order_lines.item_id",
-                        }
-                    })?,
-                    title: r.try_get("title")?,
-                    quantity: r.try_get("quantity")?,
-                    price_cents: r.try_get("price_cents")?,
-                })
-            })
-            .collect::<Result<Vec<_>, DbError>>()?;
+        let lines = self.lines_of(order_id).await?;
         Ok(Some(OrderDetail {
             summary: OrderSummary {
                 id: order.try_get("id")?,
@@ -364,19 +342,35 @@ impl Db {
 
     /// The lines of an order: (item, quantity, price in cents).
     pub async fn order_lines(&self, order_id: i64) -> Result<Vec<(ItemId, i64, i64)>, DbError> {
+        let lines = self.lines_of(order_id).await?;
+        Ok(lines
+            .into_iter()
+            .map(|line| (line.item, line.quantity, line.price_cents))
+            .collect())
+    }
+
+    /// The lines of order `order_id`, by item id.
+    async fn lines_of(&self, order_id: i64) -> Result<Vec<OrderLine>, DbError> {
         let rows = sqlx::query(
-            "SELECT item_id, quantity, price_cents FROM order_lines WHERE order_id = $1 ORDER BY item_id",
+            "SELECT l.item_id, COALESCE(l.title, i.title) AS title, l.quantity, l.price_cents \
+             FROM order_lines l \
+             JOIN items i ON i.id = l.item_id WHERE l.order_id = $1 ORDER BY l.item_id",
         )
         .bind(order_id)
         .fetch_all(&self.read)
         .await?;
         rows.iter()
             .map(|r| {
-                let item =
-                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
-                        what: "order_lines.item_id",
-                    })?;
-                Ok((item, r.try_get("quantity")?, r.try_get("price_cents")?))
+                Ok(OrderLine {
+                    item: ItemId::from_i64(r.try_get("item_id")?).map_err(|_| {
+                        DbError::Corrupt {
+                            what: "order_lines.item_id",
+                        }
+                    })?,
+                    title: r.try_get("title")?,
+                    quantity: r.try_get("quantity")?,
+                    price_cents: r.try_get("price_cents")?,
+                })
             })
             .collect()
     }

@@ -25,7 +25,11 @@ async fn main() -> std::process::ExitCode {
         .map_event_format(shop_web::request_log::NamedRequests)
         .init();
     match shop::run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        // Done, but its answer could not all be written (141: a reader gone).
+        Ok(()) => match shop::output::failed() {
+            Some(code) => std::process::ExitCode::from(code),
+            None => std::process::ExitCode::SUCCESS,
+        },
         Err(error) => {
             eprintln!("shop: {error:#}");
             std::process::ExitCode::FAILURE

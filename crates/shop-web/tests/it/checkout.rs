@@ -304,6 +304,29 @@ async fn checkout_waiting_on_the_database(
     }
 }
 
+/// Waits until a checkout has found the cart held and waits for it: it asks
+/// Redis whether the cart is still held (`EXISTS`) more often than `before`.
+async fn until_a_checkout_waits_for_the_cart(app: &TestApp, before: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while exists_calls(app).await <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: no checkout waited for the cart",
+            app.kind()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// How many `EXISTS` Redis has answered so far.
+async fn exists_calls(app: &TestApp) -> u64 {
+    app.command_calls()
+        .await
+        .get("exists")
+        .copied()
+        .unwrap_or(0)
+}
+
 /// The same request as `checkout_waiting_on_the_database`, sent in a task of its
 /// own at once (it waits for the cart).
 fn checkout_in_background(
@@ -341,12 +364,14 @@ async fn a_checkout_in_flight_holds_its_cart_and_a_line_added_meanwhile_stays() 
         )
         .await;
         // The other tab: the same cart, another key.
+        let before = exists_calls(&app).await;
         let second = checkout_in_background(
             &app,
             &buyer,
             format!("key=tab-2&cart_version={version}"),
             true,
         );
+        until_a_checkout_waits_for_the_cart(&app, before).await;
         app.post("/cart", Some(&buyer), "item=7&count=1", false)
             .await;
         assert!(
@@ -385,7 +410,9 @@ async fn a_double_click_is_answered_with_the_one_order_it_placed() {
 
         let held = Held::take(&app).await;
         let first = checkout_waiting_on_the_database(&app, &buyer, form.clone(), false).await;
+        let before = exists_calls(&app).await;
         let second = checkout_in_background(&app, &buyer, form, false);
+        until_a_checkout_waits_for_the_cart(&app, before).await;
         held.release().await;
 
         let mut answers = Vec::new();
