@@ -382,7 +382,7 @@ pub(super) fn parse_seed(s: &str) -> Result<String, String> {
 #[derive(Debug, Clone, Args, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
-    /// sqlite:PATH (created if missing) or postgres://user@host/db.
+    /// sqlite:PATH (made if missing, except by the commands that change what a shop holds: see docs/operations.md) or postgres://user@host/db.
     #[arg(
         long,
         env = "DATABASE_URL",
