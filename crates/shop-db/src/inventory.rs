@@ -7,6 +7,7 @@ use shop_domain::ItemId;
 use sqlx::Row;
 
 use crate::catalogue::{RowLock, read_items};
+use crate::items::item_id;
 use crate::{Backend, Db, DbError};
 
 /// One item's inventory row as the row cache publishes it: column name -> value.
@@ -145,8 +146,7 @@ fn sqlite_json_line(line: &str) -> Result<(ItemId, &str), DbError> {
 /// An inventory row from a row of [`INVENTORY_SELECT`].
 fn inventory_from(row: &sqlx::any::AnyRow) -> Result<InventoryRow, DbError> {
     Ok(InventoryRow {
-        item_id: ItemId::from_i64(row.try_get("id")?)
-            .map_err(|_| DbError::Corrupt { what: "items.id" })?,
+        item_id: item_id(row, "id", "items.id")?,
         title: row.try_get("title")?,
         price_cents: row.try_get("price_cents")?,
         stock: row.try_get("stock")?,
@@ -359,10 +359,7 @@ impl Db {
         .await?;
         rows.iter()
             .map(|r| {
-                let item =
-                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
-                        what: "inventory.item_id",
-                    })?;
+                let item = item_id(r, "item_id", "inventory.item_id")?;
                 Ok((
                     item,
                     r.try_get("sale_price_cents")?,
@@ -385,10 +382,7 @@ impl Db {
         .await?;
         rows.iter()
             .map(|r| {
-                let item =
-                    ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
-                        what: "inventory.item_id",
-                    })?;
+                let item = item_id(r, "item_id", "inventory.item_id")?;
                 let sale = Sale {
                     stock: r.try_get("stock")?,
                     price_cents: r.try_get("price")?,
@@ -408,11 +402,7 @@ impl Db {
                 .fetch_all(&self.read)
                 .await?;
         rows.iter()
-            .map(|r| {
-                ItemId::from_i64(r.try_get("item_id")?).map_err(|_| DbError::Corrupt {
-                    what: "inventory.item_id",
-                })
-            })
+            .map(|r| item_id(r, "item_id", "inventory.item_id"))
             .collect()
     }
 }

@@ -10,6 +10,12 @@ use sqlx::any::AnyRow;
 
 use crate::{Db, DbError};
 
+/// The item id in `row`'s `column`; one that is no item id is
+/// [`DbError::Corrupt`], naming `what` (the table and column).
+pub(crate) fn item_id(row: &AnyRow, column: &str, what: &'static str) -> Result<ItemId, DbError> {
+    ItemId::from_i64(row.try_get(column)?).map_err(|_| DbError::Corrupt { what })
+}
+
 /// Most ids bound into one `IN (...)` list. SQLite allows 32,766 parameters per
 /// statement (999 before 3.32) and PostgreSQL 65,535; 500 stays far below both and
 /// keeps each statement's plan and result small.
@@ -77,8 +83,7 @@ pub(crate) const ITEM_COLUMNS: &str =
 impl Item {
     pub(crate) fn from_row(row: &AnyRow) -> Result<Self, DbError> {
         Ok(Self {
-            id: ItemId::from_i64(row.try_get("id")?)
-                .map_err(|_| DbError::Corrupt { what: "items.id" })?,
+            id: item_id(row, "id", "items.id")?,
             title: row.try_get("title")?,
             description: row.try_get("description")?,
             price_cents: row.try_get("price_cents")?,

@@ -362,11 +362,7 @@ impl Db {
         rows.iter()
             .map(|r| {
                 Ok(OrderLine {
-                    item: ItemId::from_i64(r.try_get("item_id")?).map_err(|_| {
-                        DbError::Corrupt {
-                            what: "order_lines.item_id",
-                        }
-                    })?,
+                    item: crate::items::item_id(r, "item_id", "order_lines.item_id")?,
                     title: r.try_get("title")?,
                     quantity: r.try_get("quantity")?,
                     price_cents: r.try_get("price_cents")?,
