@@ -238,12 +238,8 @@ impl Carts {
 
     /// Whether a checkout holds `cart` now (a read: nothing is taken).
     pub async fn held_for_checkout(&self, cart: impl Into<CartOf>) -> Result<bool, CacheError> {
-        let key = match cart.into() {
-            CartOf::Session(token) => self.keys.checkout_hold(&token),
-            CartOf::Account(user) => self.keys.user_checkout_hold(user),
-        };
         Ok(redis::cmd("EXISTS")
-            .arg(key)
+            .arg(self.hold_key(cart.into()))
             .query_async(&mut self.conn.clone())
             .await?)
     }
@@ -254,11 +250,15 @@ impl Carts {
         &self,
         cart: impl Into<CartOf>,
     ) -> Result<Option<CartHold>, CacheError> {
-        let key = match cart.into() {
+        crate::lock::take(&self.conn, self.hold_key(cart.into()), CHECKOUT_HOLD).await
+    }
+
+    /// The key of `cart`'s checkout hold.
+    fn hold_key(&self, cart: CartOf) -> String {
+        match cart {
             CartOf::Session(token) => self.keys.checkout_hold(&token),
             CartOf::Account(user) => self.keys.user_checkout_hold(user),
-        };
-        crate::lock::take(&self.conn, key, CHECKOUT_HOLD).await
+        }
     }
 
     /// Lets the cart go after its checkout (unless the hold expired and another
