@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use axum::Router;
 use axum::extract::Path;
-use axum::http::header;
+use axum::http::{Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -92,7 +92,12 @@ pub fn router() -> Router {
         .route("/favicon.ico", get(favicon))
 }
 
-async fn asset(Path(file): Path<String>) -> Result<Response, WebError> {
+async fn asset(Path(file): Path<String>, uri: Uri) -> Result<Response, WebError> {
+    // As sent, not as decoded: one URL a file (`/static/%73hop.css` is none),
+    // so an edge cache keeps one copy of it.
+    if uri.path().strip_prefix("/static/") != Some(&*file) {
+        return Err(WebError::not_found("there is no such file"));
+    }
     for asset in ALL {
         let cache = if file == *asset.versioned {
             IMMUTABLE

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -69,6 +69,16 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The path of `department`'s listing, spelled the one way the shop's links
+/// spell it. Any other spelling of it (`/c/%61udio` for `/c/audio`) is no
+/// department's: each spelling would be a page of its own in the page cache
+/// (its key is the path as sent), so a client could fill it with copies of
+/// one page (3 to the power of the name's length of them), as item paths
+/// ([`crate::request::ItemPath`]) cannot either.
+pub fn department_path(department: &str) -> String {
+    format!("/c/{}", url_encode(department))
+}
+
 /// The query of a listing page.
 #[derive(Debug, Deserialize)]
 pub struct After {
@@ -98,8 +108,12 @@ async fn category(
     State(state): State<AppState>,
     Path(category): Path<String>,
     Query(q): Query<After>,
+    uri: Uri,
 ) -> Result<Response, WebError> {
-    if category.is_empty() || category.chars().count() > MAX_CATEGORY {
+    if category.is_empty()
+        || category.chars().count() > MAX_CATEGORY
+        || uri.path() != department_path(&category)
+    {
         return Err(WebError::not_found("there is no such department"));
     }
     let after = parse_after(q.after.as_deref())?;
@@ -130,7 +144,7 @@ async fn listing(
     let more = items.len() > LISTING_PAGE as usize;
     items.truncate(LISTING_PAGE as usize);
     let base = match category {
-        Some(c) => format!("/c/{}", url_encode(c)),
+        Some(c) => department_path(c),
         None => "/items".to_owned(),
     };
     let page = ListingPage {

@@ -6,12 +6,13 @@
 //! immutable`. A change of department changes the URL; a change of the drawing
 //! changes [`DRAWING`]. Only an item's own picture URL is drawn (the item read
 //! from the process's copy of the catalogue, [`crate::purged_copy`]): a made-up
-//! URL is a 404, so a client cannot fill an edge cache with pictures of nothing. Nothing of the URL is written into the
+//! URL (or another spelling of a picture's own) is a 404, so a client cannot
+//! fill an edge cache with pictures of nothing. Nothing of the URL is written into the
 //! picture (the department is only hashed).
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::header;
+use axum::http::{Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -49,6 +50,7 @@ pub fn url(department: &str, id: u64) -> String {
 async fn picture(
     State(state): State<AppState>,
     Path((drawing, department, file)): Path<(String, String, String)>,
+    uri: Uri,
 ) -> Result<Response, WebError> {
     let none = || WebError::not_found("there is no such picture");
     let id = file
@@ -57,7 +59,10 @@ async fn picture(
         .filter(|_| drawing == DRAWING)
         .ok_or_else(none)?;
     let items = crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &[id]).await?;
-    if items.first().map(|item| item.picture.as_str()) != Some(&url(&department, id.get())) {
+    // As sent, not as decoded: one URL a picture, so an edge cache keeps one
+    // copy of it (`/pictures/v1/%6Bitchen/5.svg` is no picture's).
+    let own = url(&department, id.get());
+    if items.first().map(|item| item.picture.as_str()) != Some(&own) || uri.path() != own {
         return Err(none());
     }
     let id = id.get();

@@ -75,7 +75,7 @@ impl CategoryLink {
             .iter()
             .map(|name| Self {
                 name: name.clone(),
-                href: format!("/c/{}", url_encode(name)),
+                href: crate::browse::department_path(name),
             })
             .collect()
     }

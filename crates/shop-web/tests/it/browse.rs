@@ -92,6 +92,38 @@ async fn listings_walk_every_item_once_and_departments_hold_their_own() {
     assert_eq!(again.headers()["x-cache"], "MISS");
 }
 
+/// A department's listing has one path, the one its links spell: another
+/// spelling (a letter percent-encoded, in either case) names no department, so
+/// it is neither rendered nor kept (a drill filled the page cache with 3,000
+/// copies of one listing, 3 to the power of the name's length being possible).
+#[tokio::test]
+async fn a_department_has_one_path() {
+    let app = TestApp::start().await;
+    let department = app.db.categories().await.unwrap().remove(0);
+    let own = format!("/c/{department}");
+    assert_eq!(app.get(&own, None).await.status(), StatusCode::OK);
+    let (first, rest) = department.split_at(1);
+    let byte = first.as_bytes()[0];
+    for other in [
+        format!("/c/%{byte:02X}{rest}"),
+        format!("/c/%{byte:02x}{rest}"),
+        format!("/c/{department}%2F"),
+        format!("/c/%{byte:02X}{rest}?after=1"),
+    ] {
+        let resp = app.get(&other, None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{other}");
+        assert_ne!(x_cache(&resp), "HIT", "{other}");
+        let control = resp.headers()[header::CACHE_CONTROL].to_str().unwrap();
+        assert!(control.contains("no-store"), "{other}: {control}");
+        // Asked again: still not a page of its own.
+        assert_eq!(app.get(&other, None).await.status(), StatusCode::NOT_FOUND);
+    }
+    // The department's own path is unchanged, and served from the cache.
+    let again = app.get(&own, None).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(x_cache(&again), "HIT");
+}
+
 #[tokio::test]
 async fn listing_pages_come_from_the_page_cache_the_same_for_everyone() {
     let app = TestApp::start().await;

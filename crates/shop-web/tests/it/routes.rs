@@ -52,6 +52,8 @@ async fn every_route_answers() {
         ("/metrics", 404, "text/html"),
         ("/static/shop.js", 200, "text/javascript"),
         ("/static/shop.css", 200, "text/css"),
+        // One URL a file: another spelling of it is none.
+        ("/static/%73hop.css", 404, "text/html"),
         ("/favicon.ico", 200, "image/svg+xml"),
         ("/no-such-page", 404, "text/html"),
     ] {

@@ -117,6 +117,27 @@ async fn a_picture_is_drawn_by_the_shop_and_cached_for_a_year() {
             "{bad}"
         );
     }
+    // Nor is another spelling of its own URL: one URL a picture, so an edge
+    // cache keeps one copy of it.
+    let letter = item.category.as_bytes()[0];
+    let spellings = [
+        src.replacen(
+            &format!("/{}/", item.category),
+            &format!("/%{letter:02X}{}/", &item.category[1..]),
+            1,
+        ),
+        src.replacen("/v1/", "/%76%31/", 1),
+        src.replacen(".svg", "%2Esvg", 1),
+    ];
+    for other in &spellings {
+        assert_ne!(other, &src);
+        assert_eq!(
+            app.get(other, None).await.status(),
+            StatusCode::NOT_FOUND,
+            "{other}"
+        );
+    }
+    assert_eq!(app.get(&src, None).await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
