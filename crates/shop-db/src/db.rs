@@ -10,14 +10,14 @@
 //! do not wait for the writer at all. Every write is a [`WriteTx`] (see
 //! [`crate::write`]): a connection whose write failed is closed, never reused.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Once;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Connection};
 
 use crate::DbError;
 use crate::write::{WriteTx, connection_is_clean};
@@ -45,6 +45,55 @@ pub struct Db {
     pub(crate) commits: Arc<AtomicU64>,
     /// Uses of a read connection (see [`Db::reads`]).
     reads: Arc<AtomicU64>,
+    /// The SQLite file opened (none for PostgreSQL), checked by [`Db::ping`].
+    file: Option<Arc<OpenedFile>>,
+}
+
+/// The SQLite file a [`Db`] opened, told from any other file at its path by
+/// its device and inode: the file moved away, removed or replaced under a
+/// running server leaves its connections on the old file while new ones would
+/// open the one at the path (or none), so [`Db::ping`] fails until the file is
+/// back, and says so once.
+#[derive(Debug)]
+struct OpenedFile {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+    /// The error was logged and not yet said to be over.
+    said: AtomicBool,
+}
+
+impl OpenedFile {
+    fn open(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+            id: file_id(path),
+            said: AtomicBool::new(false),
+        }
+    }
+
+    fn check(&self) -> Result<(), DbError> {
+        let path = self.path.display();
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            if self.said.swap(false, Ordering::Relaxed) {
+                tracing::info!(%path, "the database file this server opened is back at its path");
+            }
+            return Ok(());
+        }
+        if !self.said.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                %path,
+                "the database file this server opened is no longer at its path (moved, removed \
+                 or replaced): put it back, or restart the server to open the file there now"
+            );
+        }
+        Err(DbError::FileMoved(self.path.clone()))
+    }
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// SQLite write connections. One: SQLite admits a single writer per file, so more
@@ -111,21 +160,22 @@ impl Db {
         let (backend, url) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Backend::Postgres, url.to_owned())
         } else if let Some(path) = sqlite_path(url) {
-            if let Some(dir) = Path::new(path)
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-            {
-                std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
-            }
-            (Backend::Sqlite, format!("sqlite://{path}?mode=rwc"))
+            create_sqlite(path).await?;
+            // Never `rwc` past this point: a connection opened while the file is
+            // away (moved, a restore in progress) would make a new, empty
+            // database at its path, which the reads would then see, and which
+            // deletes the real file's WAL as it closes. Without the file, a
+            // new connection fails (503) until it is back.
+            (Backend::Sqlite, format!("sqlite://{path}?mode=rw"))
         } else {
             return Err(DbError::UnsupportedUrl(url.to_owned()));
         };
-        // The write pool first: on a new SQLite file it creates the file and turns
-        // WAL on (a persistent setting), which the read connections then find.
+        // The write pool first: it turns WAL on (a persistent setting), which
+        // the read connections then find.
         let write = write_pool(backend).connect(&url).await?;
         let reads = Arc::<AtomicU64>::default();
         let read = read_pool(backend, reads.clone()).connect(&url).await?;
+        let file = sqlite_path(&url).map(|path| Arc::new(OpenedFile::open(Path::new(path))));
         let db = Self {
             read,
             write,
@@ -133,6 +183,7 @@ impl Db {
             password_checks: Arc::default(),
             commits: Arc::default(),
             reads,
+            file,
         };
         db.migrate().await?;
         Ok(db)
@@ -194,9 +245,16 @@ impl Db {
         self.read.close().await;
     }
 
-    /// Answers when the database answers reads (for `/healthz`).
+    /// Answers when the database answers reads of the shop's own tables (for
+    /// `/healthz`): an empty database, or on SQLite another file than the one
+    /// opened at its path ([`DbError::FileMoved`]), fails.
     pub async fn ping(&self) -> Result<(), DbError> {
-        sqlx::query("SELECT 1").execute(&self.read).await?;
+        if let Some(file) = &self.file {
+            file.check()?;
+        }
+        sqlx::query("SELECT 1 FROM write_probe")
+            .execute(&self.read)
+            .await?;
         Ok(())
     }
 
@@ -219,6 +277,26 @@ impl Db {
         .await
         .map_err(|_| sqlx::Error::WorkerCrashed)?
     }
+}
+
+/// Makes the SQLite file at `path` if there is none (with its directory), with
+/// WAL on: the one connection that may create it.
+async fn create_sqlite(path: &str) -> Result<(), DbError> {
+    if Path::new(path).exists() {
+        return Ok(());
+    }
+    if let Some(dir) = Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
+    }
+    let mut conn = sqlx::AnyConnection::connect(&format!("sqlite://{path}?mode=rwc")).await?;
+    sqlx::query("PRAGMA journal_mode = WAL")
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(())
 }
 
 async fn probe_write(

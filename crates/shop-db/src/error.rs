@@ -20,6 +20,10 @@ pub enum DbError {
     /// Hashing or checking a password failed (not a wrong password: that is `None`).
     #[error("password hashing: {0}")]
     Password(String),
+    /// The SQLite file opened is no longer at its path (moved, removed or
+    /// replaced under the running server).
+    #[error("the database file {0:?} is no longer the one this server opened")]
+    FileMoved(std::path::PathBuf),
     /// The database held a value this code cannot have written.
     #[error("unexpected value in {what}")]
     Corrupt {
@@ -57,7 +61,7 @@ impl DbError {
     /// transaction failures (40001, 40P01); and any failed commit.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            DbError::CommitFailed(_) => true,
+            DbError::CommitFailed(_) | DbError::FileMoved(_) => true,
             DbError::Sqlx(
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

@@ -84,3 +84,80 @@ async fn a_closed_pool_is_reported_as_unavailable() {
         assert!(err.is_unavailable(), "{}: {err}", test_db.kind());
     }
 }
+
+/// A SQLite file moved away under a running server (by an operator, a restore
+/// in progress): connections opened meanwhile make no new, empty database at its
+/// path (a drill's server did, then answered from it, and its closing deleted
+/// the real file's WAL once the file was back: every row written since the last
+/// checkpoint lost), the health ping fails as unavailable, and all is well again
+/// once the file is back.
+#[tokio::test]
+async fn a_sqlite_file_moved_away_is_never_made_again_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shop.db");
+    let db = Db::connect(&format!("sqlite:{}", path.display()))
+        .await
+        .unwrap();
+    db.ping().await.unwrap();
+    sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES ('kept', 'x', 0)")
+        .execute(db.write_pool())
+        .await
+        .unwrap();
+    let away = dir.path().join("away");
+    std::fs::create_dir(&away).unwrap();
+    let files = ["shop.db", "shop.db-wal", "shop.db-shm"];
+    for file in files {
+        std::fs::rename(dir.path().join(file), away.join(file)).unwrap();
+    }
+    let error = db.ping().await.unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("shop.db"), "{error}");
+    // Every read connection at once: the pool opens new ones, which find no file.
+    let opened = futures::future::join_all((0..8).map(|_| db.read_pool().acquire())).await;
+    assert!(
+        opened.iter().any(Result::is_err),
+        "new connections opened a file"
+    );
+    drop(opened);
+    assert!(!path.exists(), "an empty database was made at the path");
+    for file in files {
+        std::fs::rename(away.join(file), dir.path().join(file)).unwrap();
+    }
+    db.ping().await.unwrap();
+    let opened = futures::future::join_all((0..8).map(|_| db.read_pool().acquire())).await;
+    assert!(opened.iter().all(Result::is_ok));
+    drop(opened);
+    let names: i64 = sqlx::query("SELECT COUNT(*) FROM users WHERE name = 'kept'")
+        .fetch_one(db.read_pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(names, 1);
+    db.close().await;
+    // What the server wrote is in the file at the path.
+    let again = Db::connect(&format!("sqlite:{}", path.display()))
+        .await
+        .unwrap();
+    let names: i64 = sqlx::query("SELECT COUNT(*) FROM users WHERE name = 'kept'")
+        .fetch_one(again.read_pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(names, 1);
+}
+
+/// The health ping reads the shop's own tables: an empty database answers
+/// `SELECT 1` but is no shop's.
+#[tokio::test]
+async fn the_ping_fails_on_a_database_without_the_shops_tables() {
+    for (_test_db, db) in databases().await {
+        db.ping().await.unwrap();
+        sqlx::query("DROP TABLE write_probe")
+            .execute(db.write_pool())
+            .await
+            .unwrap();
+        assert!(db.ping().await.is_err(), "{:?}", db.backend());
+    }
+}
