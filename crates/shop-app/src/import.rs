@@ -8,11 +8,12 @@
 //! may appear once.
 
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 use serde::Deserialize;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::ItemFields;
+use shop_db::inventory::MAX_STOCK;
 
 /// One checked line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +38,13 @@ pub enum ImportError {
         message: String,
     },
     /// The file could not be read.
-    #[error("reading the file: {0}")]
+    #[error("reading the file")]
     Read(#[from] std::io::Error),
 }
+
+/// The longest line read, in bytes: an item's fields with room to spare. A
+/// longer one is refused as it is read, not held whole in memory first.
+pub const MAX_LINE: usize = 1 << 20;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,30 +59,47 @@ struct RawLine {
 }
 
 /// Reads and checks every line of `input`.
-pub fn parse(input: impl BufRead) -> Result<Vec<ImportLine>, ImportError> {
+pub fn parse(mut input: impl BufRead) -> Result<Vec<ImportLine>, ImportError> {
     let mut lines = Vec::new();
     let mut seen: HashMap<ItemId, usize> = HashMap::new();
-    for (index, text) in input.lines().enumerate() {
-        let number = index + 1;
-        let mut text = text?;
+    let mut bytes = Vec::new();
+    for number in 1.. {
+        let bad = |message: String| ImportError::BadLine {
+            line: number,
+            message,
+        };
+        bytes.clear();
+        let read = (&mut input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut bytes)?;
+        if read == 0 {
+            break;
+        }
+        if bytes.last() == Some(&b'\n') {
+            bytes.pop();
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+        } else if read > MAX_LINE {
+            return Err(bad(format!("longer than {MAX_LINE} bytes")));
+        }
+        let Ok(mut text) = String::from_utf8(std::mem::take(&mut bytes)) else {
+            return Err(bad("not UTF-8 text".into()));
+        };
         // A file saved by an editor that marks its encoding (Windows' "UTF-8"
         // does) starts with a byte-order mark: not part of the first line.
-        if index == 0 && text.starts_with('\u{feff}') {
+        if number == 1 && text.starts_with('\u{feff}') {
             text.drain(..'\u{feff}'.len_utf8());
         }
         if text.trim().is_empty() {
             continue;
         }
-        let bad = |message: String| ImportError::BadLine {
-            line: number,
-            message,
-        };
         let raw: RawLine = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let id = ItemId::new(raw.id).map_err(|e| bad(e.to_string()))?;
         let fields = ItemFields::new(&raw.title, &raw.description, raw.price_cents, &raw.category)
             .map_err(|e| bad(e.to_string()))?;
-        if raw.stock < 0 {
-            return Err(bad("stock must be 0 or more".into()));
+        if !(0..=MAX_STOCK).contains(&raw.stock) {
+            return Err(bad(format!("stock must be 0 to {MAX_STOCK}")));
         }
         if let Some(first) = seen.insert(id, number) {
             return Err(bad(format!("item {id} is also on line {first}")));
@@ -141,6 +163,16 @@ mod tests {
                 1,
                 "price",
             ),
+            (
+                r#"{"id":1,"title":"t","description":"","price_cents":1,"category":"c","stock":1000000001}"#.into(),
+                1,
+                "stock must be 0 to 1000000000",
+            ),
+            (
+                r#"{"id":1,"title":"t","description":"","price_cents":1,"category":"c","stock":-1}"#.into(),
+                1,
+                "stock must be 0",
+            ),
         ];
         for (text, at, says) in cases {
             match parse(text.as_bytes()) {
@@ -151,5 +183,31 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_line_of_bytes_not_text_or_too_long_is_named_by_its_number() {
+        let mut bytes = format!("{}\r\n", line(1, 1)).into_bytes();
+        bytes.extend_from_slice(b"{\"id\":2,\"title\":\"\xff\"}\n");
+        match parse(&bytes[..]) {
+            Err(ImportError::BadLine { line: 2, message }) => {
+                assert!(message.contains("UTF-8"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Refused as it is read: the long line is never held whole.
+        let long = format!("{}\n{}{}\n", line(1, 1), line(2, 1), " ".repeat(MAX_LINE));
+        match parse(long.as_bytes()) {
+            Err(ImportError::BadLine { line: 2, message }) => {
+                assert!(message.contains("longer than"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A last line without its newline, and one of exactly the limit, are read.
+        let last = format!("{}\n{}", line(1, 1), line(2, 1));
+        assert_eq!(parse(last.as_bytes()).unwrap().len(), 2);
+        let padded = line(3, 1);
+        let padded = format!("{padded}{}", " ".repeat(MAX_LINE - padded.len()));
+        assert_eq!(parse(padded.as_bytes()).unwrap().len(), 1);
     }
 }

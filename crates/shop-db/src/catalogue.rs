@@ -65,10 +65,16 @@ pub enum AddOutcome {
     Added(Item),
     /// The id asked for is another item's; nothing was written.
     IdTaken(ItemId),
-    /// No id was asked for, and the highest item's (retired ones count) is
-    /// the largest id there is: none follows it. Nothing was written.
+    /// No id was asked for, and every id is taken (retired items' count).
+    /// Nothing was written.
     NoIdLeft,
 }
+
+/// The lowest id no item has (retired ones count): 1, or the one after the
+/// lowest id whose next is free.
+const LOWEST_FREE_ID: &str = "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM items WHERE id = 1) \
+     THEN 1 ELSE (SELECT MIN(i.id) + 1 FROM items i \
+     WHERE NOT EXISTS (SELECT 1 FROM items j WHERE j.id = i.id + 1)) END AS id";
 
 /// How many times an add without an id retries when a concurrent add (on
 /// PostgreSQL) took the id it picked.
@@ -76,7 +82,8 @@ const ADD_RETRIES: u32 = 5;
 
 impl Db {
     /// Adds an item with `stock` units in stock, under `id` or, without one, the
-    /// next id after the highest.
+    /// next id after the highest (once the largest id is taken, the lowest free
+    /// one).
     pub async fn add_item(
         &self,
         id: Option<ItemId>,
@@ -99,11 +106,22 @@ impl Db {
                         .fetch_one(&mut *tx)
                         .await?
                         .try_get("id")?;
-                    if highest >= ItemId::MAX as i64 {
+                    let next = if highest < ItemId::MAX as i64 {
+                        highest + 1
+                    } else {
+                        // One item given the largest id (a typo in an import)
+                        // must not leave every later add without an id: the
+                        // lowest free one then.
+                        sqlx::query(LOWEST_FREE_ID)
+                            .fetch_one(&mut *tx)
+                            .await?
+                            .try_get("id")?
+                    };
+                    if next > ItemId::MAX as i64 {
                         tx.rollback().await?;
                         return Ok(AddOutcome::NoIdLeft);
                     }
-                    highest + 1
+                    next
                 }
             };
             match insert(&mut tx, id, fields, stock).await {

@@ -123,7 +123,7 @@ pub async fn connect_existing_db(database: &DatabaseSettings) -> anyhow::Result<
         anyhow::bail!(
             "there is no database at {path}: run this in the shop's directory (where \
              `shop serve` keeps data/shop.db) or name the database with --database-url or \
-             DATABASE_URL"
+             DATABASE_URL (`shop migrate` makes a new one)"
         );
     }
     connect_db(database).await

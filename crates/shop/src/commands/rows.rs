@@ -28,7 +28,12 @@ pub async fn run(args: RowsArgs) -> anyhow::Result<()> {
                 }
             }
             rows.schedule(id, delay).await?;
-            crate::say!("row {id} scheduled every {delay} s");
+            if delay > 0.0 {
+                crate::say!("row {id} scheduled every {delay} s");
+            } else {
+                // A delay of 0 or less stops caching it (as the book's did).
+                crate::say!("row {id} unscheduled (a delay of {delay} s stops caching it)");
+            }
         }
         RowsCommand::Unschedule { id } => {
             rows.unschedule(id).await?;

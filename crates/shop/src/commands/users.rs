@@ -4,7 +4,7 @@
 use anyhow::Context;
 
 use crate::config::UsersCommand;
-use crate::connect::{connect_db, connect_existing_db, connect_redis};
+use crate::connect::{connect_existing_db, connect_redis};
 
 /// The password on the first line of standard input (so it never shows in the
 /// process list or the shell's history).
@@ -24,9 +24,11 @@ pub async fn run(command: UsersCommand) -> anyhow::Result<()> {
             admin,
             database,
         } => {
+            // An account belongs to a shop that exists: run where there is
+            // none, this would add it to a new, empty database and say "added".
+            let db = connect_existing_db(&database).await?;
             let password = password_from_stdin()?;
             shop_cache::domain::account::check_new_account(&name, &password)?;
-            let db = connect_db(&database).await?;
             if db.create_user(&name, &password).await?.is_none() {
                 anyhow::bail!("the name {name:?} is taken");
             }

@@ -319,11 +319,13 @@ pub enum ItemsCommand {
         /// Department (1 to 100 characters, no '/').
         #[arg(long)]
         category: String,
-        /// The id to give it (default: one above the highest).
+        /// The id to give it (default: one above the highest; once the largest
+        /// id is taken, the lowest free one).
         #[arg(long)]
         id: Option<ItemId>,
-        /// Units in stock.
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
+        /// Units in stock (0 to 1,000,000,000).
+        #[arg(long, default_value_t = 0,
+              value_parser = clap::value_parser!(i64).range(0..=shop_db::inventory::MAX_STOCK))]
         stock: i64,
     },
     /// Change some of an item's fields (a retired item stays retired).

@@ -103,7 +103,11 @@ fn rows_schedule_list_and_unschedule() {
     let env = [("REDIS_URL", url.as_str()), ("DATABASE_URL", db.url())];
     stdout(&run(&["seed", "--items", "50"], &env));
     stdout(&run(&["items", "remove", "7"], &env));
-    stdout(&run(&["rows", "schedule", "42", "5"], &env));
+    let said = stdout(&run(&["rows", "schedule", "42", "5"], &env));
+    assert!(said.contains("row 42 scheduled every 5 s"), "{said}");
+    // A delay of 0 or less stops caching the row, and says so.
+    let said = stdout(&run(&["rows", "schedule", "44", "--", "-1"], &env));
+    assert!(said.contains("row 44 unscheduled"), "{said}");
     let listed = stdout(&run(&["rows", "list"], &env));
     let line = listed
         .lines()
@@ -588,6 +592,7 @@ fn a_command_run_where_no_database_is_says_so_and_makes_none() {
     ];
     for args in [
         &["users", "grant-admin", "alice"][..],
+        &["users", "add", "zed"],
         &["sale", "start", "3", "--stock", "5", "--price-cents", "100"],
         &["rows", "schedule", "3", "1"],
         &["items", "update", "3", "--price-cents", "100"],

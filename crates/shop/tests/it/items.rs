@@ -156,6 +156,22 @@ async fn bad_input_is_a_clear_error_and_changes_nothing() {
             "already exists",
         ),
         (vec!["items", "remove", "zero"], "item id"),
+        // More than any stock command could write off again.
+        (
+            vec![
+                "items",
+                "add",
+                "--title",
+                "X",
+                "--price-cents",
+                "1",
+                "--category",
+                "c",
+                "--stock",
+                "1000000001",
+            ],
+            "--stock",
+        ),
     ] {
         let out = app.shop().args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
