@@ -126,7 +126,20 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
             };
             let started = Instant::now();
             let mut total = Applied::default();
+            // Ctrl-C or SIGTERM stops the import between chunks: the chunk
+            // being written is written and purged whole, and the import says
+            // how far it got (killed at once, a chunk's purge could be lost).
+            let mut stop = Box::pin(crate::shutdown::listen());
             for chunk in lines.chunks(IMPORT_CHUNK) {
+                if futures::FutureExt::now_or_never(&mut stop).is_some() {
+                    bar.abandon();
+                    let done = total.added.len() + total.changed.len();
+                    let written = total.unchanged as usize + done;
+                    anyhow::bail!(
+                        "the import was stopped: the first {written} lines are written ({done} \
+                         added or changed, their pages purged); running it again finishes it"
+                    );
+                }
                 let chunk: Vec<_> = chunk
                     .iter()
                     .map(|l| (l.id, l.fields.clone(), l.stock))

@@ -395,3 +395,52 @@ async fn a_sold_out_item_is_restocked_and_its_cached_page_says_so_at_once() {
     assert_eq!(after, 12, "the refused changes changed nothing");
     assert!(stop(server).success());
 }
+
+/// Ctrl-C (or SIGTERM) half-way through an import stops it between chunks:
+/// what it wrote is whole chunks, and it says how many lines are written and
+/// that running it again finishes it (it stopped silently before).
+#[tokio::test]
+async fn an_import_stopped_half_way_says_how_far_it_got() {
+    let app = seeded_on(TestDb::sqlite(), 10).await;
+    let lines: String = (11..=60_010)
+        .map(|id| {
+            format!(
+                "{{\"id\":{id},\"title\":\"Item {id}\",\"description\":\"d\",\"price_cents\":100,\"category\":\"kitchen\"}}\n"
+            )
+        })
+        .collect();
+    let file = app.cwd.path().join("big.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    let child = app
+        .shop()
+        .args(["items", "import", "--quiet"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once its first chunk is written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while app.db.item_count().await.unwrap() == 10 {
+        assert!(std::time::Instant::now() < deadline, "no chunk written");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let said = stderr(&out);
+    let written: usize = said
+        .split("the first ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(said.contains("running it again finishes it"), "{said}");
+    assert!(written > 0 && written < 60_000, "{said}");
+    assert_eq!(written % 500, 0, "whole chunks: {said}");
+    assert_eq!(app.db.item_count().await.unwrap(), 10 + written as u64);
+}
