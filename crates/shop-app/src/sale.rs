@@ -119,6 +119,23 @@ pub async fn start(
     Ok(set)
 }
 
+/// Ends `item`'s sale now, if it has not ended (running, or not begun yet):
+/// in the database first (the record, which every order's commit checks), then
+/// in Redis (buys refused as not on sale; reservations made settle as usual),
+/// and purges the item's page and the sale page. Its units left stay the
+/// item's stock. `false` if neither had a sale of it to end; run again after
+/// an error, it finishes what is left.
+pub async fn stop(stores: &SaleStores<'_>, item: ItemId) -> Result<bool, AppError> {
+    let now = shop_db::unix_now();
+    let in_db = stores.db.end_sale(item, now).await?;
+    let in_redis = stores.flash.end(item, now).await?;
+    stores
+        .pages
+        .purge(&[page_tags::sales(), page_tags::item(item)])
+        .await?;
+    Ok(in_db || in_redis)
+}
+
 /// [`start`] as a new sale whatever ran before: a sale of `item` that has not
 /// ended is ended first (a sale that ended a minute ago replaces it), so every
 /// account may buy up to the limit again, as a load generator's next run needs.

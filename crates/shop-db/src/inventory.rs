@@ -344,6 +344,29 @@ impl Db {
         Ok(SaleSet::Started { stock_before })
     }
 
+    /// Ends item `id`'s sale at `now` (unix seconds) if it has not ended by
+    /// then (running, or not begun yet): the database-decided buy and the
+    /// order's commit read this window, so nothing more is sold. Its units
+    /// left stay the item's stock. `false` if there was no such sale.
+    pub async fn end_sale(&self, id: ItemId, now: i64) -> Result<bool, DbError> {
+        let mut tx = self.begin_write().await?;
+        // A sale not begun yet ends as an empty window (its start is now too).
+        let done = sqlx::query(
+            "UPDATE inventory SET sale_end = $1, \
+             sale_start = CASE WHEN sale_start > $2 THEN $3 ELSE sale_start END \
+             WHERE item_id = $4 AND sale_end > $5",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .bind(id.to_i64())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The sales not ended by `now` whose price is above their item's regular
     /// price now (an import lowered it): (item, sale price, regular price). The
     /// database sells nothing of them (see `flash::ON_SALE`).

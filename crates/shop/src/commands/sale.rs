@@ -1,4 +1,4 @@
-//! `shop sale`: starting a flash sale.
+//! `shop sale`: starting and stopping a flash sale.
 
 use crate::config::SaleCommand;
 use crate::connect::{connect_existing_db, connect_redis};
@@ -37,6 +37,26 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
                 "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
             );
             crate::say!("{said}");
+            Ok(())
+        }
+        SaleCommand::Stop {
+            id,
+            redis,
+            database,
+            edge,
+        } => {
+            let (conn, keys) = connect_redis(&redis).await?;
+            let db = connect_existing_db(&database).await?;
+            let cache = crate::connect::connect_configured_cache(&redis).await?;
+            let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
+            if !sale::stop(&parts.stores(&db), id).await? {
+                anyhow::bail!("item {id} has no sale running or coming: nothing was changed");
+            }
+            let left = db.inventory_row(id).await?.map_or(0, |row| row.stock);
+            crate::say!(
+                "item {id}'s sale ended: buys are refused from now; its {left} units left are \
+                 the item's stock (`shop items stock {id} --set N` counts it)"
+            );
             Ok(())
         }
     }

@@ -432,6 +432,21 @@ pub enum SaleCommand {
         #[command(flatten)]
         edge: EdgeSettings,
     },
+    /// End an item's sale now (running, or not begun yet): buys are refused
+    /// from now, and its units left stay the item's stock.
+    Stop {
+        /// The item.
+        id: ItemId,
+        /// Redis settings.
+        #[command(flatten)]
+        redis: RedisSettings,
+        /// Database settings.
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The edge caches the pages' purge reaches.
+        #[command(flatten)]
+        edge: EdgeSettings,
+    },
 }
 
 /// `--refresh`: seconds within [`shop_app::sale::REFRESH_RANGE`].

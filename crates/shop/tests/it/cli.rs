@@ -594,6 +594,7 @@ fn a_command_run_where_no_database_is_says_so_and_makes_none() {
         &["users", "grant-admin", "alice"][..],
         &["users", "add", "zed"],
         &["sale", "start", "3", "--stock", "5", "--price-cents", "100"],
+        &["sale", "stop", "3"],
         &["rows", "schedule", "3", "1"],
         &["items", "update", "3", "--price-cents", "100"],
         &["items", "stock", "3", "--add", "5"],

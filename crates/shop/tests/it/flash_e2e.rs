@@ -269,3 +269,58 @@ async fn sold_out_reaches_a_hundred_open_pages_within_a_second() {
         stopping.elapsed()
     );
 }
+
+/// One buy of item 1 through the router: (status, body).
+async fn buy_in(shop: &TestApp, cookie: &str, key: &str) -> (u16, serde_json::Value) {
+    let req = axum::http::Request::post("/api/flash/1/buy")
+        .header("cookie", cookie)
+        .header("idempotency-key", key)
+        .header("accept", "application/json")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = shop.send(req).await;
+    let status = resp.status().as_u16();
+    (status, shop_testapp::json(resp).await)
+}
+
+/// `shop sale stop` ends a running sale at once (there was no way but to start
+/// it again with no units): the next buy is refused as not on sale, the units
+/// left stay the item's stock, and a second stop says there is no sale.
+#[tokio::test]
+async fn sale_stop_ends_a_running_sale_at_once() {
+    for db in TestDb::all().await {
+        let shop = seeded_on(db, 10).await;
+        let kind = shop.kind();
+        start_sale(&shop, "5");
+        let buyer = shop.logged_in("bea").await;
+        let (status, body) = buy_in(&shop, &buyer, "first").await;
+        assert_eq!(
+            (status, &body["outcome"]),
+            (200, &"bought".into()),
+            "{kind}: {body}"
+        );
+        let out = crate::e2e::succeed(shop.shop().args(["sale", "stop", "1"]));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.contains("item 1's sale ended") && said.contains("its 4 units left"),
+            "{kind}: {said}"
+        );
+        let (status, body) = buy_in(&shop, &buyer, "second").await;
+        assert_eq!(status, 409, "{kind}: {body}");
+        assert_eq!(body["outcome"], "not_on_sale", "{kind}");
+        let item = ItemId::new(1).unwrap();
+        let row = shop.db.inventory_row(item).await.unwrap().unwrap();
+        assert_eq!(row.stock, 4, "{kind}");
+        let now = shop_db::unix_now();
+        assert!(
+            row.sale_end.is_some_and(|end| end <= now),
+            "{kind}: {row:?}"
+        );
+        let again = shop.shop().args(["sale", "stop", "1"]).output().unwrap();
+        assert!(!again.status.success(), "{kind}");
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("no sale running"),
+            "{kind}"
+        );
+    }
+}
