@@ -49,12 +49,8 @@ pub enum CatalogueError {
     /// Another item has this id; nothing was written.
     #[error("item {0} already exists")]
     IdTaken(ItemId),
-    /// No id was given and none is left after the highest item's (the
-    /// largest there is); nothing was written.
-    #[error(
-        "no id is left after the highest item's (the largest id, {}, is taken): give the new item an id",
-        ItemId::MAX
-    )]
+    /// No id was given and every id is taken; nothing was written.
+    #[error("every item id (1 to {}) is taken: no item can be added", ItemId::MAX)]
     NoIdLeft,
     /// The item changed since the version the edit was made from; nothing was
     /// written.

@@ -222,14 +222,26 @@ impl FlashSales {
     }
 
     /// Ends the sale of `item` at `now` (unix seconds), if one is running or
-    /// coming (its item was retired): later buys are refused as not on sale, and
+    /// coming (its item was retired, or `shop sale stop`): later buys are refused as not on sale, and
     /// reservations already made settle as usual. `false` if there was none.
     pub async fn end(&self, item: ItemId, now: i64) -> Result<bool, CacheError> {
+        let mut conn = self.conn.clone();
         let ended: i64 = scripts::SALE_END
             .key(self.keys.sale(item))
             .arg(now)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut conn)
             .await?;
+        if ended == 1 {
+            // The list of sales is ordered by end (its own key, another slot):
+            // the sale leaves it as one that ended now, not at its old end.
+            redis::cmd("ZADD")
+                .arg(self.keys.sales())
+                .arg("XX")
+                .arg(now)
+                .arg(item)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
         Ok(ended == 1)
     }
 

@@ -73,7 +73,7 @@ impl OpenedFile {
 
     fn check(&self) -> Result<(), DbError> {
         let path = self.path.display();
-        if self.id.is_some() && file_id(&self.path) == self.id {
+        if file_id(&self.path) == self.id {
             if self.said.swap(false, Ordering::Relaxed) {
                 tracing::info!(%path, "the database file this server opened is back at its path");
             }
@@ -91,9 +91,16 @@ impl OpenedFile {
 }
 
 /// The device and inode of the file at `path`, if there is one.
+#[cfg(unix)]
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Elsewhere a file cannot be told from another: [`Db::ping`] does not check it.
+#[cfg(not(unix))]
+fn file_id(_path: &Path) -> Option<(u64, u64)> {
+    None
 }
 
 /// SQLite write connections. One: SQLite admits a single writer per file, so more
@@ -175,7 +182,10 @@ impl Db {
         let write = write_pool(backend).connect(&url).await?;
         let reads = Arc::<AtomicU64>::default();
         let read = read_pool(backend, reads.clone()).connect(&url).await?;
-        let file = sqlite_path(&url).map(|path| Arc::new(OpenedFile::open(Path::new(path))));
+        let file = sqlite_path(&url)
+            .map(|path| OpenedFile::open(Path::new(path)))
+            .filter(|file| file.id.is_some())
+            .map(Arc::new);
         let db = Self {
             read,
             write,

@@ -69,14 +69,23 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The path of `department`'s listing, spelled the one way the shop's links
-/// spell it. Any other spelling of it (`/c/%61udio` for `/c/audio`) is no
-/// department's: each spelling would be a page of its own in the page cache
-/// (its key is the path as sent), so a client could fill it with copies of
-/// one page (3 to the power of the name's length of them), as item paths
-/// ([`crate::request::ItemPath`]) cannot either.
+/// The path of `department`'s listing, as the shop's links spell it.
 pub fn department_path(department: &str) -> String {
     format!("/c/{}", url_encode(department))
+}
+
+/// Whether `path`, as sent, is `department`'s listing: as the shop's links
+/// spell it, or with the characters a path may hold plainly
+/// ([`templates::url_encode_plain`]: `/c/Home%20&%20Garden`). Any other
+/// spelling (`/c/%61udio` for `/c/audio`) is no department's: each spelling
+/// would be a page of its own in the page cache (its key is the path as sent),
+/// so a client could fill it with copies of one page (3 to the power of the
+/// name's length of them), as item paths ([`crate::request::ItemPath`]) cannot
+/// either.
+fn is_department_path(path: &str, department: &str) -> bool {
+    path.strip_prefix("/c/").is_some_and(|raw| {
+        raw == url_encode(department) || raw == templates::url_encode_plain(department)
+    })
 }
 
 /// The query of a listing page.
@@ -112,7 +121,7 @@ async fn category(
 ) -> Result<Response, WebError> {
     if category.is_empty()
         || category.chars().count() > MAX_CATEGORY
-        || uri.path() != department_path(&category)
+        || !is_department_path(uri.path(), &category)
     {
         return Err(WebError::not_found("there is no such department"));
     }

@@ -59,10 +59,18 @@ async fn picture(
         .filter(|_| drawing == DRAWING)
         .ok_or_else(none)?;
     let items = crate::purged_copy::items(&state.db, state.item_copies.as_deref(), &[id]).await?;
-    // As sent, not as decoded: one URL a picture, so an edge cache keeps one
-    // copy of it (`/pictures/v1/%6Bitchen/5.svg` is no picture's).
+    // As sent, not as decoded: a picture has its URL, and the one other
+    // spelling of a path a proxy may pass on (`url_encode_plain`), so an edge
+    // cache keeps at most two copies of it (`/pictures/v1/%6Bitchen/5.svg` is
+    // no picture's).
     let own = url(&department, id.get());
-    if items.first().map(|item| item.picture.as_str()) != Some(&own) || uri.path() != own {
+    let plain = format!(
+        "/pictures/{DRAWING}/{}/{id}.svg",
+        crate::templates::url_encode_plain(&department)
+    );
+    if items.first().map(|item| item.picture.as_str()) != Some(&own)
+        || (uri.path() != own && uri.path() != plain)
+    {
         return Err(none());
     }
     let id = id.get();

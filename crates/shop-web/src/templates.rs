@@ -49,9 +49,38 @@ impl From<&Item> for ItemView {
 /// `text` for a URL path segment or query value: letters, digits and `-._~` as
 /// they are, every other byte of its UTF-8 as `%XX`.
 pub fn url_encode(text: &str) -> String {
+    encode(text, false)
+}
+
+/// `text` as [`url_encode`] writes it, but with the characters a path may hold
+/// as they are (`!$&'()*+,;=:@`): how a browser sends a typed
+/// `/c/Home%20&%20Garden`, and how a proxy that decodes and encodes paths again
+/// (Apache's `ProxyPass`, nginx's `proxy_pass` with a URI) passes the shop's
+/// own links on. The one other spelling of a path the shop serves.
+pub fn url_encode_plain(text: &str) -> String {
+    encode(text, true)
+}
+
+fn encode(text: &str, plain: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        let kept = plain
+            && matches!(
+                b,
+                b'!' | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+            );
+        if kept || b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

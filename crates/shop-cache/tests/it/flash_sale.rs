@@ -282,3 +282,24 @@ fn shop_cache_now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+both_layouts! {
+/// Ending a sale not begun yet leaves an empty window (its start is the end
+/// too: pages would say "starts in ..." of a sale that never will), and the
+/// list of sales has it as ended then, not at its old end.
+async fn ending_a_coming_sale_leaves_an_empty_window(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    let coming = SaleTerms {
+        start: NOW + 600,
+        end: NOW + 3_600,
+        ..terms(5)
+    };
+    sales.open(item(4), &coming, NOW).await.unwrap();
+    assert_eq!(sales.listed(NOW).await.unwrap(), vec![item(4)]);
+    assert!(sales.end(item(4), NOW).await.unwrap());
+    let state = sales.state(item(4)).await.unwrap().unwrap();
+    assert_eq!((state.start, state.end), (NOW, NOW));
+    assert!(sales.listed(NOW).await.unwrap().is_empty());
+    assert!(!sales.end(item(4), NOW).await.unwrap(), "nothing left to end");
+}
+}

@@ -56,8 +56,8 @@ async fn an_added_item_is_listed_searched_and_sold() {
             AddOutcome::IdTaken(item(500)),
             "{kind}"
         );
-        // The largest id taken (a typo in an import): an add without an id
-        // takes the lowest free one, not none (every later add failed so).
+        // The largest id taken: an add without an id takes the lowest free
+        // one, then the next.
         let last = item(ItemId::MAX);
         assert!(matches!(
             db.add_item(Some(last), &fields("Last", 1, "x"), 0)

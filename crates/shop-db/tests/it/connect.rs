@@ -87,10 +87,9 @@ async fn a_closed_pool_is_reported_as_unavailable() {
 
 /// A SQLite file moved away under a running server (by an operator, a restore
 /// in progress): connections opened meanwhile make no new, empty database at its
-/// path (a drill's server did, then answered from it, and its closing deleted
-/// the real file's WAL once the file was back: every row written since the last
-/// checkpoint lost), the health ping fails as unavailable, and all is well again
-/// once the file is back.
+/// path (one would be answered from, and its closing would delete the real
+/// file's WAL once the file is back), the health ping fails as unavailable, and
+/// all is well again once the file is back.
 #[tokio::test]
 async fn a_sqlite_file_moved_away_is_never_made_again_empty() {
     let dir = tempfile::tempdir().unwrap();

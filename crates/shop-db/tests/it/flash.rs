@@ -317,3 +317,43 @@ async fn winners_orders_the_fence_and_counting_by_key() {
         );
     }
 }
+
+/// Ending a sale: a running one ends now (a buy then is not on sale, its
+/// units stay the item's stock); one not begun yet ends as an empty window;
+/// nothing is left to end after.
+#[tokio::test]
+async fn end_sale_ends_a_running_or_coming_sale_now() {
+    for (test_db, db) in databases().await {
+        let kind = test_db.kind();
+        on_sale(&db, 7).await;
+        let buyer = users(&db, 1).await[0];
+        assert!(db.end_sale(item(1), NOW).await.unwrap(), "{kind}");
+        assert!(!db.end_sale(item(1), NOW).await.unwrap(), "{kind}: ended");
+        let row = db.inventory_row(item(1)).await.unwrap().unwrap();
+        assert_eq!((row.stock, row.sale_end), (7, Some(NOW)), "{kind}");
+        assert!(
+            matches!(
+                db.flash_buy(buyer, item(1), "k", 1, NOW, None)
+                    .await
+                    .unwrap(),
+                BuyOutcome::NotOnSale
+            ),
+            "{kind}"
+        );
+        let coming = Sale {
+            stock: 3,
+            price_cents: 999,
+            start: NOW + 600,
+            end: NOW + 3_600,
+        };
+        db.set_sale(item(2), coming, NOW).await.unwrap();
+        assert!(db.end_sale(item(2), NOW).await.unwrap(), "{kind}");
+        let row = db.inventory_row(item(2)).await.unwrap().unwrap();
+        assert_eq!(
+            (row.sale_start, row.sale_end),
+            (Some(NOW), Some(NOW)),
+            "{kind}"
+        );
+        assert!(!db.end_sale(item(3), NOW).await.unwrap(), "{kind}: no sale");
+    }
+}

@@ -32,7 +32,10 @@ pub async fn run(args: RowsArgs) -> anyhow::Result<()> {
                 crate::say!("row {id} scheduled every {delay} s");
             } else {
                 // A delay of 0 or less stops caching it (as the book's did).
-                crate::say!("row {id} unscheduled (a delay of {delay} s stops caching it)");
+                crate::say!(
+                    "row {id} unscheduled (a delay of 0 or less stops caching it; its copy \
+                     goes at the refresher's next step)"
+                );
             }
         }
         RowsCommand::Unschedule { id } => {

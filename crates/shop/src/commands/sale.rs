@@ -50,7 +50,10 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             let cache = crate::connect::connect_configured_cache(&redis).await?;
             let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
             if !sale::stop(&parts.stores(&db), id).await? {
-                anyhow::bail!("item {id} has no sale running or coming: nothing was changed");
+                anyhow::bail!(
+                    "item {id} has no sale running or coming: none was ended (its pages were \
+                     purged again)"
+                );
             }
             let left = db.inventory_row(id).await?.map_or(0, |row| row.stock);
             crate::say!(

@@ -283,8 +283,7 @@ async fn buy_in(shop: &TestApp, cookie: &str, key: &str) -> (u16, serde_json::Va
     (status, shop_testapp::json(resp).await)
 }
 
-/// `shop sale stop` ends a running sale at once (there was no way but to start
-/// it again with no units): the next buy is refused as not on sale, the units
+/// `shop sale stop` ends a running sale at once: the next buy is refused as not on sale, the units
 /// left stay the item's stock, and a second stop says there is no sale.
 #[tokio::test]
 async fn sale_stop_ends_a_running_sale_at_once() {

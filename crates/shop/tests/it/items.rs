@@ -398,7 +398,7 @@ async fn a_sold_out_item_is_restocked_and_its_cached_page_says_so_at_once() {
 
 /// Ctrl-C (or SIGTERM) half-way through an import stops it between chunks:
 /// what it wrote is whole chunks, and it says how many lines are written and
-/// that running it again finishes it (it stopped silently before).
+/// that running it again finishes it.
 #[tokio::test]
 async fn an_import_stopped_half_way_says_how_far_it_got() {
     let app = seeded_on(TestDb::sqlite(), 10).await;
