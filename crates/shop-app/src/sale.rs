@@ -72,6 +72,12 @@ impl SaleParts {
         self
     }
 
+    /// Waits for the edge purges sent again in the background (before a
+    /// command exits).
+    pub async fn settle_edges(&self) {
+        self.pages.settle_edges().await;
+    }
+
     /// Where buys are decided.
     pub fn flash(&self) -> &FlashSales {
         &self.flash

@@ -7,6 +7,12 @@
 //! An edge that does not answer 2xx within [`EDGE_PURGE_TIMEOUT`] fails the
 //! purge, as Redis failing would: the caller retries and reports it (the shop's
 //! catalogue changes do; `shop items purge` finishes the job).
+//!
+//! Each purge is sent again [`EDGE_REPURGE_AFTER`] later, in the background: an
+//! edge that was fetching a page when the purge came (the origin answered it
+//! from its cache just before its own purge) stores that page after the purge,
+//! which cannot reach a fetch in flight, and would serve it for its whole
+//! lifetime. A command that exits waits for those ([`EdgePurger::settle`]).
 
 use std::time::Duration;
 
@@ -16,11 +22,16 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tokio_util::task::TaskTracker;
 
 use crate::PageTag;
 
 /// The longest one edge may take to answer one purge.
 pub const EDGE_PURGE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long after a purge it is sent to the edges again (see the module doc):
+/// far longer than an edge's fetch of a page from the origin takes.
+pub const EDGE_REPURGE_AFTER: Duration = Duration::from_secs(1);
 
 /// The header naming the tags to purge (Varnish's xkey vmod).
 pub const XKEY_PURGE: &str = "xkey-purge";
@@ -56,6 +67,8 @@ pub enum EdgePurgeError {
 pub struct EdgePurger {
     urls: Vec<Uri>,
     client: Client<HttpConnector, Empty<Bytes>>,
+    /// The purges sent again, in the background (shared by the clones).
+    again: TaskTracker,
 }
 
 impl std::fmt::Debug for EdgePurger {
@@ -75,6 +88,7 @@ impl EdgePurger {
         Self {
             urls,
             client: Client::builder(TokioExecutor::new()).build(connector),
+            again: TaskTracker::new(),
         }
     }
 
@@ -98,11 +112,33 @@ impl EdgePurger {
     }
 
     /// Drops every page tagged with any of `tags` at every edge, all edges at
-    /// once; returns once each answered 2xx, or with the first failure.
+    /// once; returns once each answered 2xx, or with the first failure. Sent
+    /// again [`EDGE_REPURGE_AFTER`] later, in the background (a failure then is
+    /// logged).
     pub async fn purge(&self, tags: &[PageTag]) -> Result<(), EdgePurgeError> {
         if tags.is_empty() || self.urls.is_empty() {
             return Ok(());
         }
+        self.purge_now(tags).await?;
+        let (edges, tags) = (self.clone(), tags.to_vec());
+        self.again.spawn(async move {
+            tokio::time::sleep(EDGE_REPURGE_AFTER).await;
+            if let Err(error) = edges.purge_now(&tags).await {
+                tracing::warn!(%error, "an edge purge sent again failed");
+            }
+        });
+        Ok(())
+    }
+
+    /// Waits for the purges sent again so far (before a command exits, which
+    /// would cut them off).
+    pub async fn settle(&self) {
+        self.again.close();
+        self.again.wait().await;
+        self.again.reopen();
+    }
+
+    async fn purge_now(&self, tags: &[PageTag]) -> Result<(), EdgePurgeError> {
         let batches = batches(tags);
         let calls = self
             .urls

@@ -84,7 +84,8 @@ mod tag;
 pub mod tier;
 
 pub use edge_purge::{
-    EDGE_PURGE_TIMEOUT, EdgePurgeError, EdgePurger, MAX_PURGE_HEADER_BYTES, XKEY_PURGE,
+    EDGE_PURGE_TIMEOUT, EDGE_REPURGE_AFTER, EdgePurgeError, EdgePurger, MAX_PURGE_HEADER_BYTES,
+    XKEY_PURGE,
 };
 pub use event::PageEvent;
 pub use generation::{Generation, PurgesSeen};

@@ -303,6 +303,14 @@ impl PageStore {
         self
     }
 
+    /// Waits for the edge purges sent again in the background (before a
+    /// command that purged exits: [`crate::EdgePurger::settle`]).
+    pub async fn settle_edges(&self) {
+        if let Some(edges) = &self.edges {
+            edges.settle().await;
+        }
+    }
+
     /// How long pages are fresh.
     pub fn ttl(&self) -> Duration {
         self.ttl

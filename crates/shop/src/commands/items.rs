@@ -53,6 +53,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         ranking: &ranking,
         sales: &sales,
     };
+    let done: anyhow::Result<()> = async {
     match args.command {
         ItemsCommand::Add {
             title,
@@ -195,6 +196,11 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+    }
+    .await;
+    // Before it exits: the edges' purges sent again in the background.
+    pages.settle_edges().await;
+    done
 }
 
 /// Reads and checks the whole import file before anything is written.

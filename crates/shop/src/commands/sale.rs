@@ -29,10 +29,9 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             };
             let cache = crate::connect::connect_configured_cache(&redis).await?;
             let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
-            let said = started(
-                id,
-                sale::start(&parts.stores(&db), id, sale, refresh).await?,
-            )?;
+            let set = sale::start(&parts.stores(&db), id, sale, refresh).await;
+            parts.settle_edges().await;
+            let said = started(id, set?)?;
             crate::say!(
                 "item {id} is on sale: {stock} units at {price_cents} cents for {minutes} min"
             );
@@ -49,7 +48,9 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             let db = connect_existing_db(&database).await?;
             let cache = crate::connect::connect_configured_cache(&redis).await?;
             let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
-            if !sale::stop(&parts.stores(&db), id).await? {
+            let stopped = sale::stop(&parts.stores(&db), id).await;
+            parts.settle_edges().await;
+            if !stopped? {
                 anyhow::bail!(
                     "item {id} has no sale running or coming: none was ended (its pages were \
                      purged again)"
