@@ -2,6 +2,8 @@
 //! orchestrators and people.
 //!
 //! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
+//! (or `"draining"`, 503, once a stopping server goes on serving for
+//! `--drain-seconds` so the balancer takes it out first)
 //! (`"down"` too while Redis does not answer, `"degraded"` while some of a
 //! cluster's nodes fail fast or do not answer, stalled or gone, and others
 //! do: every web server sees the same nodes, and taking them all out would
@@ -188,9 +190,28 @@ impl shop_cache::daemon::Daemon for HealthWatch {
 }
 
 /// The last health answer and when it was computed, and since when writes have
-/// been failing; the lock makes one request at a time compute it.
+/// been failing; the lock makes one request at a time compute it. And whether
+/// the server is draining ([`HealthCache::start_draining`]).
 #[derive(Debug, Default)]
-pub struct HealthCache(tokio::sync::Mutex<HealthState>);
+pub struct HealthCache {
+    state: tokio::sync::Mutex<HealthState>,
+    draining: std::sync::atomic::AtomicBool,
+}
+
+impl HealthCache {
+    /// From now on `/healthz` (both listeners') answers 503 `"draining"`,
+    /// whatever Redis and the database say, while the server goes on serving:
+    /// the balancer in front stops sending it requests before it stops
+    /// (`shop serve --drain-seconds`).
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 #[derive(Debug, Default)]
 struct HealthState {
@@ -226,7 +247,7 @@ async fn probe_writes(state: &AppState) -> Writes {
 }
 
 async fn check(state: &AppState) -> (RedisCheck, Database) {
-    let mut health = state.health.0.lock().await;
+    let mut health = state.health.state.lock().await;
     if let Some((at, redis, database)) = health.last
         && at.elapsed() < FRESH_FOR
     {
@@ -325,6 +346,9 @@ fn serves(check: RedisCheck, nodes: &NodesFailing) -> bool {
 }
 
 async fn healthz(State(state): State<AppState>) -> Response {
+    if state.health.draining() {
+        return draining();
+    }
     let (redis, database) = check(&state).await;
     let (serves, failing) = redis_serves(&state, redis);
     answer(
@@ -335,6 +359,9 @@ async fn healthz(State(state): State<AppState>) -> Response {
 }
 
 async fn healthz_detailed(State(state): State<AppState>) -> Response {
+    if state.health.draining() {
+        return draining();
+    }
     let (redis, database) = check(&state).await;
     // The Redis nodes failing fast now (one missed a request's budget: its
     // commands fail at once until a probe answers).
@@ -367,6 +394,12 @@ fn status(
         Database::Ok if !whole => Database::Degraded.as_str(),
         database => database.as_str(),
     }
+}
+
+/// A draining server's answer: 503 `"draining"`, as one that cannot take
+/// orders says, so the balancer takes it out.
+fn draining() -> Response {
+    answer(false, Database::Ok, json!({ "status": "draining" }))
 }
 
 /// 200 while this server can take orders, 503 with `Retry-After` otherwise.

@@ -17,6 +17,7 @@
 mod cli;
 mod edge;
 mod file;
+mod redis;
 mod secret;
 mod settings;
 #[cfg(test)]
@@ -25,5 +26,6 @@ mod tests;
 pub use cli::*;
 pub use edge::EdgeSettings;
 pub use file::parse;
+pub use redis::RedisSettings;
 pub use secret::{SecretUrl, redact_url};
 pub use settings::*;

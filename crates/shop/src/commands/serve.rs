@@ -263,8 +263,24 @@ async fn serve_with(
         }
     });
     let stopping = stopping.clone();
+    let drain = Duration::from_secs(server.drain_seconds);
+    let health = state.clone();
     server::serve(listener, shop_web::router(state), &options, async move {
         stopping.cancelled().await;
+        if !drain.is_zero() {
+            // Still serving, while the balancer learns from /healthz to send
+            // nothing more; a second signal cuts it short.
+            let again = shutdown::listen();
+            health.health.start_draining();
+            tracing::info!(
+                seconds = drain.as_secs(),
+                "draining: /healthz answers 503 while requests are still served"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(drain) => {}
+                () = again => {}
+            }
+        }
         tracing::info!("shutting down");
         stop.cancel();
     })

@@ -7,7 +7,8 @@ use shop_cache::domain::catalogue::MAX_PRICE_CENTS;
 use shop_db::seed::{DEFAULT_ITEMS, DEFAULT_SEED};
 
 use super::edge::EdgeSettings;
-use super::settings::{DatabaseSettings, RedisSettings, Settings, WorkerSettings};
+use super::redis::RedisSettings;
+use super::settings::{DatabaseSettings, Settings, WorkerSettings};
 
 /// The web tier of an online retailer, with its hot state in Redis.
 #[derive(Debug, Parser)]

@@ -455,3 +455,55 @@ async fn one_address_holds_only_its_share_of_the_connections() {
     stop.send(()).unwrap();
     server.await.unwrap();
 }
+
+/// With `--drain-seconds`, SIGTERM leaves the server serving while both its
+/// `/healthz` answer 503 `"draining"` (a balancer takes it out before it stops
+/// taking requests); a second signal ends the drain, and it stops within the
+/// grace.
+#[tokio::test]
+async fn a_draining_server_serves_while_its_health_says_draining() {
+    use crate::e2e::{eventually, request};
+    let shop = seeded(10).await;
+    let (child, addr, metrics) = crate::e2e::serve_with_metrics(
+        shop.shop(),
+        &[
+            "--no-workers",
+            "--shutdown-grace",
+            &GRACE.as_secs().to_string(),
+            // Far longer than the test: only the second signal ends it.
+            "--drain-seconds",
+            "600",
+        ],
+    );
+    assert_eq!(request(&addr, "GET", "/healthz", None, None).status, 200);
+    let pid = child.id().to_string();
+    let term = || {
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+    };
+    term();
+    for at in [&addr, &metrics] {
+        eventually(
+            &format!("{at}'s /healthz says draining"),
+            || request(at, "GET", "/healthz", None, None),
+            |reply| reply.status == 503 && reply.body.contains("\"draining\""),
+        );
+    }
+    // Still serving, new connections too.
+    assert_eq!(request(&addr, "GET", "/items/3", None, None).status, 200);
+    let mut child = child;
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    let sent = Instant::now();
+    term();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < GRACE + MARGIN,
+            "still running after the second SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+}
