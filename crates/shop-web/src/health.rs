@@ -1,11 +1,12 @@
 //! `GET /healthz`: whether this server can do its whole job, for load balancers,
 //! orchestrators and people.
 //!
-//! The public answer says only the status, `{"status": "ok"|"degraded"|"read_only"|"down"}`
-//! (or `"draining"`, 503, once a stopping server goes on serving for
-//! `--drain-seconds` so the balancer takes it out first)
-//! (`"down"` too while Redis does not answer, `"degraded"` while some of a
-//! cluster's nodes fail fast or do not answer, stalled or gone, and others
+//! The public answer says only the status,
+//! `{"status": "ok"|"degraded"|"read_only"|"down"|"draining"}` (`"draining"`
+//! while a stopping server goes on serving for `--drain-seconds`, so the
+//! balancer takes it out first; `"down"` too while Redis does not answer,
+//! `"degraded"` while some of a cluster's nodes fail fast or do not answer,
+//! stalled or gone, and others
 //! do: every web server sees the same nodes, and taking them all out would
 //! drop what the other nodes still serve): which part failed is for the
 //! operators, on the internal listener ([`crate::internal_router`]), whose
