@@ -204,12 +204,7 @@ impl Db {
                 .await?;
             // No longer sold: a sale of it running or coming ends now too (the
             // database-decided buy reads this window).
-            sqlx::query("UPDATE inventory SET sale_end = $1 WHERE item_id = $2 AND sale_end > $3")
-                .bind(now)
-                .bind(id.to_i64())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+            crate::inventory::end_sale_in(&mut tx, id, now).await?;
         }
         tx.commit().await?;
         let after = Item {

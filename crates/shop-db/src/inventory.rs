@@ -350,21 +350,9 @@ impl Db {
     /// left stay the item's stock. `false` if there was no such sale.
     pub async fn end_sale(&self, id: ItemId, now: i64) -> Result<bool, DbError> {
         let mut tx = self.begin_write().await?;
-        // A sale not begun yet ends as an empty window (its start is now too).
-        let done = sqlx::query(
-            "UPDATE inventory SET sale_end = $1, \
-             sale_start = CASE WHEN sale_start > $2 THEN $3 ELSE sale_start END \
-             WHERE item_id = $4 AND sale_end > $5",
-        )
-        .bind(now)
-        .bind(now)
-        .bind(now)
-        .bind(id.to_i64())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let ended = end_sale_in(&mut tx, id, now).await?;
         tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        Ok(ended)
     }
 
     /// The sales not ended by `now` whose price is above their item's regular
@@ -428,4 +416,27 @@ impl Db {
             .map(|r| item_id(r, "item_id", "inventory.item_id"))
             .collect()
     }
+}
+
+/// Ends item `id`'s sale at `now` in `tx` if it has not ended by then (see
+/// [`Db::end_sale`]; retiring an item does it too): `false` if there was none.
+/// A sale not begun yet ends as an empty window (its start is now too).
+pub(crate) async fn end_sale_in(
+    tx: &mut crate::write::WriteTx,
+    id: ItemId,
+    now: i64,
+) -> Result<bool, DbError> {
+    let done = sqlx::query(
+        "UPDATE inventory SET sale_end = $1, \
+         sale_start = CASE WHEN sale_start > $2 THEN $3 ELSE sale_start END \
+         WHERE item_id = $4 AND sale_end > $5",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(now)
+    .bind(id.to_i64())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
