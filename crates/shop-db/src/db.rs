@@ -57,23 +57,25 @@ pub struct Db {
 #[derive(Debug)]
 struct OpenedFile {
     path: PathBuf,
-    id: Option<(u64, u64)>,
+    id: (u64, u64),
     /// The error was logged and not yet said to be over.
     said: AtomicBool,
 }
 
 impl OpenedFile {
-    fn open(path: &Path) -> Self {
-        Self {
+    /// The file at `path` now; `None` where a file cannot be told from
+    /// another (no device and inode).
+    fn open(path: &Path) -> Option<Self> {
+        Some(Self {
             path: path.to_owned(),
-            id: file_id(path),
+            id: file_id(path)?,
             said: AtomicBool::new(false),
-        }
+        })
     }
 
     fn check(&self) -> Result<(), DbError> {
         let path = self.path.display();
-        if file_id(&self.path) == self.id {
+        if file_id(&self.path) == Some(self.id) {
             if self.said.swap(false, Ordering::Relaxed) {
                 tracing::info!(%path, "the database file this server opened is back at its path");
             }
@@ -183,8 +185,7 @@ impl Db {
         let reads = Arc::<AtomicU64>::default();
         let read = read_pool(backend, reads.clone()).connect(&url).await?;
         let file = sqlite_path(&url)
-            .map(|path| OpenedFile::open(Path::new(path)))
-            .filter(|file| file.id.is_some())
+            .and_then(|path| OpenedFile::open(Path::new(path)))
             .map(Arc::new);
         let db = Self {
             read,

@@ -44,7 +44,12 @@ pub fn router(state: AppState) -> Router {
 
 /// The URL of the picture of item `id` of `department`.
 pub fn url(department: &str, id: u64) -> String {
-    format!("/pictures/{DRAWING}/{}/{id}.svg", url_encode(department))
+    path(&url_encode(department), id)
+}
+
+/// A picture's path with its department's segment spelled `department`.
+fn path(department: &str, id: u64) -> String {
+    format!("/pictures/{DRAWING}/{department}/{id}.svg")
 }
 
 async fn picture(
@@ -64,10 +69,7 @@ async fn picture(
     // cache keeps at most two copies of it (`/pictures/v1/%6Bitchen/5.svg` is
     // no picture's).
     let own = url(&department, id.get());
-    let plain = format!(
-        "/pictures/{DRAWING}/{}/{id}.svg",
-        crate::templates::url_encode_plain(&department)
-    );
+    let plain = path(&crate::templates::url_encode_plain(&department), id.get());
     if items.first().map(|item| item.picture.as_str()) != Some(&own)
         || (uri.path() != own && uri.path() != plain)
     {

@@ -1,7 +1,7 @@
 //! `shop sale`: starting and stopping a flash sale.
 
-use crate::config::SaleCommand;
-use crate::connect::{connect_existing_db, connect_redis};
+use crate::config::{DatabaseSettings, EdgeSettings, RedisSettings, SaleCommand};
+use crate::connect::{connect_configured_cache, connect_existing_db, connect_redis};
 use shop_app::sale::{self, SaleSet};
 use shop_cache::domain::ItemId;
 
@@ -18,8 +18,7 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             database,
             edge,
         } => {
-            let (conn, keys) = connect_redis(&redis).await?;
-            let db = connect_existing_db(&database).await?;
+            let (db, parts) = connect(&redis, &database, &edge).await?;
             let start = shop_db::unix_now();
             let sale = shop_db::inventory::Sale {
                 stock,
@@ -27,8 +26,6 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
                 start,
                 end: start + minutes * 60,
             };
-            let cache = crate::connect::connect_configured_cache(&redis).await?;
-            let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
             let set = sale::start(&parts.stores(&db), id, sale, refresh).await;
             parts.settle_edges().await;
             let said = started(id, set?)?;
@@ -44,10 +41,7 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             database,
             edge,
         } => {
-            let (conn, keys) = connect_redis(&redis).await?;
-            let db = connect_existing_db(&database).await?;
-            let cache = crate::connect::connect_configured_cache(&redis).await?;
-            let parts = sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger());
+            let (db, parts) = connect(&redis, &database, &edge).await?;
             let stopped = sale::stop(&parts.stores(&db), id).await;
             parts.settle_edges().await;
             if !stopped? {
@@ -64,6 +58,22 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The shop's database and the Redis parts a sale is set in (its pages' purges
+/// reaching the edges named).
+async fn connect(
+    redis: &RedisSettings,
+    database: &DatabaseSettings,
+    edge: &EdgeSettings,
+) -> anyhow::Result<(shop_db::Db, sale::SaleParts)> {
+    let (conn, keys) = connect_redis(redis).await?;
+    let db = connect_existing_db(database).await?;
+    let cache = connect_configured_cache(redis).await?;
+    Ok((
+        db,
+        sale::SaleParts::new(&conn, cache, &keys).with_edges(edge.purger()),
+    ))
 }
 
 /// What a sale's start answered, said as the line that follows "on sale", or as
