@@ -142,9 +142,81 @@ pub fn local_path(next: Option<&str>) -> Result<String, BadRequest> {
     }
 }
 
+/// What is wrong with a request's `Host`, as RFC 9112 (section 3.2) has a
+/// server answer 400 to it: an HTTP/1.1 request without one, a request with
+/// more than one, or one whose value is no `host` or `host:port`. An empty
+/// value is allowed (a target with no authority); so is none in HTTP/1.0.
+/// Checked by the serve loop for every request from a client (`shop::server`),
+/// not by the router: requests made in-process, by tests or an embedding app,
+/// carry no `Host`.
+pub fn host_problem<B>(req: &axum::http::Request<B>) -> Option<BadRequest> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let refused = |message: &str| Some(BadRequest(message.to_owned()));
+    match (hosts.next(), hosts.next()) {
+        (None, _) if req.version() == axum::http::Version::HTTP_11 => {
+            refused("an HTTP/1.1 request needs a Host header")
+        }
+        (None, _) => None,
+        (Some(_), Some(_)) => refused("a request has one Host header, not more"),
+        (Some(host), None) if host.is_empty() => None,
+        (Some(host), None) => {
+            let bytes = host.as_bytes();
+            let is_host =
+                !bytes.contains(&b'@') && axum::http::uri::Authority::try_from(bytes).is_ok();
+            if is_host {
+                None
+            } else {
+                refused("the Host header must be a host name or address, and a port if any")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::local_path;
+
+    #[test]
+    fn a_host_is_required_once_and_must_be_a_host() {
+        use super::host_problem;
+        use axum::http::{Request, Version};
+        let with = |version: Version, hosts: &[&str]| {
+            let mut req = Request::builder().version(version).uri("/items/1");
+            for host in hosts {
+                req = req.header("host", *host);
+            }
+            host_problem(&req.body(()).unwrap()).map(|refused| refused.0)
+        };
+        for fine in [
+            "shop.example",
+            "shop.example:8080",
+            "127.0.0.1:80",
+            "[::1]:8080",
+            "",
+        ] {
+            assert_eq!(with(Version::HTTP_11, &[fine]), None, "{fine:?}");
+        }
+        assert_eq!(with(Version::HTTP_10, &[]), None);
+        assert!(
+            with(Version::HTTP_11, &[])
+                .unwrap()
+                .contains("needs a Host")
+        );
+        assert!(
+            with(Version::HTTP_11, &["a.example", "b.example"])
+                .unwrap()
+                .contains("not more")
+        );
+        assert!(with(Version::HTTP_10, &["a.example", "a.example"]).is_some());
+        for bad in [
+            "user@shop.example",
+            "shop example",
+            "shop.example/x",
+            "shop.example?x",
+        ] {
+            assert!(with(Version::HTTP_11, &[bad]).is_some(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn next_stays_on_this_site() {

@@ -17,6 +17,9 @@
 //! - a request head (its request line and headers) of less than
 //!   [`MAX_HEAD_BYTES`] is read; one of twice that or more answers 431 and
 //!   closes the connection;
+//! - a request without the one valid `Host` RFC 9112 asks for (an HTTP/1.1
+//!   request with none, any with two) answers 400 in the shop's error shape and
+//!   closes its connection ([`shop_web::request::host_problem`]);
 //! - each request carries its peer's address as
 //!   [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo), for handlers and
 //!   layers that limit by client (the login rate limiter).
@@ -26,6 +29,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use futures::future::Either;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -33,6 +37,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use shop_cache::domain::client::ClientAddress;
 use shop_web::client_shares::Shares;
+use shop_web::request::{BadRequest, host_problem};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -174,8 +179,11 @@ pub async fn serve(
                     let app = app.clone();
                     let service = service_fn(move |mut req: hyper::Request<Incoming>| {
                         req.extensions_mut().insert(ConnectInfo(peer));
-                        // A router is always ready, and its future owns what it needs.
-                        tower::Service::call(&mut app.clone(), req)
+                        match host_problem(&req) {
+                            // A router is always ready, and its future owns what it needs.
+                            None => Either::Left(tower::Service::call(&mut app.clone(), req)),
+                            Some(refused) => Either::Right(std::future::ready(Ok(refused_host(refused)))),
+                        }
                     });
                     let conn = http.serve_connection(TokioIo::new(stream), service);
                     let conn = graceful.watch(conn);
@@ -224,6 +232,20 @@ pub async fn serve(
         "shutdown grace passed; closed the connections still open"
     );
     Stopped::DeadlinePassed { dropped }
+}
+
+/// The answer to a request whose `Host` RFC 9112 refuses
+/// ([`shop_web::request::host_problem`]): 400 in the shop's error shape, and the
+/// connection closed (such a client is no browser).
+fn refused_host(refused: BadRequest) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    tracing::debug!(message = %refused.0, "a request refused for its Host header");
+    let mut resp = shop_web::error::WebError::from(refused).into_response();
+    resp.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// Errors of one connection (reset before `accept` returned it), as opposed to

@@ -277,6 +277,47 @@ async fn every_request_carries_its_peer_address() {
     assert_eq!(server.await.unwrap(), Stopped::Drained);
 }
 
+/// A request with no `Host` in HTTP/1.1, or with two, is answered 400 in the
+/// shop's error shape and its connection closed; HTTP/1.0 needs none.
+#[tokio::test]
+async fn a_request_without_its_one_host_is_refused() {
+    let (addr, stop, server) = serve_echo(ServeOptions::default()).await;
+    let ask = |head: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        // Read to the end: a refused request's connection is closed by the server.
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut reply))
+            .await
+            .expect("the server closes the connection")
+            .unwrap();
+        reply
+    };
+    for head in [
+        "GET /peer HTTP/1.1\r\n\r\n",
+        "GET /peer HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+        "GET /peer HTTP/1.1\r\nHost: user@a.example\r\n\r\n",
+    ] {
+        let reply = ask(head).await;
+        assert!(reply.starts_with("HTTP/1.1 400"), "{head:?}: {reply}");
+        assert!(
+            reply.contains("\"error\":\"bad_request\""),
+            "{head:?}: {reply}"
+        );
+        assert!(
+            reply.to_ascii_lowercase().contains("connection: close"),
+            "{reply}"
+        );
+    }
+    let reply = ask("GET /peer HTTP/1.0\r\n\r\n").await;
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    let reply = ask("GET /peer HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n").await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+
+    stop.send(()).unwrap();
+    assert_eq!(server.await.unwrap(), Stopped::Drained);
+}
+
 /// A request head of twice [`shop::server::MAX_HEAD_BYTES`] is refused with
 /// 431 (hyper's default let one of 400 KB through); one below it is served.
 #[tokio::test]
