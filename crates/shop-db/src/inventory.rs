@@ -156,7 +156,53 @@ fn inventory_from(row: &sqlx::any::AnyRow) -> Result<InventoryRow, DbError> {
     })
 }
 
+/// What a cart page says of a line beside its price: how many units the item
+/// has, and the end of its flash sale if one was set (a sale that runs or is
+/// coming ends later than now: its units are the sale's, and checkout refuses
+/// the line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Availability {
+    /// Units left.
+    pub stock: i64,
+    /// The end of the item's flash sale, unix seconds, if one was set.
+    pub sale_end: Option<i64>,
+}
+
+impl Availability {
+    /// Whether the item's flash sale runs or is coming at `now`.
+    pub fn on_sale(&self, now: i64) -> bool {
+        self.sale_end.is_some_and(|end| now < end)
+    }
+}
+
 impl Db {
+    /// The availability of those of `ids` that have an inventory row, by id (a
+    /// cart's lines: one query per [`ROWS_PER_QUERY`] ids).
+    pub async fn availability(
+        &self,
+        ids: &[ItemId],
+    ) -> Result<HashMap<ItemId, Availability>, DbError> {
+        let mut found = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(ROWS_PER_QUERY) {
+            let sql = format!(
+                "SELECT item_id, stock, sale_end FROM inventory WHERE item_id IN ({})",
+                crate::items::placeholders(chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id.to_i64());
+            }
+            for row in query.fetch_all(&self.read).await? {
+                let availability = Availability {
+                    stock: row.try_get("stock")?,
+                    sale_end: row.try_get("sale_end")?,
+                };
+                found.insert(item_id(&row, "item_id", "inventory.item_id")?, availability);
+            }
+        }
+        Ok(found)
+    }
+
     /// The item's inventory row, or `None` if the item does not exist.
     pub async fn inventory_row(&self, id: ItemId) -> Result<Option<InventoryRow>, DbError> {
         let row = sqlx::query(&format!("{INVENTORY_SELECT} WHERE i.id = $1"))

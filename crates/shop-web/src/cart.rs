@@ -23,6 +23,7 @@ use shop_cache::domain::cart_version::{CartChange, CartVersion};
 use shop_cache::domain::{InvalidInput, ItemId};
 use shop_cache::login_limit::Attempt;
 use shop_cache::session::SessionToken;
+use shop_db::inventory::Availability;
 use shop_db::items::Item;
 use shop_db::orders::CheckoutOutcome;
 
@@ -84,6 +85,8 @@ async fn cart_page(
     let cart = state.carts.get(cart_of(state, session).await?).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let by_id = state.db.items_by_id(&ids).await?;
+    let availability = state.db.availability(&ids).await?;
+    let now = shop_db::unix_now();
     // The page is personal (never cached): it says who is logged in without
     // waiting for the script.
     let user_name = match session.known_user()? {
@@ -110,6 +113,7 @@ async fn cart_page(
                 quantity: qty.get(),
                 total: templates::money(line_total),
                 available: !item.retired,
+                note: line_note(qty.get(), availability.get(id), now),
             })
         })
         .collect();
@@ -124,6 +128,28 @@ async fn cart_page(
         left_out: None,
         user_name,
     })
+}
+
+/// What the cart page says under a line that checkout would refuse as it is
+/// (the same rules as `Db::checkout`): an item whose flash sale runs or is
+/// coming, one out of stock, or one with fewer units left than the line holds.
+/// A cart is no reservation: the stock is what it is as the page is made.
+fn line_note(quantity: u32, availability: Option<&Availability>, now: i64) -> Option<String> {
+    let availability = availability?;
+    if availability.on_sale(now) {
+        return Some(
+            "In a flash sale: until it ends it is sold only on the flash sale page. \
+             Remove it to check out the rest."
+                .to_owned(),
+        );
+    }
+    match availability.stock {
+        left if left <= 0 => Some("Out of stock: remove it to check out.".to_owned()),
+        left if i64::from(quantity) > left => Some(format!(
+            "Only {left} left: lower its quantity to check out."
+        )),
+        _ => None,
+    }
 }
 
 /// A personal page: never stored by a cache.

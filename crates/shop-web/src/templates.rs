@@ -242,6 +242,9 @@ pub struct CartLineView {
     pub total: String,
     /// False for a retired item: shown as no longer available, not in the total.
     pub available: bool,
+    /// Why checkout would refuse the line as it is, said before the shopper
+    /// tries: the item's flash sale, or fewer units left than the line holds.
+    pub note: Option<String>,
 }
 
 /// `GET /cart`.

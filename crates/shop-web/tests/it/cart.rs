@@ -203,6 +203,12 @@ async fn checkout_refuses_more_than_the_stock() {
         .unwrap();
     app.post("/cart", Some(&user), "item=6&count=2", false)
         .await;
+    // The cart page says so before the shopper checks out.
+    let page = text(app.get("/cart", Some(&user)).await).await;
+    assert!(
+        page.contains("<p class=\"line-note\">Only 1 left: lower its quantity to check out.</p>"),
+        "{page}"
+    );
     let resp = app
         .post(
             "/checkout",
@@ -230,9 +236,50 @@ async fn checkout_refuses_more_than_the_stock() {
     // Lowered to what is left, it is placed.
     app.post("/cart", Some(&user), "item=6&count=1", false)
         .await;
+    let page = text(app.get("/cart", Some(&user)).await).await;
+    assert!(!page.contains("line-note"), "{page}");
     let form = app.checkout_form(&user, "x3").await;
     let placed = json(app.post("/checkout", Some(&user), &form, true).await).await;
     assert_eq!(placed["outcome"], "placed", "{placed}");
+}
+
+/// The cart page says which lines checkout would refuse as they are, before
+/// the shopper tries: an item out of stock, and one whose flash sale runs (its
+/// units are sold only on the sale page). The others say nothing.
+#[tokio::test]
+async fn the_cart_page_says_which_lines_cannot_be_checked_out() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let user = app.logged_in("quinn").await;
+        for line in ["item=2&count=1", "item=7&count=1", "item=8&count=3"] {
+            app.post("/cart", Some(&user), line, false).await;
+        }
+        let id = |n| shop_cache::domain::ItemId::new(n).unwrap();
+        assert!(app.db.set_stock(id(7), 0).await.unwrap());
+        app.start_sale(8, 5, 100).await;
+        let page = text(app.get("/cart", Some(&user)).await).await;
+        let note_of = |item: u64| {
+            let row = page.split(&format!("<tr data-item=\"{item}\">")).nth(1)?;
+            let row = row.split("</tr>").next()?;
+            let note = row.split("<p class=\"line-note\">").nth(1)?;
+            note.split("</p>").next().map(str::to_owned)
+        };
+        assert_eq!(note_of(2), None, "{}: {page}", app.kind());
+        assert_eq!(
+            note_of(7).as_deref(),
+            Some("Out of stock: remove it to check out."),
+            "{}: {page}",
+            app.kind()
+        );
+        assert!(
+            note_of(8).is_some_and(|note| note.starts_with("In a flash sale")),
+            "{}: {page}",
+            app.kind()
+        );
+        // What checkout says of the same cart.
+        let form = app.checkout_form(&user, "q1").await;
+        let resp = app.post("/checkout", Some(&user), &form, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT);
+    }
 }
 
 #[tokio::test]
