@@ -44,6 +44,21 @@ const mePromise = (async function () {
   }
 })();
 
+// A new session (this visitor's first page, or one whose session had ended):
+// the page's view found no session to go in, so its item is named now, to be in
+// the history the next page shows (the view was counted with the page).
+(async function () {
+  const me = await mePromise;
+  const here = document.querySelector('article.item');
+  if (!me || !me.new_session || !here) return;
+  try {
+    await fetch('/api/me?recent=0&seen=' + encodeURIComponent(here.dataset.item),
+      { headers: { Accept: 'application/json' } });
+  } catch (e) {
+    // Only the history misses this page.
+  }
+})();
+
 (async function () {
   const me = await mePromise;
   if (!me) return;

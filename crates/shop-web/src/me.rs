@@ -32,6 +32,12 @@
 //! (`/api/me?item=42`, when the edge says it served the page): the session
 //! layer counts that view here ([`crate::views`]) once this call found the item
 //! ([`ItemFound`]); a value that is no item id is refused (400).
+//!
+//! An answer that hands out a new session says so (`"new_session": true`): the
+//! page's own view found no session to go in (a new visitor's first page, or
+//! one whose session had ended), so the script then names the page's item
+//! (`/api/me?recent=0&seen=42`) and it goes in the new session's history,
+//! counted nowhere again ([`crate::views::serve_seen`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,27 +79,37 @@ pub struct MeQuery {
     /// The item of the page an edge served (`item=`), whose view this call
     /// counts ([`crate::views`]).
     pub item: Option<ItemId>,
+    /// The item of a page already counted, to put in the session's history
+    /// (`seen=`): the script sends it after an answer that started a session
+    /// (`"new_session": true`), whose page's view found no session to go in
+    /// ([`crate::views::serve_seen`]).
+    pub seen: Option<ItemId>,
 }
 
 impl MeQuery {
-    /// The query's `recent=` and `item=` (the first of each); `Err` says what is
-    /// wrong with a value that is no count or no item id.
+    /// The query's `recent=`, `item=` and `seen=` (the first of each); `Err`
+    /// says what is wrong with a value that is no count or no item id.
     pub fn parse(query: Option<&str>) -> Result<Self, String> {
-        let (mut recent, mut item) = (None, None);
+        let (mut recent, mut item, mut seen) = (None, None, None);
         for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             match &*name {
                 "recent" if recent.is_none() => recent = Some(value),
                 "item" if item.is_none() => item = Some(value),
+                "seen" if seen.is_none() => seen = Some(value),
                 _ => {}
             }
         }
-        let item = item
-            .map(|value| {
-                value
-                    .parse::<ItemId>()
-                    .map_err(|_| format!("item must be an item id, not {value:?}"))
-            })
-            .transpose()?;
+        let item_id = |name: &str, value: Option<std::borrow::Cow<'_, str>>| {
+            value
+                .map(|value| {
+                    value
+                        .parse::<ItemId>()
+                        .map_err(|_| format!("{name} must be an item id, not {value:?}"))
+                })
+                .transpose()
+        };
+        let item = item_id("item", item)?;
+        let seen = item_id("seen", seen)?;
         let recent = match recent {
             None => HISTORY_LEN,
             Some(value) => value
@@ -104,7 +120,7 @@ impl MeQuery {
                     format!("recent must be a count from 0 to {HISTORY_LEN}, not {value:?}")
                 })?,
         };
-        Ok(Self { recent, item })
+        Ok(Self { recent, item, seen })
     }
 }
 
@@ -159,6 +175,10 @@ struct Me<'a> {
     /// not known (shown empty), the visitor is treated as a guest.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     degraded: bool,
+    /// This answer hands out a new session (its cookie): nothing before it is
+    /// in the history, so the page's script names its page's item (`seen=`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    new_session: bool,
 }
 
 #[derive(Serialize)]
@@ -185,6 +205,7 @@ async fn me(
     holdings: Option<Extension<Holdings>>,
     named: Option<Extension<NamedView>>,
     asked: Option<Extension<MeQuery>>,
+    issued: Option<Extension<crate::session::Issued>>,
     uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
     // Read by the session layer; here only where no layer did.
@@ -269,6 +290,7 @@ async fn me(
             .map(|item| &*item.json)
             .collect(),
         degraded,
+        new_session: issued.is_some(),
     };
     let mut resp = ([(header::CACHE_CONTROL, crate::PERSONAL)], Json(body)).into_response();
     if found {
@@ -311,22 +333,33 @@ mod tests {
             parse(None),
             Ok(MeQuery {
                 recent: HISTORY_LEN,
-                item: None
+                item: None,
+                seen: None
             })
         );
         assert_eq!(parse(Some("")), parse(None));
         assert_eq!(
+            parse(Some("recent=0&seen=9&seen=x")),
+            Ok(MeQuery {
+                recent: 0,
+                item: None,
+                seen: item(9)
+            })
+        );
+        assert_eq!(
             parse(Some("recent=6")),
             Ok(MeQuery {
                 recent: 6,
-                item: None
+                item: None,
+                seen: None
             })
         );
         assert_eq!(
             parse(Some("item=42&recent=0")),
             Ok(MeQuery {
                 recent: 0,
-                item: item(42)
+                item: item(42),
+                seen: None
             })
         );
         // The first of each counts, as a browser's form would send it; others
@@ -335,14 +368,16 @@ mod tests {
             parse(Some("recent=3&x=y&recent=abc&item=7&item=zz")),
             Ok(MeQuery {
                 recent: 3,
-                item: item(7)
+                item: item(7),
+                seen: None
             })
         );
         assert_eq!(
             parse(Some("recent=%32%35")),
             Ok(MeQuery {
                 recent: 25,
-                item: None
+                item: None,
+                seen: None
             })
         );
         for bad in [
@@ -354,6 +389,8 @@ mod tests {
             "item=abc",
             "item=",
             "recent=6&item=x",
+            "seen=0",
+            "seen=abc",
         ] {
             assert!(parse(Some(bad)).is_err(), "{bad}");
         }

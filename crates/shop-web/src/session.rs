@@ -222,8 +222,12 @@ impl SessionLayer {
         if let Some(view) = views.of(req) {
             return Some(Viewed::Page(view));
         }
-        let item = asked?.item?;
-        Some(Viewed::Named(crate::views::View::by(req, item)))
+        let asked = asked?;
+        match (asked.item, asked.seen) {
+            (Some(item), _) => Some(Viewed::Named(crate::views::View::by(req, item))),
+            (None, Some(item)) => Some(Viewed::Seen(item)),
+            (None, None) => None,
+        }
     }
 
     /// Whether `req` came over HTTPS, as far as the shop can know.
@@ -245,6 +249,9 @@ enum Viewed {
     Page(crate::views::View),
     /// It is the per-user call of a page the edge served, naming its item.
     Named(crate::views::View),
+    /// It is a per-user call naming the item of a page counted already, for
+    /// the history of a session that page found none of (`seen=`).
+    Seen(ItemId),
 }
 
 /// The session layer's middleware; see the module documentation.
@@ -287,7 +294,7 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
             }
             let viewed = state.view_of(&req, asked);
             // Past the client's share, a view is served but counted nowhere.
-            let counted = viewed.is_some()
+            let counted = matches!(viewed, Some(Viewed::Page(_) | Viewed::Named(_)))
                 && state
                     .view_shares
                     .as_ref()
@@ -299,6 +306,9 @@ async fn track_in(state: &SessionLayer, mut req: Request, next: Next) -> Respons
                 Some(Viewed::Named(view)) => {
                     crate::views::serve_named(state, view, counted, presented, https, req, next)
                         .await
+                }
+                Some(Viewed::Seen(item)) => {
+                    crate::views::serve_seen(state, item, presented, https, req, next).await
                 }
                 None => run_identified(state, presented, https, req, next).await,
             }
@@ -385,8 +395,18 @@ pub(crate) async fn run_touched(
     if let Some(holdings) = holdings {
         req.extensions_mut().insert(holdings);
     }
+    if issued.is_some() {
+        req.extensions_mut().insert(Issued);
+    }
     (next.run(req).await, issued)
 }
+
+/// A request extension: this request's session is new, its token handed out
+/// with this answer (the visitor sent none, or one past its lifetime), so
+/// nothing the visitor did before it is in the session. `/api/me` says so
+/// (`"new_session": true`).
+#[derive(Debug, Clone, Copy)]
+pub struct Issued;
 
 /// Touches the session of a token the client sent back (starting it, if the shop
 /// does not know it yet). With `ahead`, the touch carries that item page's view

@@ -7,7 +7,9 @@
 //! - A client without a session (no cookie yet, a crawler that never returns one)
 //!   and a client that says it is a bot ([`says_it_is_a_bot`]) count in the ranking
 //!   only: not in a history, nor among an item's viewers (what "X% of N shoppers"
-//!   counts).
+//!   counts). A browser's page script puts that first page in the new session's
+//!   history once it has one (`/api/me?seen=`, [`serve_seen`]), counting it
+//!   nowhere again.
 //! - The item page itself needs no user (its HTML is shared), so its touch waits
 //!   for nothing: with [`ItemViews::write_behind`] (the shop's) it is held back and
 //!   written with the view by the process's flusher within a tenth of a second
@@ -142,6 +144,40 @@ pub(crate) async fn serve_named(
         }
         _ if found && counted => state.sessions.count_view(item),
         _ => {}
+    }
+    (resp, issued)
+}
+
+/// Serves a per-user call that names the item of a page counted already
+/// (`/api/me?seen=42`), for a session that page found none of: the script
+/// sends it after an answer that handed out a new session
+/// (`"new_session": true`), so a new visitor's first page is in the history
+/// the next page shows. The item goes in the session's history ahead of the
+/// answer, and out again unless the handler found it ([`ItemFound`]); it is
+/// counted nowhere (its page's request was). Without a session (no cookie)
+/// there is no history to put it in, and nothing is written.
+pub(crate) async fn serve_seen(
+    state: &SessionLayer,
+    item: ItemId,
+    presented: Option<SessionToken>,
+    https: bool,
+    mut req: Request,
+    next: Next,
+) -> (Response, Option<SessionToken>) {
+    let Some(token) = presented else {
+        return run_identified(state, None, https, req, next).await;
+    };
+    req.extensions_mut().insert(NamedView(item));
+    let touch = Touch::request().view_ahead(item);
+    let (resp, issued) = run_touched(state, Some(token.clone()), touch, https, req, next).await;
+    let found = resp.status() == StatusCode::OK && resp.extensions().get::<ItemFound>().is_some();
+    // Still the visitor's session (not refused as past its lifetime): the
+    // touch put the item in its history, where it stays if it is an item.
+    if issued.is_none()
+        && !found
+        && let Err(error) = state.sessions.settle_view(&token, item, false).await
+    {
+        session_error(state, &error);
     }
     (resp, issued)
 }

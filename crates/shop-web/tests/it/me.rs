@@ -238,6 +238,71 @@ async fn the_item_a_pages_script_names_is_one_view_if_its_page_would_show() {
     assert_eq!(views(&app, 7).await, 0.0);
 }
 
+/// A browser's GET of `uri` with `cookie`, as the page's script or the browser
+/// sends it.
+async fn browser_get(app: &TestApp, uri: &str, cookie: Option<&str>) -> axum::response::Response {
+    let mut req = axum::http::Request::get(uri).header(axum::http::header::USER_AGENT, BROWSER);
+    if let Some(cookie) = cookie {
+        req = req.header(axum::http::header::COOKIE, cookie);
+    }
+    app.send(req.body(axum::body::Body::empty()).unwrap()).await
+}
+
+/// A new visitor's first item page found no session to put its view in: the
+/// answer of its script's `/api/me` that hands out the session says so
+/// (`new_session`), the script names the page's item (`seen=`), and the next
+/// page lists it as recently viewed. The view counts once in the ranking; an
+/// item that is no item, or retired, goes in no history.
+#[tokio::test]
+async fn a_new_visitors_first_page_is_in_the_history_the_next_page_shows() {
+    let app = TestApp::start().await;
+    let page = browser_get(&app, "/items/3", None).await;
+    assert_eq!(page.status(), 200);
+    let first = browser_get(&app, "/api/me?recent=6", None).await;
+    let cookie = shop_testapp::cookie_of(&first).expect("the session's cookie");
+    let me = shop_testapp::json(first).await;
+    assert_eq!(me["new_session"], true, "{me}");
+    assert_eq!(viewed_ids(&me), Vec::<u64>::new());
+
+    let seen = browser_get(&app, "/api/me?recent=0&seen=3", Some(&cookie)).await;
+    assert_eq!(seen.status(), 200);
+    assert!(shop_testapp::cookie_of(&seen).is_none(), "the same session");
+    let me = shop_testapp::json(seen).await;
+    assert!(me.get("new_session").is_none(), "{me}");
+
+    assert_eq!(
+        browser_get(&app, "/items/4", Some(&cookie)).await.status(),
+        200
+    );
+    app.flush_views().await;
+    let me = shop_testapp::json(browser_get(&app, "/api/me?recent=6", Some(&cookie)).await).await;
+    assert_eq!(viewed_ids(&me), vec![4, 3], "{me}");
+    assert!(me.get("new_session").is_none(), "{me}");
+    assert_eq!(views(&app, 3).await, 1.0, "counted with its page only");
+
+    // No item, or a retired one: in no history. Something that is no item id:
+    // refused (400). Without a session: nothing written.
+    app.state
+        .catalogue()
+        .retire(ItemId::new(5).unwrap())
+        .await
+        .unwrap();
+    for item in ["5", "999999"] {
+        let uri = format!("/api/me?recent=0&seen={item}");
+        assert_eq!(browser_get(&app, &uri, Some(&cookie)).await.status(), 200);
+    }
+    let bad = browser_get(&app, "/api/me?seen=kettle", Some(&cookie)).await;
+    assert_eq!(bad.status(), 400);
+    let me = shop_testapp::json(browser_get(&app, "/api/me", Some(&cookie)).await).await;
+    assert_eq!(viewed_ids(&me), vec![4, 3], "{me}");
+    let stranger = browser_get(&app, "/api/me?seen=6", None).await;
+    let stranger = shop_testapp::cookie_of(&stranger).expect("a cookie");
+    let me = shop_testapp::json(browser_get(&app, "/api/me", Some(&stranger)).await).await;
+    assert_eq!(viewed_ids(&me), Vec::<u64>::new(), "{me}");
+    app.flush_views().await;
+    assert_eq!(views(&app, 6).await, 0.0);
+}
+
 /// While Redis stalls (here stopped, as a fork or a noisy neighbour stops it),
 /// `/api/me` answers within the request's budget as for a guest, marked
 /// `degraded`, instead of an error; once Redis is back, the shopper again.

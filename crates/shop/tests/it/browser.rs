@@ -796,6 +796,52 @@ async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
     drop(driver);
 }
 
+/// A visitor who lands on an item page (from a search engine: no cookie yet)
+/// finds that item among the recently viewed on the next page, and its view
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visitors_landing_page_is_among_the_recently_viewed_on_the_next() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = seeded(20).await;
+    let (server, addr) = shop.serve(&[]);
+    let (client, _profile) = chromium(&driver).await;
+    let base = format!("http://{addr}");
+
+    client.goto(&format!("{base}/items/7")).await.unwrap();
+    let landed = text_of(&client, "h1").await;
+    wait_text(&client, "#cart-count", |t| !t.is_empty()).await;
+    counted(&shop, 7, 1.0).await;
+    // The script names the page once its session's cookie came (a person
+    // reads the page meanwhile): wait for that before the next page.
+    let session = client.get_named_cookie("shop_session").await.unwrap();
+    let cookie = format!("shop_session={}", session.value());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let me = crate::e2e::request(&addr, "GET", "/api/me", Some(&cookie), None);
+        if me.body.contains("\"id\":7") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never in the history: {}",
+            me.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.goto(&format!("{base}/items/8")).await.unwrap();
+    wait_text(&client, "#recent", |t| t.contains(&landed)).await;
+    assert_eq!(
+        views_of(&shop, 7).await,
+        1.0,
+        "the landing page counted once"
+    );
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}
+
 /// Item `item`'s count in the ranking (`viewed:` counts down).
 async fn views_of(shop: &shop_testapp::TestApp, item: u64) -> f64 {
     let score: Option<f64> = redis::cmd("ZSCORE")
