@@ -48,14 +48,20 @@ pub enum SaleSet {
     /// A new sale is the item's now (it had none, or the one before had ended):
     /// every account may buy up to the limit in it.
     Started {
-        /// The item's stock before: the sale's units replace it.
+        /// The units the item had before (a sale's units are taken from them).
         stock_before: i64,
+        /// The units kept back for after the sale: what the item had beyond
+        /// the sale's (0 for a sale of as many or more).
+        held: i64,
     },
     /// The item's sale that had not ended (running, or coming) has these terms
     /// now: what each account bought in it still counts toward the limit.
     Changed {
         /// The units the sale had left before.
         stock_before: i64,
+        /// The units kept back for after the sale now: those kept before and
+        /// the sale's left, less the sale's new units (0 if those are more).
+        held: i64,
     },
     /// There is no such item; nothing changed.
     NoSuchItem,
@@ -264,14 +270,16 @@ impl Db {
             .map(|row| serde_json::to_string(&row).expect("an inventory row always serializes")))
     }
 
-    /// Sets the stock of an item. `false` if there is no such item.
+    /// Sets the stock of an item (nothing kept back for after a sale). `false`
+    /// if there is no such item.
     pub async fn set_stock(&self, id: ItemId, stock: i64) -> Result<bool, DbError> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("UPDATE inventory SET stock = $1 WHERE item_id = $2")
-            .bind(stock)
-            .bind(id.to_i64())
-            .execute(&mut *tx)
-            .await?;
+        let done =
+            sqlx::query("UPDATE inventory SET stock = $1, held_stock = 0 WHERE item_id = $2")
+                .bind(stock)
+                .bind(id.to_i64())
+                .execute(&mut *tx)
+                .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
@@ -295,6 +303,8 @@ impl Db {
             Backend::Sqlite => "",
             Backend::Postgres => " FOR UPDATE",
         };
+        // A count after a sale counts the units kept back for after it.
+        return_held_in(&mut tx, id, now).await?;
         let row = sqlx::query(&format!(
             "SELECT stock, sale_end FROM inventory WHERE item_id = $1{lock}"
         ))
@@ -333,7 +343,11 @@ impl Db {
         Ok(answer)
     }
 
-    /// Puts an item on sale at `now` (unix seconds): its stock becomes the sale's.
+    /// Puts an item on sale at `now` (unix seconds): the sale's units are taken
+    /// from the item's, the rest kept back (`held_stock`) and given back when
+    /// the sale ends ([`Db::return_held_stock`]); a sale of more units than the
+    /// item has adds the difference. While the sale has not ended the item's
+    /// stock is the sale's units left.
     /// A sale of it that has not ended by `now` gets the new terms and stays the
     /// same sale ([`SaleSet::Changed`]: the users' counts toward the per-user
     /// limit stay, as a limit is per sale); after one that ended, the counts start
@@ -359,19 +373,28 @@ impl Db {
             tx.rollback().await?;
             return Ok(refused);
         }
-        let before = sqlx::query("SELECT stock, sale_end FROM inventory WHERE item_id = $1")
-            .bind(id.to_i64())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let (stock_before, end_before): (i64, Option<i64>) = match before {
-            Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
-            None => (0, None),
+        let before =
+            sqlx::query("SELECT stock, held_stock, sale_end FROM inventory WHERE item_id = $1")
+                .bind(id.to_i64())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let (stock_before, held_before, end_before): (i64, i64, Option<i64>) = match before {
+            Some(row) => (
+                row.try_get("stock")?,
+                row.try_get("held_stock")?,
+                row.try_get("sale_end")?,
+            ),
+            None => (0, 0, None),
         };
+        // Every unit the item has (those of a sale that ended and were not
+        // given back yet included), less the sale's.
+        let held = (stock_before + held_before - sale.stock).max(0);
         sqlx::query(
-            "UPDATE inventory SET stock = $1, sale_price_cents = $2, sale_start = $3, sale_end = $4 \
-             WHERE item_id = $5",
+            "UPDATE inventory SET stock = $1, held_stock = $2, sale_price_cents = $3, \
+             sale_start = $4, sale_end = $5 WHERE item_id = $6",
         )
         .bind(sale.stock)
+        .bind(held)
         .bind(sale.price_cents)
         .bind(sale.start)
         .bind(sale.end)
@@ -380,20 +403,48 @@ impl Db {
         .await?;
         if end_before.is_some_and(|end| end > now) {
             tx.commit().await?;
-            return Ok(SaleSet::Changed { stock_before });
+            return Ok(SaleSet::Changed { stock_before, held });
         }
         sqlx::query("DELETE FROM flash_claims WHERE item_id = $1")
             .bind(id.to_i64())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(SaleSet::Started { stock_before })
+        Ok(SaleSet::Started {
+            stock_before: stock_before + held_before,
+            held,
+        })
+    }
+
+    /// Gives the units kept back for after a sale ([`Db::set_sale`]) back to
+    /// the stock of every item whose sale has ended by `now` (unix seconds);
+    /// returns those items (their pages say whether they are in stock). A sale
+    /// stopped or an item retired gives its units back at once
+    /// ([`Db::end_sale`]); one whose window passed, here: the web servers'
+    /// sale-end step calls it, and a stock change or a checkout of the item
+    /// does it first for that item.
+    pub async fn return_held_stock(&self, now: i64) -> Result<Vec<ItemId>, DbError> {
+        let mut tx = self.begin_write().await?;
+        let rows = sqlx::query(
+            "UPDATE inventory SET stock = stock + held_stock, held_stock = 0 \
+             WHERE held_stock > 0 AND sale_end <= $1 RETURNING item_id",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        let items = rows
+            .iter()
+            .map(|row| item_id(row, "item_id", "inventory.item_id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await?;
+        Ok(items)
     }
 
     /// Ends item `id`'s sale at `now` (unix seconds) if it has not ended by
     /// then (running, or not begun yet): the database-decided buy and the
     /// order's commit read this window, so nothing more is sold. Its units
-    /// left stay the item's stock. `false` if there was no such sale.
+    /// left stay the item's stock, and those kept back for after it are given
+    /// back. `false` if there was no such sale.
     pub async fn end_sale(&self, id: ItemId, now: i64) -> Result<bool, DbError> {
         let mut tx = self.begin_write().await?;
         let ended = end_sale_in(&mut tx, id, now).await?;
@@ -464,9 +515,29 @@ impl Db {
     }
 }
 
+/// Gives item `id`'s units kept back for after its sale back to its stock in
+/// `tx`, if that sale has ended by `now` ([`Db::return_held_stock`] for one
+/// item): done first by what reads or changes the item's stock after a sale.
+pub(crate) async fn return_held_in(
+    tx: &mut crate::write::WriteTx,
+    id: ItemId,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE inventory SET stock = stock + held_stock, held_stock = 0 \
+         WHERE item_id = $1 AND held_stock > 0 AND (sale_end IS NULL OR sale_end <= $2)",
+    )
+    .bind(id.to_i64())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Ends item `id`'s sale at `now` in `tx` if it has not ended by then (see
-/// [`Db::end_sale`]; retiring an item does it too): `false` if there was none.
-/// A sale not begun yet ends as an empty window (its start is now too).
+/// [`Db::end_sale`]; retiring an item does it too), giving back the units kept
+/// for after it: `false` if there was none. A sale not begun yet ends as an
+/// empty window (its start is now too).
 pub(crate) async fn end_sale_in(
     tx: &mut crate::write::WriteTx,
     id: ItemId,
@@ -474,7 +545,8 @@ pub(crate) async fn end_sale_in(
 ) -> Result<bool, DbError> {
     let done = sqlx::query(
         "UPDATE inventory SET sale_end = $1, \
-         sale_start = CASE WHEN sale_start > $2 THEN $3 ELSE sale_start END \
+         sale_start = CASE WHEN sale_start > $2 THEN $3 ELSE sale_start END, \
+         stock = stock + held_stock, held_stock = 0 \
          WHERE item_id = $4 AND sale_end > $5",
     )
     .bind(now)

@@ -189,6 +189,8 @@ impl Db {
                 return Ok(CheckoutOutcome::Retired { item_id: item });
             }
             let price = found.price_cents;
+            // After a sale, with the units kept back for after it.
+            crate::inventory::return_held_in(&mut tx, item, now).await?;
             // Not while the item's flash sale runs or is coming: its units are
             // the sale's from its start command on.
             let left: Option<i64> = sqlx::query(

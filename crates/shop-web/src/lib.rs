@@ -497,7 +497,7 @@ impl AppState {
     /// The daemon that purges the pages of a flash sale at its end (a server runs
     /// one beside its sale watcher, whose board it follows).
     pub fn sale_ends(&self) -> sale_ends::SaleEnds {
-        sale_ends::SaleEnds::new(self.sale_board.clone(), self.pages.clone())
+        sale_ends::SaleEnds::new(self.sale_board.clone(), self.pages.clone(), self.db.clone())
     }
 
     /// The daemon that keeps [`AppParts::sale_board`] current, the first time it is

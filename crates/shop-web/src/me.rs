@@ -37,7 +37,7 @@
 //! page's own view found no session to go in (a new visitor's first page, or
 //! one whose session had ended), so the script then names the page's item
 //! (`/api/me?recent=0&seen=42`) and it goes in the new session's history,
-//! counted nowhere again ([`crate::views::serve_seen`]).
+//! counted nowhere again (`views::serve_seen`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,7 +82,7 @@ pub struct MeQuery {
     /// The item of a page already counted, to put in the session's history
     /// (`seen=`): the script sends it after an answer that started a session
     /// (`"new_session": true`), whose page's view found no session to go in
-    /// ([`crate::views::serve_seen`]).
+    /// (`views::serve_seen`).
     pub seen: Option<ItemId>,
 }
 

@@ -11,6 +11,11 @@
 //! end, each of which changes nothing but the pages' freshness. A render that
 //! began before the purge is not stored (the page cache's own rule), so no page
 //! of the sale outlives its end by more than this daemon's step.
+//!
+//! The same step gives the units an item had beyond its sale's, kept back
+//! while the sale ran, back to its stock ([`shop_db::Db::return_held_stock`]:
+//! one write for every sale ended, whichever process makes it first) and purges
+//! those items' pages too (they say whether the item is in stock).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,25 +35,50 @@ pub const STEP: Duration = Duration::from_millis(500);
 pub struct SaleEnds {
     board: watch::Receiver<Board>,
     pages: PageStore,
+    db: shop_db::Db,
     /// The end each item's pages were last purged for.
     purged: HashMap<ItemId, i64>,
 }
 
 impl SaleEnds {
-    /// Follows `board`, purging in `pages`.
-    pub fn new(board: watch::Receiver<Board>, pages: PageStore) -> Self {
+    /// Follows `board`, purging in `pages`, giving stock back in `db`.
+    pub fn new(board: watch::Receiver<Board>, pages: PageStore, db: shop_db::Db) -> Self {
         Self {
             board,
             pages,
+            db,
             purged: HashMap::new(),
         }
     }
 
     /// Purges the pages of every sale on the board that has ended by `now` (unix
-    /// seconds) and whose end this process has not purged for yet. Returns how
-    /// many sales' pages it purged. A purge that fails is tried again at the
-    /// next step.
+    /// seconds) and whose end this process has not purged for yet, then gives
+    /// back the units kept for after every sale ended by `now` and purges
+    /// those items' pages. Returns how many items' pages it purged. A purge or
+    /// a write that fails is tried again at the next step.
     pub async fn step(&mut self, now: i64) -> Result<usize, CacheError> {
+        let purged = self.purge_ended(now).await?;
+        let returned =
+            self.db
+                .return_held_stock(now)
+                .await
+                .map_err(|error| CacheError::Source {
+                    what: "the database (stock kept for after a sale)",
+                    source: Box::new(error),
+                })?;
+        let more: Vec<ItemId> = returned
+            .into_iter()
+            .filter(|item| !purged.contains(item))
+            .collect();
+        if !more.is_empty() {
+            let tags: Vec<_> = more.iter().map(|item| page_tags::item(*item)).collect();
+            self.pages.purge(&tags).await?;
+        }
+        Ok(purged.len() + more.len())
+    }
+
+    /// The board's part of [`SaleEnds::step`]: the items whose pages it purged.
+    async fn purge_ended(&mut self, now: i64) -> Result<Vec<ItemId>, CacheError> {
         let board = self.board.borrow().clone();
         let ended: Vec<(ItemId, i64)> = board
             .values()
@@ -59,7 +89,7 @@ impl SaleEnds {
         // as the board.
         self.purged.retain(|item, _| board.contains_key(item));
         if ended.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let mut tags: Vec<_> = ended
             .iter()
@@ -68,7 +98,7 @@ impl SaleEnds {
         tags.push(page_tags::sales());
         self.pages.purge(&tags).await?;
         self.purged.extend(ended.iter().copied());
-        Ok(ended.len())
+        Ok(ended.into_iter().map(|(item, _)| item).collect())
     }
 }
 

@@ -8,7 +8,7 @@
 //!   and a client that says it is a bot ([`says_it_is_a_bot`]) count in the ranking
 //!   only: not in a history, nor among an item's viewers (what "X% of N shoppers"
 //!   counts). A browser's page script puts that first page in the new session's
-//!   history once it has one (`/api/me?seen=`, [`serve_seen`]), counting it
+//!   history once it has one (`/api/me?seen=`, `serve_seen`), counting it
 //!   nowhere again.
 //! - The item page itself needs no user (its HTML is shared), so its touch waits
 //!   for nothing: with [`ItemViews::write_behind`] (the shop's) it is held back and

@@ -150,8 +150,10 @@ impl<L: Ledger> Reconciler<L> {
                 }
                 // The database's stock is read after the snapshot: with nothing
                 // pending then, every order Redis counted is committed, and the
-                // correction applies only if no reservation came since.
-                Some(seen) if seen.pending == 0 => {
+                // correction applies only if no reservation came since. Only
+                // while the sale runs: once it ended, the item's stock has the
+                // units kept back for after it again (`held_stock`).
+                Some(seen) if seen.pending == 0 && terms.end > now => {
                     let stock = self.ledger.stock(item).await.map_err(ledger_failed)?;
                     if let Some(stock) = stock.filter(|&s| s != seen.stock)
                         && self.sales.correct(item, &seen, stock).await?

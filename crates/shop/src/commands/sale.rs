@@ -52,8 +52,9 @@ pub async fn run(command: SaleCommand) -> anyhow::Result<()> {
             }
             let left = db.inventory_row(id).await?.map_or(0, |row| row.stock);
             crate::say!(
-                "item {id}'s sale ended: buys are refused from now; its {left} units left are \
-                 the item's stock (`shop items stock {id} --set N` counts it)"
+                "item {id}'s sale ended: buys are refused from now; the item has {left} units, \
+                 those the sale did not sell and those kept back for after it \
+                 (`shop items stock {id} --set N` counts it)"
             );
             Ok(())
         }
@@ -80,13 +81,14 @@ async fn connect(
 /// an error naming the item unless it started.
 pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<String> {
     match set {
-        SaleSet::Started { stock_before } => Ok(format!(
-            "a new sale: the item's stock before was {stock_before}, the sale's units replace it; \
-             every account may buy up to the limit"
+        SaleSet::Started { stock_before, held } => Ok(format!(
+            "a new sale: the item had {stock_before} units; the sale's are taken from them, and \
+             {held} are kept back until the sale ends; every account may buy up to the limit"
         )),
-        SaleSet::Changed { stock_before } => Ok(format!(
-            "the item's sale that had not ended has these terms now ({stock_before} units were left): \
-             what each account bought in it still counts toward the limit, and a buy's answer stays"
+        SaleSet::Changed { stock_before, held } => Ok(format!(
+            "the item's sale that had not ended has these terms now ({stock_before} units were left \
+             in it; {held} are kept back until it ends): what each account bought in it still \
+             counts toward the limit, and a buy's answer stays"
         )),
         SaleSet::NoSuchItem => anyhow::bail!("there is no item {id}"),
         SaleSet::Retired => anyhow::bail!(

@@ -405,11 +405,14 @@ pub struct SaleArgs {
 #[derive(Debug, Subcommand)]
 pub enum SaleCommand {
     /// Put an item on sale now: its stock in the database and in Redis, where buys
-    /// are decided and the sale page's live stock comes from.
+    /// are decided and the sale page's live stock comes from. The sale's units
+    /// are taken from the item's; the rest are kept back and are its stock again
+    /// when the sale ends.
     Start {
         /// The item.
         id: ItemId,
-        /// Units on sale (0 to 1,000,000,000).
+        /// Units on sale (0 to 1,000,000,000), taken from the item's (more than
+        /// it has adds the difference).
         #[arg(long, value_parser = clap::value_parser!(i64).range(0..=shop_db::inventory::MAX_STOCK))]
         stock: i64,
         /// Sale price in cents (0 to the item's regular price).
@@ -434,7 +437,8 @@ pub enum SaleCommand {
         edge: EdgeSettings,
     },
     /// End an item's sale now (running, or not begun yet): buys are refused
-    /// from now, and its units left stay the item's stock.
+    /// from now, and its units left and those kept back for after it are the
+    /// item's stock.
     Stop {
         /// The item.
         id: ItemId,

@@ -284,12 +284,15 @@ async fn buy_in(shop: &TestApp, cookie: &str, key: &str) -> (u16, serde_json::Va
 }
 
 /// `shop sale stop` ends a running sale at once: the next buy is refused as not on sale, the units
-/// left stay the item's stock, and a second stop says there is no sale.
+/// left and those kept back for after the sale are the item's stock, and a second stop says
+/// there is no sale.
 #[tokio::test]
 async fn sale_stop_ends_a_running_sale_at_once() {
     for db in TestDb::all().await {
         let shop = seeded_on(db, 10).await;
         let kind = shop.kind();
+        let item = ItemId::new(1).unwrap();
+        assert!(shop.db.set_stock(item, 30).await.unwrap());
         start_sale(&shop, "5");
         let buyer = shop.logged_in("bea").await;
         let (status, body) = buy_in(&shop, &buyer, "first").await;
@@ -301,15 +304,14 @@ async fn sale_stop_ends_a_running_sale_at_once() {
         let out = crate::e2e::succeed(shop.shop().args(["sale", "stop", "1"]));
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(
-            said.contains("item 1's sale ended") && said.contains("its 4 units left"),
+            said.contains("item 1's sale ended") && said.contains("the item has 29 units"),
             "{kind}: {said}"
         );
         let (status, body) = buy_in(&shop, &buyer, "second").await;
         assert_eq!(status, 409, "{kind}: {body}");
         assert_eq!(body["outcome"], "not_on_sale", "{kind}");
-        let item = ItemId::new(1).unwrap();
         let row = shop.db.inventory_row(item).await.unwrap().unwrap();
-        assert_eq!(row.stock, 4, "{kind}");
+        assert_eq!(row.stock, 29, "{kind}: 4 unsold and 25 kept back");
         let now = shop_db::unix_now();
         assert!(
             row.sale_end.is_some_and(|end| end <= now),
