@@ -43,6 +43,11 @@ sub vcl_recv {
     }
     # Only this edge says a request came through the edge.
     unset req.http.Shop-Edge;
+    # An HTTP/1.0 client may send no Host, but the edge's fetch is HTTP/1.1,
+    # which must carry one (the shop answers 400 without): it names this edge.
+    if (!req.http.Host) {
+        set req.http.Host = "localhost";
+    }
     if (req.restarts > 0 && req.http.Shop-Refetch) {
         # Past its stale-while-revalidate: a stale page is not served to a
         # client while the web servers answer (see vcl_hit).

@@ -44,7 +44,7 @@ const mePromise = (async function () {
   }
 })();
 
-// A new session (this visitor's first page, or one whose session had ended):
+// A new session (this visitor's first page):
 // the page's view found no session to go in, so its item is named now, to be in
 // the history the next page shows (the view was counted with the page).
 (async function () {

@@ -33,9 +33,9 @@
 //! layer counts that view here ([`crate::views`]) once this call found the item
 //! ([`ItemFound`]); a value that is no item id is refused (400).
 //!
-//! An answer that hands out a new session says so (`"new_session": true`): the
-//! page's own view found no session to go in (a new visitor's first page, or
-//! one whose session had ended), so the script then names the page's item
+//! An answer that hands out a new session says so (`"new_session": true`; not
+//! to a client that says it is a bot): the page's own view found no session to
+//! go in (a new visitor's first page), so the script then names the page's item
 //! (`/api/me?recent=0&seen=42`) and it goes in the new session's history,
 //! counted nowhere again (`views::serve_seen`).
 

@@ -51,34 +51,29 @@ impl SaleEnds {
         }
     }
 
-    /// Purges the pages of every sale on the board that has ended by `now` (unix
-    /// seconds) and whose end this process has not purged for yet, then gives
-    /// back the units kept for after every sale ended by `now` and purges
-    /// those items' pages. Returns how many items' pages it purged. A purge or
-    /// a write that fails is tried again at the next step.
+    /// Gives back the units kept for after every sale ended by `now` (unix
+    /// seconds), then purges the pages of those items and of every sale on the
+    /// board that has ended by `now` and whose end this process has not purged
+    /// for yet. Returns how many items' pages it purged. A purge or a write
+    /// that fails is tried again at the next step.
     pub async fn step(&mut self, now: i64) -> Result<usize, CacheError> {
-        let purged = self.purge_ended(now).await?;
-        let returned =
-            self.db
-                .return_held_stock(now)
-                .await
-                .map_err(|error| CacheError::Source {
-                    what: "the database (stock kept for after a sale)",
-                    source: Box::new(error),
-                })?;
-        let more: Vec<ItemId> = returned
-            .into_iter()
-            .filter(|item| !purged.contains(item))
-            .collect();
-        if !more.is_empty() {
-            let tags: Vec<_> = more.iter().map(|item| page_tags::item(*item)).collect();
-            self.pages.purge(&tags).await?;
-        }
-        Ok(purged.len() + more.len())
+        // The units first, then the purges: a page drawn after the purge shows
+        // them. A database that cannot answer now holds back no purge.
+        let returned = self.db.return_held_stock(now).await;
+        let purged = self
+            .purge_ended(now, returned.as_deref().unwrap_or_default())
+            .await?;
+        returned.map_err(|error| CacheError::Source {
+            what: "the database (stock kept for after a sale)",
+            source: Box::new(error),
+        })?;
+        Ok(purged)
     }
 
-    /// The board's part of [`SaleEnds::step`]: the items whose pages it purged.
-    async fn purge_ended(&mut self, now: i64) -> Result<Vec<ItemId>, CacheError> {
+    /// The purges of [`SaleEnds::step`]: the pages of the sales on the board
+    /// that ended and were not purged for yet, and of the items whose units
+    /// were `returned` (most often the same); how many items' pages.
+    async fn purge_ended(&mut self, now: i64, returned: &[ItemId]) -> Result<usize, CacheError> {
         let board = self.board.borrow().clone();
         let ended: Vec<(ItemId, i64)> = board
             .values()
@@ -88,17 +83,21 @@ impl SaleEnds {
         // Only items still on the board are remembered: the map is as bounded
         // as the board.
         self.purged.retain(|item, _| board.contains_key(item));
-        if ended.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut tags: Vec<_> = ended
+        let mut items: Vec<ItemId> = ended.iter().map(|(item, _)| *item).collect();
+        let more: Vec<ItemId> = returned
             .iter()
-            .map(|(item, _)| page_tags::item(*item))
+            .filter(|item| !items.contains(item))
+            .copied()
             .collect();
+        items.extend(more);
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let mut tags: Vec<_> = items.iter().map(|item| page_tags::item(*item)).collect();
         tags.push(page_tags::sales());
         self.pages.purge(&tags).await?;
         self.purged.extend(ended.iter().copied());
-        Ok(ended.into_iter().map(|(item, _)| item).collect())
+        Ok(items.len())
     }
 }
 

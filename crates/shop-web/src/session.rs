@@ -225,8 +225,11 @@ impl SessionLayer {
         let asked = asked?;
         match (asked.item, asked.seen) {
             (Some(item), _) => Some(Viewed::Named(crate::views::View::by(req, item))),
-            (None, Some(item)) => Some(Viewed::Seen(item)),
-            (None, None) => None,
+            // A bot's session has no history (it is told of no new session).
+            (None, Some(item)) if !crate::views::says_it_is_a_bot(req.headers()) => {
+                Some(Viewed::Seen(item))
+            }
+            (None, _) => None,
         }
     }
 
@@ -395,7 +398,7 @@ pub(crate) async fn run_touched(
     if let Some(holdings) = holdings {
         req.extensions_mut().insert(holdings);
     }
-    if issued.is_some() {
+    if issued.is_some() && !crate::views::says_it_is_a_bot(req.headers()) {
         req.extensions_mut().insert(Issued);
     }
     (next.run(req).await, issued)
@@ -404,7 +407,8 @@ pub(crate) async fn run_touched(
 /// A request extension: this request's session is new, its token handed out
 /// with this answer (the visitor sent none, or one past its lifetime), so
 /// nothing the visitor did before it is in the session. `/api/me` says so
-/// (`"new_session": true`).
+/// (`"new_session": true`). Not for a client that says it is a bot (its
+/// session has no history to put its page in).
 #[derive(Debug, Clone, Copy)]
 pub struct Issued;
 

@@ -241,7 +241,17 @@ async fn the_item_a_pages_script_names_is_one_view_if_its_page_would_show() {
 /// A browser's GET of `uri` with `cookie`, as the page's script or the browser
 /// sends it.
 async fn browser_get(app: &TestApp, uri: &str, cookie: Option<&str>) -> axum::response::Response {
-    let mut req = axum::http::Request::get(uri).header(axum::http::header::USER_AGENT, BROWSER);
+    agent_get(app, uri, cookie, BROWSER).await
+}
+
+/// [`browser_get`] by a client that calls itself `agent`.
+async fn agent_get(
+    app: &TestApp,
+    uri: &str,
+    cookie: Option<&str>,
+    agent: &str,
+) -> axum::response::Response {
+    let mut req = axum::http::Request::get(uri).header(axum::http::header::USER_AGENT, agent);
     if let Some(cookie) = cookie {
         req = req.header(axum::http::header::COOKIE, cookie);
     }
@@ -301,6 +311,16 @@ async fn a_new_visitors_first_page_is_in_the_history_the_next_page_shows() {
     assert_eq!(viewed_ids(&me), Vec::<u64>::new(), "{me}");
     app.flush_views().await;
     assert_eq!(views(&app, 6).await, 0.0);
+
+    // A bot is told of no new session, and what it names goes in no history.
+    const BOT: &str = "Googlebot/2.1";
+    let first = agent_get(&app, "/api/me?recent=6", None, BOT).await;
+    let bot = shop_testapp::cookie_of(&first).expect("a cookie");
+    let me = shop_testapp::json(first).await;
+    assert!(me.get("new_session").is_none(), "{me}");
+    agent_get(&app, "/api/me?recent=0&seen=6", Some(&bot), BOT).await;
+    let me = shop_testapp::json(agent_get(&app, "/api/me", Some(&bot), BOT).await).await;
+    assert_eq!(viewed_ids(&me), Vec::<u64>::new(), "{me}");
 }
 
 /// While Redis stalls (here stopped, as a fork or a noisy neighbour stops it),
