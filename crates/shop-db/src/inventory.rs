@@ -231,12 +231,14 @@ impl Db {
     ) -> Result<HashMap<ItemId, String>, DbError> {
         let mut found = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(ROWS_PER_QUERY) {
-            let marks: Vec<String> = (1..=chunk.len()).map(|n| format!("${n}")).collect();
             let select = match self.backend() {
                 Backend::Sqlite => SQLITE_JSON_SELECT,
                 Backend::Postgres => INVENTORY_SELECT,
             };
-            let sql = format!("{select} WHERE i.id IN ({})", marks.join(", "));
+            let sql = format!(
+                "{select} WHERE i.id IN ({})",
+                crate::items::placeholders(chunk.len())
+            );
             let mut query = sqlx::query(&sql);
             for id in chunk {
                 query = query.bind(id.to_i64());

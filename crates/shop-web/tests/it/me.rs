@@ -154,12 +154,7 @@ async fn me_naming(
     cookie: Option<&str>,
     agent: &str,
 ) -> axum::response::Response {
-    let mut req = axum::http::Request::get(format!("/api/me?item={item}"))
-        .header(axum::http::header::USER_AGENT, agent);
-    if let Some(cookie) = cookie {
-        req = req.header(axum::http::header::COOKIE, cookie);
-    }
-    app.send(req.body(axum::body::Body::empty()).unwrap()).await
+    agent_get(app, &format!("/api/me?item={item}"), cookie, agent).await
 }
 
 const BROWSER: &str =
