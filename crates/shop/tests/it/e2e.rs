@@ -326,10 +326,22 @@ pub fn stop(mut served: Served) -> ExitStatus {
 /// A session cookie of the demo user `name` (password `<name>-password`).
 pub fn log_in(addr: &str, name: &str) -> String {
     let form = format!("name={name}&password={name}-password");
-    let login = request(addr, "POST", "/login", None, Some(&form));
-    login
-        .session_cookie()
-        .unwrap_or_else(|| panic!("{name} logs in: {} {}", login.status, login.body))
+    // A shop just started on a loaded machine may answer 503 (a store past its
+    // budget): the login is sent again. Any answer carries a cookie (a guest's
+    // for a refused login), so only a login's redirect is taken.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let login = request(addr, "POST", "/login", None, Some(&form));
+        match login.status {
+            303 => {
+                return login
+                    .session_cookie()
+                    .unwrap_or_else(|| panic!("{name}'s login sets no cookie: {}", login.body));
+            }
+            503 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            status => panic!("{name} logs in: {status} {}", login.body),
+        }
+    }
 }
 
 /// A checkout's form as the cart page shown now posts it: `key` and the page's
