@@ -189,13 +189,13 @@ impl Db {
                 return Ok(CheckoutOutcome::Retired { item_id: item });
             }
             let price = found.price_cents;
-            // After a sale, with the units kept back for after it.
-            crate::inventory::return_held_in(&mut tx, item, now).await?;
             // Not while the item's flash sale runs or is coming: its units are
-            // the sale's from its start command on.
+            // the sale's from its start command on. After a sale, with the units
+            // kept back for after it (one statement: they are the item's again).
             let left: Option<i64> = sqlx::query(
-                "UPDATE inventory SET stock = stock - $1 WHERE item_id = $2 AND stock >= $3 \
-                 AND NOT (sale_end IS NOT NULL AND sale_end > $4) RETURNING stock",
+                "UPDATE inventory SET stock = stock + held_stock - $1, held_stock = 0 \
+                 WHERE item_id = $2 AND stock + held_stock >= $3 \
+                 AND (sale_end IS NULL OR sale_end <= $4) RETURNING stock",
             )
             .bind(i64::from(quantity))
             .bind(item.to_i64())
@@ -212,10 +212,15 @@ impl Db {
                 // On sale, or not enough left: the shopper is shown how many
                 // are, and lowers the line (the cart's version is unchanged, so
                 // nothing else is).
-                let row = sqlx::query("SELECT stock, sale_end FROM inventory WHERE item_id = $1")
-                    .bind(item.to_i64())
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                let row = sqlx::query(
+                    "SELECT stock + CASE WHEN sale_end IS NULL OR sale_end <= $1 \
+                     THEN held_stock ELSE 0 END AS stock, sale_end \
+                     FROM inventory WHERE item_id = $2",
+                )
+                .bind(now)
+                .bind(item.to_i64())
+                .fetch_optional(&mut *tx)
+                .await?;
                 let (in_stock, end): (i64, Option<i64>) = match row {
                     Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
                     None => (0, None),

@@ -85,8 +85,8 @@ async fn cart_page(
     let cart = state.carts.get(cart_of(state, session).await?).await?;
     let ids: Vec<ItemId> = cart.iter().map(|(id, _)| *id).collect();
     let by_id = state.db.items_by_id(&ids).await?;
-    let availability = state.db.availability(&ids).await?;
     let now = shop_db::unix_now();
+    let availability = state.db.availability(&ids, now).await?;
     // The page is personal (never cached): it says who is logged in without
     // waiting for the script.
     let user_name = match session.known_user()? {

@@ -398,7 +398,8 @@ pub(crate) async fn run_touched(
     if let Some(holdings) = holdings {
         req.extensions_mut().insert(holdings);
     }
-    if issued.is_some() && !crate::views::says_it_is_a_bot(req.headers()) {
+    // Only the per-user call reads it: no other request pays for the bot check.
+    if read.is_some() && issued.is_some() && !crate::views::says_it_is_a_bot(req.headers()) {
         req.extensions_mut().insert(Issued);
     }
     (next.run(req).await, issued)

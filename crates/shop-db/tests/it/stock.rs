@@ -195,6 +195,22 @@ async fn a_sale_takes_its_units_from_the_stock_and_gives_the_rest_back_at_its_en
                 .unwrap()
                 .is_set()
         );
+        let available = |now| {
+            let db = db.clone();
+            async move { db.availability(&[item(2)], now).await.unwrap()[&item(2)] }
+        };
+        let running = available(NOW + 59).await;
+        assert_eq!(
+            (running.stock, running.on_sale(NOW + 59)),
+            (7, true),
+            "{kind}: the sale's units while it runs"
+        );
+        let ended = available(NOW + 60).await;
+        assert_eq!(
+            (ended.stock, ended.on_sale(NOW + 60)),
+            (277, false),
+            "{kind}: the units kept back count as soon as it has ended"
+        );
         let got = db
             .change_stock(item(2), StockChange::Set(100), NOW + 60)
             .await;
