@@ -15,7 +15,7 @@ use super::settings::{DatabaseSettings, Settings, WorkerSettings};
 #[command(name = "shop", version, about)]
 pub struct Cli {
     /// A TOML settings file: sections `[server]`, `[web]`, `[redis]`, `[database]`,
-    /// `[workers]`, each key a setting's flag name with `_` for `-`.
+    /// `[workers]`, `[edge]`, each key a setting's flag name with `_` for `-`.
     #[arg(long, global = true, env = "SHOP_CONFIG")]
     pub config: Option<std::path::PathBuf>,
     /// What to do.
@@ -28,9 +28,11 @@ pub struct Cli {
 pub enum Command {
     /// Run the shop: the web server, with the background daemons in-process.
     Serve(ServeArgs),
-    /// Run only the background daemons (session cleaner, view rescaler, row refresher).
+    /// Run only the background daemons (session cleaner, view rescaler, row
+    /// refresher, flash-sale reconciler).
     Work(WorkArgs),
-    /// Fill an empty database with the demo catalogue and users (re-running changes nothing).
+    /// Fill an empty database with the demo catalogue, and the demo users with
+    /// `--demo-users` (re-running changes nothing).
     Seed(SeedArgs),
     /// Manage the database row cache (`inv:<id>` in Redis).
     Rows(RowsArgs),
@@ -276,7 +278,7 @@ pub enum UsersCommand {
         #[command(flatten)]
         redis: RedisSettings,
     },
-    /// Make an existing account an admin (it may open `/ops`).
+    /// Make an existing account an admin (it may open `/ops` and `/admin`).
     GrantAdmin {
         /// The account's name.
         name: String,

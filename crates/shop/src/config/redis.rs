@@ -26,6 +26,7 @@ pub struct RedisSettings {
     #[arg(
         long,
         env = "SHOP_REDIS_CLUSTER",
+        hide_env_values = true,
         value_delimiter = ',',
         conflicts_with = "redis_url",
         value_parser = parse_seed

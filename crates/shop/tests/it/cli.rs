@@ -471,7 +471,7 @@ async fn migrate_removes_the_old_layouts_keys_once() {
 #[test]
 fn passwords_in_urls_never_reach_the_output() {
     let cwd = tempfile::tempdir().unwrap();
-    let runs: [(&str, &str, &[&str]); 4] = [
+    let runs: [(&str, &str, &[&str]); 5] = [
         (
             "REDIS_URL",
             "redis://127.0.0.1:1/0?password=hunter2a",
@@ -490,6 +490,11 @@ fn passwords_in_urls_never_reach_the_output() {
         (
             "SHOP_CACHE_REDIS_URL",
             "redis://:hunter2e@127.0.0.1:1",
+            &["serve", "--help"],
+        ),
+        (
+            "SHOP_REDIS_CLUSTER",
+            "redis://:hunter2h@127.0.0.1:7000,127.0.0.1:7001",
             &["serve", "--help"],
         ),
     ];
