@@ -7,11 +7,19 @@
 //! insights may fail afterwards (Redis down) without losing anything: a retry with
 //! the same idempotency key returns the same order, and insights are a statistic
 //! (a failure is logged and counted, never the order's).
+//!
+//! The lines ordered never stay in the cart to be ordered again: the order is
+//! committed as not taken yet (`orders.cart_taken`), its lines leave the cart
+//! once per order ([`Carts::take_order`]), and only then is it marked taken. A
+//! take that failed (Redis away, the server gone) is done before the cart is
+//! read for the next checkout, and by the workers' sweep ([`CartTakes`]) within
+//! a second or so of Redis answering again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use shop_cache::cart::{CartOf, Carts};
+use shop_cache::daemon::Daemon;
 use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::{ItemId, UserId};
 use shop_cache::insights::Insights;
@@ -138,6 +146,9 @@ async fn place(
     key: &str,
     now: i64,
 ) -> Result<(CheckoutOutcome, Option<Vec<ItemId>>), AppError> {
+    // An earlier order's lines that are still in the cart (its take failed)
+    // leave it first: they are never ordered twice.
+    finish_takes(db, carts, Some(user), now).await?;
     let cart = carts.get(CartOf::Account(user)).await?;
     let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
     let outcome = db.checkout(user, &lines, shown, key, now).await?;
@@ -146,6 +157,7 @@ async fn place(
     // order. A new order holds exactly these lines (any missing one aborts it),
     // and only they leave the cart: one added or changed meanwhile stays.
     let CheckoutOutcome::Placed {
+        order_id,
         new: true,
         ref sold_out,
         ..
@@ -154,8 +166,19 @@ async fn place(
         return Ok((outcome, None));
     };
     sold_out_pages(pages, sold_out).await;
-    if let Err(error) = carts.take(CartOf::Account(user), &lines).await {
-        tracing::warn!(%error, "order placed but its lines could not leave the cart");
+    let taken = match carts.take_order(user, order_id, &lines, now).await {
+        Ok(_) => db
+            .mark_cart_taken(&[order_id])
+            .await
+            .map_err(AppError::from),
+        Err(error) => Err(error.into()),
+    };
+    if let Err(error) = taken {
+        tracing::warn!(
+            %error,
+            order_id,
+            "order placed; its lines leave the cart at the next checkout or sweep"
+        );
     }
     let items = lines.iter().map(|(id, _)| *id).collect();
     Ok((outcome, Some(items)))
@@ -172,5 +195,72 @@ async fn sold_out_pages(pages: &PageStore, items: &[ItemId]) {
     let tags: Vec<_> = items.iter().map(|id| page_tags::item(*id)).collect();
     if let Err(error) = pages.purge(&tags).await {
         tracing::warn!(%error, "could not purge the pages of items sold out");
+    }
+}
+
+/// Takes out of their carts the lines of the orders whose take is still to do
+/// (`user`'s, or anyone's: [`shop_db::orders::UNTAKEN_PER_READ`] at most), each
+/// once, and records them taken. Returns how many orders it read.
+pub async fn finish_takes(
+    db: &Db,
+    carts: &Carts,
+    user: Option<UserId>,
+    now: i64,
+) -> Result<usize, AppError> {
+    let untaken = db.untaken_orders(user).await?;
+    let mut taken = Vec::with_capacity(untaken.len());
+    let mut failed = None;
+    for order in &untaken {
+        match carts
+            .take_order(order.user, order.order_id, &order.lines, now)
+            .await
+        {
+            Ok(_) => taken.push(order.order_id),
+            Err(error) => failed = Some(error),
+        }
+    }
+    db.mark_cart_taken(&taken).await?;
+    match failed {
+        Some(error) => Err(error.into()),
+        None => Ok(untaken.len()),
+    }
+}
+
+/// How often the sweep of [`CartTakes`] looks for orders whose lines are still
+/// in their carts.
+pub const CART_TAKES_EVERY: Duration = Duration::from_secs(1);
+
+/// The workers' sweep of orders whose lines are still to leave their carts (a
+/// take that failed after the commit: Redis away, the server gone), so a
+/// shopper who does not check out again sees them gone too.
+pub struct CartTakes {
+    db: Db,
+    carts: Carts,
+}
+
+impl CartTakes {
+    /// Sweeps the orders of `db` and the carts of `carts`.
+    pub fn new(db: Db, carts: Carts) -> Self {
+        Self { db, carts }
+    }
+
+    /// One sweep at `now` (unix seconds): [`finish_takes`] for anyone's
+    /// orders. Returns how many orders it read.
+    pub async fn step(&self, now: i64) -> Result<usize, AppError> {
+        finish_takes(&self.db, &self.carts, None, now).await
+    }
+}
+
+impl Daemon for CartTakes {
+    const NAME: &'static str = "cart takes";
+    type Error = AppError;
+
+    async fn tick(&mut self) -> Result<Duration, AppError> {
+        let read = self.step(shop_db::unix_now()).await?;
+        Ok(if read >= shop_db::orders::UNTAKEN_PER_READ {
+            Duration::ZERO
+        } else {
+            CART_TAKES_EVERY
+        })
     }
 }

@@ -39,6 +39,14 @@ pub const DEFAULT_MAX_LINES: u32 = 50;
 pub const DEFAULT_ACCOUNT_CART_TTL: std::time::Duration =
     std::time::Duration::from_secs(90 * 24 * 3600);
 
+/// How long an account's record of the orders whose lines left its cart
+/// ([`Carts::take_order`]) is kept after the last: far longer than the
+/// database can be away while the shop still places orders.
+pub const CART_TAKES_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+/// The most orders that record keeps (the newest).
+pub const CART_TAKES_KEPT: u32 = 1_000;
+
 /// How long a merge is remembered: as long as a login lasts (90 days), so the
 /// leftover of a merge whose last step failed is never merged twice.
 const MERGE_MEMORY_SECS: u64 = 90 * 24 * 3600;
@@ -282,6 +290,31 @@ impl Carts {
             call.arg(*item).arg(*quantity);
         }
         Ok(call.invoke_async(&mut self.conn.clone()).await?)
+    }
+
+    /// Removes from `user`'s cart the lines order `order_id` took (`ordered`),
+    /// as [`Carts::take`] does, once per order: a take of an order taken
+    /// before removes nothing and answers `None`. So an order whose take is
+    /// done again (its answer was lost, or the database was not told) never
+    /// takes a line the shopper has added since. `now`: unix seconds.
+    pub async fn take_order(
+        &self,
+        user: UserId,
+        order_id: i64,
+        ordered: &[(ItemId, u32)],
+        now: i64,
+    ) -> Result<Option<u64>, CacheError> {
+        let mut call = scripts::CART_TAKE_ORDER.key(self.keys.user_cart(user));
+        call.key(self.keys.user_cart_takes(user))
+            .arg(order_id)
+            .arg(now)
+            .arg(CART_TAKES_KEPT_FOR.as_secs())
+            .arg(CART_TAKES_KEPT);
+        for (item, quantity) in ordered {
+            call.arg(*item).arg(*quantity);
+        }
+        let removed: i64 = call.invoke_async(&mut self.conn.clone()).await?;
+        Ok(u64::try_from(removed).ok())
     }
 
     /// Whether `cart` holds no line.

@@ -110,6 +110,10 @@ pub static CART_SET: LazyLock<Script> =
 pub static CART_REMOVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("cart/cart_remove.lua")));
 
+/// Removes the lines an order took from an account's cart, once per order.
+pub static CART_TAKE_ORDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("cart/cart_take_order.lua")));
+
 /// Removes the lines an order took, each only if its quantity is still the one
 /// ordered.
 pub static CART_TAKE: LazyLock<Script> =

@@ -23,6 +23,21 @@ use crate::catalogue::{RowLock, read_items};
 use crate::items::Item;
 use crate::{Db, DbError};
 
+/// The most orders [`Db::untaken_orders`] reads at once.
+pub const UNTAKEN_PER_READ: usize = 100;
+
+/// A cart order whose lines are still to leave its shopper's cart
+/// ([`Db::untaken_orders`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untaken {
+    /// The order.
+    pub order_id: i64,
+    /// Whose cart (the account's) the lines are to leave.
+    pub user: UserId,
+    /// Its lines: item and quantity ordered.
+    pub lines: Vec<(ItemId, u32)>,
+}
+
 /// The answer to a checkout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -142,9 +157,9 @@ impl Db {
         }
         let mut tx = self.begin_write().await?;
         let order = sqlx::query(
-            "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at) \
-             VALUES ($1, $2, 'cart', 0, $3) ON CONFLICT (user_id, idempotency_key) DO NOTHING \
-             RETURNING id",
+            "INSERT INTO orders (user_id, idempotency_key, kind, total_cents, created_at, \
+             cart_taken) VALUES ($1, $2, 'cart', 0, $3, 0) \
+             ON CONFLICT (user_id, idempotency_key) DO NOTHING RETURNING id",
         )
         .bind(user.to_i64())
         .bind(key)
@@ -345,6 +360,67 @@ impl Db {
             },
             lines,
         }))
+    }
+
+    /// Cart orders whose lines have not been taken out of their shopper's cart
+    /// yet ([`Db::mark_cart_taken`] not called): `user`'s, or anyone's (at most
+    /// [`UNTAKEN_PER_READ`] orders, oldest first). A new order is one until its
+    /// checkout has taken its lines; an older one is a take that failed.
+    pub async fn untaken_orders(&self, user: Option<UserId>) -> Result<Vec<Untaken>, DbError> {
+        let whose = match user {
+            Some(_) => "AND user_id = $1 ",
+            None => "",
+        };
+        let sql = format!(
+            "SELECT o.id, o.user_id, l.item_id, l.quantity FROM orders o \
+             JOIN order_lines l ON l.order_id = o.id \
+             WHERE o.id IN (SELECT id FROM orders WHERE cart_taken = 0 {whose}\
+             ORDER BY id LIMIT {UNTAKEN_PER_READ}) ORDER BY o.id, l.item_id"
+        );
+        let mut query = sqlx::query(&sql);
+        if let Some(user) = user {
+            query = query.bind(user.to_i64());
+        }
+        let mut orders: Vec<Untaken> = Vec::new();
+        for row in query.fetch_all(&self.read).await? {
+            let order_id: i64 = row.try_get("id")?;
+            let quantity: i64 = row.try_get("quantity")?;
+            let quantity = u32::try_from(quantity).map_err(|_| DbError::Corrupt {
+                what: "order_lines.quantity",
+            })?;
+            let item = crate::items::item_id(&row, "item_id", "order_lines.item_id")?;
+            match orders.last_mut() {
+                Some(order) if order.order_id == order_id => order.lines.push((item, quantity)),
+                _ => {
+                    orders.push(Untaken {
+                        order_id,
+                        user: crate::users::user_id(row.try_get("user_id")?)?,
+                        lines: vec![(item, quantity)],
+                    });
+                }
+            }
+        }
+        Ok(orders)
+    }
+
+    /// Records that the lines of `order_ids` have left their carts.
+    pub async fn mark_cart_taken(&self, order_ids: &[i64]) -> Result<(), DbError> {
+        if order_ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for chunk in order_ids.chunks(crate::items::IN_LIST_CHUNK) {
+            let sql = format!(
+                "UPDATE orders SET cart_taken = 1 WHERE id IN ({})",
+                crate::items::placeholders(chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await
     }
 
     /// The lines of an order: (item, quantity, price in cents).

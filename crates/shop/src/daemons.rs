@@ -51,6 +51,13 @@ pub fn spawn_daemons(
         FlashSales::new(conn.clone(), keys.clone()),
         sale::DbLedger(db.clone()),
     );
+    // Takes only: the quantity cap is never consulted.
+    let carts = shop_cache::cart::Carts::new(
+        conn.clone(),
+        keys.clone(),
+        shop_cache::cart::DEFAULT_MAX_QUANTITY,
+    );
+    let cart_takes = shop_app::orders::CartTakes::new(db.clone(), carts);
     let counters = DaemonCounters {
         removed: cleaner.removed_counter(),
         reconciled: reconciler.totals(),
@@ -59,6 +66,7 @@ pub fn spawn_daemons(
     set.spawn(shop_cache::daemon::run(rescaler, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(refresher, shutdown.clone()));
     set.spawn(shop_cache::daemon::run(reconciler, shutdown.clone()));
+    set.spawn(shop_cache::daemon::run(cart_takes, shutdown.clone()));
     Ok(counters)
 }
 

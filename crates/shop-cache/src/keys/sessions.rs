@@ -151,6 +151,15 @@ impl Keys {
         self.user_keyed("user-cart-merges", user)
     }
 
+    /// Sorted set: order id -> unix time, the orders whose lines have left the
+    /// user's cart, so a take done again (its first answer was lost, or the
+    /// database did not hear of it) takes nothing twice. Kept
+    /// [`CART_TAKES_KEPT_FOR`](crate::cart::CART_TAKES_KEPT_FOR) after the
+    /// last, the newest [`CART_TAKES_KEPT`](crate::cart::CART_TAKES_KEPT) at most.
+    pub fn user_cart_takes(&self, user: crate::domain::UserId) -> String {
+        self.user_keyed("user-cart-takes", user)
+    }
+
     /// String: the checkout holding the user's cart (as [`Keys::checkout_hold`]).
     pub fn user_checkout_hold(&self, user: crate::domain::UserId) -> String {
         self.user_keyed("user-checkout", user)

@@ -4,8 +4,11 @@
 //! takes exactly its own lines out of the cart.
 
 use axum::http::StatusCode;
+use shop_app::orders::CartTakes;
 use shop_cache::domain::ItemId;
+use shop_cache::domain::cart_version::CartVersion;
 use shop_cache::domain::catalogue::ItemEdit;
+use shop_db::orders::CheckoutOutcome;
 use shop_testapp::{TestApp, cart_version_in, json, text};
 use shop_web::templates::money;
 
@@ -243,6 +246,86 @@ async fn a_placed_order_takes_only_its_own_lines_out_of_the_cart() {
         app.me(&buyer).await["cart"]["lines"],
         serde_json::json!([{"item": 6, "quantity": 4}, {"item": 7, "quantity": 1}])
     );
+}
+
+/// An order whose lines could not leave the cart after its commit (Redis failed
+/// right there, or the server died) never has them ordered again: the next
+/// checkout takes them out first and answers that the cart changed; the
+/// workers' sweep takes them out for a shopper who does not check out again;
+/// and an order's lines leave once, so a line added again since stays.
+#[tokio::test]
+async fn lines_an_order_could_not_take_out_of_the_cart_are_never_ordered_again() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        let user = app.db.user_named("paula").await.unwrap().unwrap();
+        let now = shop_db::unix_now();
+        // What a checkout leaves when Redis fails right after its commit: the
+        // order placed, its lines still in the cart.
+        let committed_not_taken = |key: &'static str, lines: Vec<(ItemId, u32)>| {
+            let app = &app;
+            let buyer = buyer.clone();
+            async move {
+                let shown = app.cart_version(&buyer).await;
+                let shown = CartVersion::parse(&shown).unwrap();
+                let placed = app.db.checkout(user, &lines, &shown, key, now).await;
+                assert!(
+                    matches!(placed.unwrap(), CheckoutOutcome::Placed { new: true, .. }),
+                    "{kind}"
+                );
+            }
+        };
+        app.post("/cart", Some(&buyer), "item=5&count=2", false)
+            .await;
+        committed_not_taken("first", vec![(item(5), 2)]).await;
+        // The cart page still shows the line; the shopper confirms it again.
+        let again = app.checkout_form(&buyer, "second").await;
+        let resp = app.post("/checkout", Some(&buyer), &again, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = json(resp).await;
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([{"item": 5, "removed": true}]),
+            "{kind}: {body}"
+        );
+        assert_eq!(app.db.orders_of(user, 10).await.unwrap().len(), 1, "{kind}");
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"],
+            serde_json::json!([]),
+            "{kind}"
+        );
+
+        // A shopper who does not check out again: the sweep takes the lines.
+        app.post("/cart", Some(&buyer), "item=6&count=1", false)
+            .await;
+        committed_not_taken("third", vec![(item(6), 1)]).await;
+        let sweep = CartTakes::new(app.db.clone(), app.state.carts.clone());
+        assert_eq!(sweep.step(now).await.unwrap(), 1, "{kind}");
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"],
+            serde_json::json!([]),
+            "{kind}"
+        );
+        assert_eq!(sweep.step(now).await.unwrap(), 0, "{kind}: done once");
+        // The same item bought again: the first order's take, done again,
+        // leaves it.
+        app.post("/cart", Some(&buyer), "item=6&count=1", false)
+            .await;
+        let orders = app.db.orders_of(user, 10).await.unwrap();
+        let order = orders.iter().map(|order| order.id).max().unwrap();
+        let again = app
+            .state
+            .carts
+            .take_order(user, order, &[(item(6), 1)], now)
+            .await
+            .unwrap();
+        assert_eq!(again, None, "{kind}");
+        assert_eq!(
+            app.me(&buyer).await["cart"]["lines"],
+            serde_json::json!([{"item": 6, "quantity": 1}]),
+            "{kind}"
+        );
+    }
 }
 
 /// The database's write path held where a checkout of item 5 waits for it:

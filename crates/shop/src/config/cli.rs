@@ -29,7 +29,7 @@ pub enum Command {
     /// Run the shop: the web server, with the background daemons in-process.
     Serve(ServeArgs),
     /// Run only the background daemons (session cleaner, view rescaler, row
-    /// refresher, flash-sale reconciler).
+    /// refresher, flash-sale reconciler, cart takes).
     Work(WorkArgs),
     /// Fill an empty database with the demo catalogue, and the demo users with
     /// `--demo-users` (re-running changes nothing).

@@ -1,0 +1,24 @@
+-- Removes the lines order ARGV[1] took from the account's cart, once: each line
+-- whose quantity is still the one ordered (a line added or changed since stays,
+-- as cart_take.lua). An order already in KEYS[2] takes nothing again, so a take
+-- done again (its answer lost, or the database not told) never removes a line
+-- the shopper has added since.
+-- KEYS[1] user-cart:<user>   KEYS[2] user-cart-takes:<user>
+-- ARGV[1] order id   ARGV[2] unix time now   ARGV[3] seconds KEYS[2] is kept
+-- ARGV[4] the most orders KEYS[2] keeps (the newest)
+-- ARGV[5], ARGV[6], ... item id, quantity ordered, in pairs
+-- Returns how many lines it removed, or -1 for an order taken before.
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return -1
+end
+local removed = 0
+for i = 5, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[4]) + 1))
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return removed
