@@ -5,9 +5,10 @@
 //! order in the database (`shop_db::flash::Db::record_flash_win`); then the
 //! reservation is settled in Redis. The buyer is told "bought" only once the order
 //! is committed. If the order cannot be written, the reservation stays pending and
-//! the answer is [`AppError::Pending`] (503): the reconciler settles the unit after
-//! the hold, by what the database then holds, and a retry with the same key gets
-//! that answer. With [`FlashDecider::Database`] every attempt is one database
+//! the answer is [`AppError::NotRecorded`] (503, saying when to ask again): the
+//! reconciler settles the unit after the hold, by what the database then holds,
+//! and a retry with the same key gets that answer (meanwhile
+//! [`AppError::Pending`]). With [`FlashDecider::Database`] every attempt is one database
 //! transaction (the older design, kept to measure against).
 
 use std::time::Duration;
@@ -109,6 +110,7 @@ impl Buy<'_> {
         // In a task of its own: a buyer who disconnects must not cut the order
         // off between the database's commit and the settlement.
         let (db, flash, pages) = (self.db.clone(), self.flash.clone(), self.pages.clone());
+        let settled_within = self.flash.hold();
         let winner = tokio::spawn(async move {
             // A database error leaves the reservation pending: the reconciler
             // settles it after its deadline, by what the database then holds.
@@ -124,7 +126,7 @@ impl Buy<'_> {
                     } else {
                         tracing::error!(%error, "a flash-sale win was not recorded; the reconciler settles it");
                     }
-                    return Err(AppError::Pending);
+                    return Err(AppError::NotRecorded { settled_within });
                 }
             };
             let sold_out = matches!(recorded, WinRecord::Ordered { sold_out: true, .. });

@@ -160,6 +160,11 @@ impl FlashSales {
         self
     }
 
+    /// How long a reservation is held before the reconciler settles it.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
     /// The five keys of an item's sale, in the order the scripts take them.
     fn sale_keys(&self, item: ItemId) -> [String; 5] {
         [

@@ -453,6 +453,20 @@ impl From<AppError> for WebError {
             AppError::Cache(error) => error.into(),
             AppError::Db(error) => error.into(),
             AppError::Pending => WebError::in_progress(),
+            AppError::NotRecorded { settled_within } => {
+                let seconds = settled_within.as_secs().max(1);
+                let mut e = WebError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_recorded",
+                    format!(
+                        "your order could not be written just now (the shop is busy or partly \
+                         down); whether you bought it is settled within {seconds} seconds: \
+                         send the same request again then"
+                    ),
+                );
+                e.retry_after = Some(seconds);
+                e
+            }
             AppError::CartBusy => {
                 let mut e = WebError::new(
                     StatusCode::CONFLICT,

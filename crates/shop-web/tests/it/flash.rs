@@ -1038,7 +1038,10 @@ async fn a_database_failing_between_reserve_and_record_never_reports_a_win_witho
                 StatusCode::SERVICE_UNAVAILABLE,
                 "{kind}: {key}"
             );
-            assert!(resp.headers().contains_key(header::RETRY_AFTER), "{kind}");
+            let retry_after = resp.headers()[header::RETRY_AFTER].to_str().unwrap();
+            assert_eq!(retry_after, "1", "{kind}: when the reconciler settles it");
+            let body = shop_testapp::json(resp).await;
+            assert_eq!(body["error"], "not_recorded", "{kind}: {body}");
         }
         let flash_orders = async || -> Vec<i64> {
             sqlx::query_scalar("SELECT id FROM orders WHERE kind = 'flash' ORDER BY id")
