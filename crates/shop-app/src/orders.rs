@@ -9,11 +9,15 @@
 //! (a failure is logged and counted, never the order's).
 //!
 //! The lines ordered never stay in the cart to be ordered again: the order is
-//! committed as not taken yet (`orders.cart_taken`), its lines leave the cart
-//! once per order ([`Carts::take_order`]), and only then is it marked taken. A
-//! take that failed (Redis away, the server gone) is done before the cart is
-//! read for the next checkout, and by the workers' sweep ([`CartTakes`]) within
-//! a second or so of Redis answering again.
+//! committed as not taken yet (`orders.cart_taken`), and its lines leave the
+//! cart once per order ([`Carts::take_order`]). Until the order is
+//! [`TAKE_AGAIN_FOR`] old its take is done again (by the next checkout of its
+//! shopper, before the cart is read, and by the workers' sweep,
+//! [`CartTakes`], every second): a take that failed (Redis away, the server
+//! gone) or that Redis lost (a crash before its append-only file was written,
+//! a failover before the replica had it) is done then; only after that is the
+//! order marked taken, in one write for many orders. A Redis restored from an
+//! older copy can still bring back lines of orders marked taken before.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -148,7 +152,9 @@ async fn place(
 ) -> Result<(CheckoutOutcome, Option<Vec<ItemId>>), AppError> {
     // An earlier order's lines that are still in the cart (its take failed)
     // leave it first: they are never ordered twice.
-    finish_takes(db, carts, Some(user), now).await?;
+    if let Some(error) = take_untaken(db, carts, Some(user), 0, now).await?.failed {
+        return Err(error.into());
+    }
     let cart = carts.get(CartOf::Account(user)).await?;
     let lines: Vec<(ItemId, u32)> = cart.iter().map(|(id, q)| (*id, q.get())).collect();
     let outcome = db.checkout(user, &lines, shown, key, now).await?;
@@ -166,14 +172,8 @@ async fn place(
         return Ok((outcome, None));
     };
     sold_out_pages(pages, sold_out).await;
-    let taken = match carts.take_order(user, order_id, &lines, now).await {
-        Ok(_) => db
-            .mark_cart_taken(&[order_id])
-            .await
-            .map_err(AppError::from),
-        Err(error) => Err(error.into()),
-    };
-    if let Err(error) = taken {
+    // Marked taken later (`take_untaken`): no second write per order.
+    if let Err(error) = carts.take_order(user, order_id, &lines, now).await {
         tracing::warn!(
             %error,
             order_id,
@@ -198,56 +198,102 @@ async fn sold_out_pages(pages: &PageStore, items: &[ItemId]) {
     }
 }
 
-/// Takes out of their carts the lines of the orders whose take is still to do
-/// (`user`'s, or anyone's: [`shop_db::orders::UNTAKEN_PER_READ`] at most), each
-/// once, and records them taken. Returns how many orders it read.
-pub async fn finish_takes(
+/// How long after its commit an order's take is done again before it is marked
+/// taken: longer than Redis can lose a write it confirmed (an append-only file
+/// written every second, a replica a moment behind), and a few sweeps.
+pub const TAKE_AGAIN_FOR: Duration = Duration::from_secs(5);
+
+/// What [`take_untaken`] did.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Orders read (at most [`shop_db::orders::UNTAKEN_PER_READ`]).
+    pub read: usize,
+    /// The highest order id read (0: none).
+    pub last: i64,
+    /// Orders marked taken.
+    pub marked: usize,
+    /// The error of a take that failed (the others were done).
+    pub failed: Option<shop_cache::CacheError>,
+}
+
+/// Takes out of their carts, each once, the lines of the orders not marked
+/// taken yet (`user`'s, or anyone's; with ids above `after`), and marks taken
+/// those of them [`TAKE_AGAIN_FOR`] old. A take that fails is reported in
+/// [`Taken::failed`], the others done and marked; a mark that fails is logged
+/// (the takes stand, and are done again, taking nothing, until one is
+/// marked). An error: the database could not be read.
+pub async fn take_untaken(
     db: &Db,
     carts: &Carts,
     user: Option<UserId>,
+    after: i64,
     now: i64,
-) -> Result<usize, AppError> {
-    let untaken = db.untaken_orders(user).await?;
-    let mut taken = Vec::with_capacity(untaken.len());
+) -> Result<Taken, AppError> {
+    let untaken = db.untaken_orders(user, after).await?;
+    let old_by = now - TAKE_AGAIN_FOR.as_secs() as i64;
+    let mut old = Vec::new();
     let mut failed = None;
     for order in &untaken {
         match carts
             .take_order(order.user, order.order_id, &order.lines, now)
             .await
         {
-            Ok(_) => taken.push(order.order_id),
+            Ok(_) if order.created_at <= old_by => old.push(order.order_id),
+            Ok(_) => {}
             Err(error) => failed = Some(error),
         }
     }
-    db.mark_cart_taken(&taken).await?;
-    match failed {
-        Some(error) => Err(error.into()),
-        None => Ok(untaken.len()),
+    if let Err(error) = db.mark_cart_taken(&old).await {
+        tracing::warn!(%error, "orders whose lines left their carts could not be marked so yet");
+        old.clear();
     }
+    Ok(Taken {
+        read: untaken.len(),
+        last: untaken.last().map_or(0, |order| order.order_id),
+        marked: old.len(),
+        failed,
+    })
 }
 
-/// How often the sweep of [`CartTakes`] looks for orders whose lines are still
-/// in their carts.
+/// How often the sweep of [`CartTakes`] looks for orders not marked taken.
 pub const CART_TAKES_EVERY: Duration = Duration::from_secs(1);
 
-/// The workers' sweep of orders whose lines are still to leave their carts (a
-/// take that failed after the commit: Redis away, the server gone), so a
-/// shopper who does not check out again sees them gone too.
+/// The workers' sweep of orders not marked taken ([`take_untaken`]): a take
+/// that failed after the commit (Redis away, the server gone) is done, so a
+/// shopper who does not check out again sees the lines gone too.
 pub struct CartTakes {
     db: Db,
     carts: Carts,
+    /// The last order id read; the next step reads on from it, so orders whose
+    /// takes keep failing (their Redis node down) hold back no others.
+    after: i64,
 }
 
 impl CartTakes {
     /// Sweeps the orders of `db` and the carts of `carts`.
     pub fn new(db: Db, carts: Carts) -> Self {
-        Self { db, carts }
+        Self {
+            db,
+            carts,
+            after: 0,
+        }
     }
 
-    /// One sweep at `now` (unix seconds): [`finish_takes`] for anyone's
-    /// orders. Returns how many orders it read.
-    pub async fn step(&self, now: i64) -> Result<usize, AppError> {
-        finish_takes(&self.db, &self.carts, None, now).await
+    /// One sweep at `now` (unix seconds): [`take_untaken`] for anyone's orders
+    /// after the last read, from the first again once none are left.
+    /// A take that failed is the step's error, the cursor moved on all the
+    /// same.
+    pub async fn step(&mut self, now: i64) -> Result<Taken, AppError> {
+        let mut taken = take_untaken(&self.db, &self.carts, None, self.after, now).await?;
+        self.after = if taken.read < shop_db::orders::UNTAKEN_PER_READ {
+            0
+        } else {
+            taken.last
+        };
+        match taken.failed.take() {
+            Some(error) => Err(error.into()),
+            None => Ok(taken),
+        }
     }
 }
 
@@ -256,8 +302,8 @@ impl Daemon for CartTakes {
     type Error = AppError;
 
     async fn tick(&mut self) -> Result<Duration, AppError> {
-        let read = self.step(shop_db::unix_now()).await?;
-        Ok(if read >= shop_db::orders::UNTAKEN_PER_READ {
+        let taken = self.step(shop_db::unix_now()).await?;
+        Ok(if taken.read >= shop_db::orders::UNTAKEN_PER_READ {
             Duration::ZERO
         } else {
             CART_TAKES_EVERY

@@ -8,9 +8,11 @@
 //!
 //! A step interrupted by shutdown is dropped mid-way, so every step must be safe
 //! to drop: each is one Redis script or command, which Redis runs entirely or not
-//! at all, or (the view flusher, whose write takes views from memory) runs as a
-//! task of its own that outlives the dropped step and that the daemon's `finish`
-//! waits for.
+//! at all; or steps that are each safe to do again (the cart takes: a script
+//! that takes an order's lines once, a database transaction that rolls back
+//! when dropped); or (the view flusher, whose write takes views from memory)
+//! runs as a task of its own that outlives the dropped step and that the
+//! daemon's `finish` waits for.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

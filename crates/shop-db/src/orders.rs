@@ -34,6 +34,8 @@ pub struct Untaken {
     pub order_id: i64,
     /// Whose cart (the account's) the lines are to leave.
     pub user: UserId,
+    /// When it was placed, unix seconds.
+    pub created_at: i64,
     /// Its lines: item and quantity ordered.
     pub lines: Vec<(ItemId, u32)>,
 }
@@ -362,22 +364,27 @@ impl Db {
         }))
     }
 
-    /// Cart orders whose lines have not been taken out of their shopper's cart
-    /// yet ([`Db::mark_cart_taken`] not called): `user`'s, or anyone's (at most
-    /// [`UNTAKEN_PER_READ`] orders, oldest first). A new order is one until its
-    /// checkout has taken its lines; an older one is a take that failed.
-    pub async fn untaken_orders(&self, user: Option<UserId>) -> Result<Vec<Untaken>, DbError> {
+    /// Cart orders whose lines are not recorded as taken out of their
+    /// shopper's cart ([`Db::mark_cart_taken`]), oldest first: `user`'s, or
+    /// anyone's, with ids above `after` (at most [`UNTAKEN_PER_READ`] orders).
+    /// A new order is one until it is marked; an older one may be a take that
+    /// failed.
+    pub async fn untaken_orders(
+        &self,
+        user: Option<UserId>,
+        after: i64,
+    ) -> Result<Vec<Untaken>, DbError> {
         let whose = match user {
-            Some(_) => "AND user_id = $1 ",
+            Some(_) => "AND user_id = $2 ",
             None => "",
         };
         let sql = format!(
-            "SELECT o.id, o.user_id, l.item_id, l.quantity FROM orders o \
+            "SELECT o.id, o.user_id, o.created_at, l.item_id, l.quantity FROM orders o \
              JOIN order_lines l ON l.order_id = o.id \
-             WHERE o.id IN (SELECT id FROM orders WHERE cart_taken = 0 {whose}\
+             WHERE o.id IN (SELECT id FROM orders WHERE cart_taken = 0 AND id > $1 {whose}\
              ORDER BY id LIMIT {UNTAKEN_PER_READ}) ORDER BY o.id, l.item_id"
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = sqlx::query(&sql).bind(after);
         if let Some(user) = user {
             query = query.bind(user.to_i64());
         }
@@ -391,13 +398,12 @@ impl Db {
             let item = crate::items::item_id(&row, "item_id", "order_lines.item_id")?;
             match orders.last_mut() {
                 Some(order) if order.order_id == order_id => order.lines.push((item, quantity)),
-                _ => {
-                    orders.push(Untaken {
-                        order_id,
-                        user: crate::users::user_id(row.try_get("user_id")?)?,
-                        lines: vec![(item, quantity)],
-                    });
-                }
+                _ => orders.push(Untaken {
+                    order_id,
+                    user: crate::users::user_id(row.try_get("user_id")?)?,
+                    created_at: row.try_get("created_at")?,
+                    lines: vec![(item, quantity)],
+                }),
             }
         }
         Ok(orders)
@@ -411,7 +417,7 @@ impl Db {
         let mut tx = self.begin_write().await?;
         for chunk in order_ids.chunks(crate::items::IN_LIST_CHUNK) {
             let sql = format!(
-                "UPDATE orders SET cart_taken = 1 WHERE id IN ({})",
+                "UPDATE orders SET cart_taken = 1 WHERE cart_taken = 0 AND id IN ({})",
                 crate::items::placeholders(chunk.len())
             );
             let mut query = sqlx::query(&sql);

@@ -460,8 +460,8 @@ impl From<AppError> for WebError {
                     "not_recorded",
                     format!(
                         "your order could not be written just now (the shop is busy or partly \
-                         down); whether you bought it is settled within {seconds} seconds: \
-                         send the same request again then"
+                         down); ask again with the same key in {seconds} seconds to learn \
+                         whether you bought it"
                     ),
                 );
                 e.retry_after = Some(seconds);
