@@ -10,14 +10,15 @@
 //!
 //! The lines ordered never stay in the cart to be ordered again: the order is
 //! committed as not taken yet (`orders.cart_taken`), and its lines leave the
-//! cart once per order ([`Carts::take_order`]). Until the order is
-//! [`TAKE_AGAIN_FOR`] old its take is done again (by the next checkout of its
-//! shopper, before the cart is read, and by the workers' sweep,
-//! [`CartTakes`], every second): a take that failed (Redis away, the server
-//! gone) or that Redis lost (a crash before its append-only file was written,
-//! a failover before the replica had it) is done then; only after that is the
-//! order marked taken, in one write for many orders. A Redis restored from an
-//! older copy can still bring back lines of orders marked taken before.
+//! cart once per order ([`Carts::take_order`]). Until the order is marked
+//! taken its take is done again (by the next checkout of its shopper, before
+//! the cart is read, and by the workers' sweep, [`CartTakes`], every second):
+//! a take that failed (Redis away, the server gone) or that Redis lost (a
+//! crash before its append-only file was written, a failover before the
+//! replica had it) is done then. The sweep marks an order taken once it is
+//! [`TAKE_AGAIN_FOR`] old, in one write for many orders; a checkout writes
+//! nothing but its order. A Redis restored from an older copy can still bring
+//! back lines of orders marked taken before.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -210,18 +211,19 @@ pub struct Taken {
     pub read: usize,
     /// The highest order id read (0: none).
     pub last: i64,
-    /// Orders marked taken.
-    pub marked: usize,
+    /// The orders read that are [`TAKE_AGAIN_FOR`] old, their takes done:
+    /// for the sweep to mark taken.
+    pub old: Vec<i64>,
     /// The error of a take that failed (the others were done).
     pub failed: Option<shop_cache::CacheError>,
 }
 
 /// Takes out of their carts, each once, the lines of the orders not marked
-/// taken yet (`user`'s, or anyone's; with ids above `after`), and marks taken
-/// those of them [`TAKE_AGAIN_FOR`] old. A take that fails is reported in
-/// [`Taken::failed`], the others done and marked; a mark that fails is logged
-/// (the takes stand, and are done again, taking nothing, until one is
-/// marked). An error: the database could not be read.
+/// taken yet (`user`'s, or anyone's; with ids above `after`), and says which
+/// of them are [`TAKE_AGAIN_FOR`] old (marked by the sweep alone, so a
+/// checkout never waits for a second write). A take that fails is reported in
+/// [`Taken::failed`], the others done. An error: the database could not be
+/// read.
 pub async fn take_untaken(
     db: &Db,
     carts: &Carts,
@@ -243,14 +245,10 @@ pub async fn take_untaken(
             Err(error) => failed = Some(error),
         }
     }
-    if let Err(error) = db.mark_cart_taken(&old).await {
-        tracing::warn!(%error, "orders whose lines left their carts could not be marked so yet");
-        old.clear();
-    }
     Ok(Taken {
         read: untaken.len(),
         last: untaken.last().map_or(0, |order| order.order_id),
-        marked: old.len(),
+        old,
         failed,
     })
 }
@@ -280,9 +278,10 @@ impl CartTakes {
     }
 
     /// One sweep at `now` (unix seconds): [`take_untaken`] for anyone's orders
-    /// after the last read, from the first again once none are left.
-    /// A take that failed is the step's error, the cursor moved on all the
-    /// same.
+    /// after the last read (from the first again once none are left), then
+    /// the old ones marked taken, in one write (none when there are none). A
+    /// take that failed is the step's error, the others marked and the cursor
+    /// moved on all the same.
     pub async fn step(&mut self, now: i64) -> Result<Taken, AppError> {
         let mut taken = take_untaken(&self.db, &self.carts, None, self.after, now).await?;
         self.after = if taken.read < shop_db::orders::UNTAKEN_PER_READ {
@@ -290,6 +289,7 @@ impl CartTakes {
         } else {
             taken.last
         };
+        self.db.mark_cart_taken(&taken.old).await?;
         match taken.failed.take() {
             Some(error) => Err(error.into()),
             None => Ok(taken),
