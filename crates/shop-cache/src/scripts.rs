@@ -5,8 +5,9 @@
 //! with nothing else in between. Each script's source sits beside the module that
 //! calls it (`src/cart/cart_set.lua` for `cart.rs`), one file each, and is loaded
 //! here, the one list of them; `row_cache/batched.lua` holds helpers the row
-//! cache's scripts start with (one command of each kind for a whole batch), and
-//! `session/end_token.lua` the session scripts that end a token.
+//! cache's scripts start with (one command of each kind for a whole batch),
+//! `session/end_token.lua` the session scripts that end a token, and
+//! `cart/take_lines.lua` the scripts that take an order's lines out of a cart.
 
 use std::sync::LazyLock;
 
@@ -111,13 +112,21 @@ pub static CART_REMOVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("cart/cart_remove.lua")));
 
 /// Removes the lines an order took from an account's cart, once per order.
-pub static CART_TAKE_ORDER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("cart/cart_take_order.lua")));
+pub static CART_TAKE_ORDER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("cart/take_lines.lua"),
+        include_str!("cart/cart_take_order.lua")
+    ))
+});
 
 /// Removes the lines an order took, each only if its quantity is still the one
 /// ordered.
-pub static CART_TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("cart/cart_take.lua")));
+pub static CART_TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("cart/take_lines.lua"),
+        include_str!("cart/cart_take.lua")
+    ))
+});
 
 /// Merges a session's cart into its user's, once per session.
 pub static CART_MERGE: LazyLock<Script> =

@@ -7,13 +7,8 @@
 -- An account's cart: KEYS[1] user-cart:<user> alone.
 -- ARGV[1] token (a session's cart; else '')   ARGV[2], ARGV[3], ... item id,
 -- quantity ordered, in pairs
-local removed = 0
-for i = 2, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    removed = removed + 1
-  end
-end
+-- Starts with take_lines.lua (take_lines).
+local removed = take_lines(KEYS[1], 2)
 if #KEYS > 1 and removed > 0 and redis.call('EXISTS', KEYS[1]) == 0
     and redis.call('HEXISTS', KEYS[4], ARGV[1]) == 0 then
   redis.call('ZREM', KEYS[5], ARGV[1])

@@ -8,16 +8,11 @@
 -- ARGV[4] the most orders KEYS[2] keeps (the newest)
 -- ARGV[5], ARGV[6], ... item id, quantity ordered, in pairs
 -- Returns how many lines it removed, or -1 for an order taken before.
+-- Starts with take_lines.lua (take_lines).
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return -1
 end
-local removed = 0
-for i = 5, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    removed = removed + 1
-  end
-end
+local removed = take_lines(KEYS[1], 5)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[4]) + 1))
 redis.call('EXPIRE', KEYS[2], ARGV[3])

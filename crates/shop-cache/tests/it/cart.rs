@@ -1,6 +1,6 @@
 use redis::AsyncCommands;
 use shop_cache::CacheError;
-use shop_cache::cart::{CartOf, Carts, LineChange};
+use shop_cache::cart::{CART_TAKES_KEPT_FOR, CartOf, Carts, LineChange};
 use shop_cache::domain::{InvalidInput, ItemId, UserId};
 use shop_cache::session::SessionToken;
 
@@ -35,7 +35,23 @@ async fn an_accounts_cart_is_its_own_key_with_a_lifetime_and_takes_orders(fx: Fi
     assert_eq!(carts.take(alice.clone(), &[(item(1), 2), (item(4), 9)]).await.unwrap(), 1);
     assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(4, 1)]);
     carts.set(alice.clone(), item(4), 0).await.unwrap();
-    assert!(carts.is_empty(alice).await.unwrap());
+    assert!(carts.is_empty(alice.clone()).await.unwrap());
+    // An order's take, once per order: done again (its answer lost), it takes
+    // nothing, not even the same line added again since; the record of it
+    // lives beside the cart (the same slot on a cluster) and expires.
+    let user = UserId::new(7).unwrap();
+    carts.set(alice.clone(), item(2), 3).await.unwrap();
+    carts.set(alice.clone(), item(5), 1).await.unwrap();
+    let ordered = [(item(2), 3), (item(5), 2)];
+    assert_eq!(carts.take_order(user, 41, &ordered, 1_000).await.unwrap(), Some(1));
+    assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(5, 1)]);
+    carts.set(alice.clone(), item(2), 3).await.unwrap();
+    assert_eq!(carts.take_order(user, 41, &ordered, 1_001).await.unwrap(), None);
+    assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(2, 3), (5, 1)]);
+    assert_eq!(carts.take_order(user, 42, &[(item(5), 1)], 1_002).await.unwrap(), Some(1));
+    let takes = fx.keys.user_cart_takes(user);
+    let ttl: i64 = raw.ttl(&takes).await.unwrap();
+    assert!(ttl > 0 && ttl as u64 <= CART_TAKES_KEPT_FOR.as_secs(), "{ttl}");
 }
 
 async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
