@@ -365,24 +365,26 @@ impl Db {
     }
 
     /// Cart orders whose lines are not recorded as taken out of their
-    /// shopper's cart ([`Db::mark_cart_taken`]), oldest first: `user`'s, or
-    /// anyone's, with ids above `after` (at most [`UNTAKEN_PER_READ`] orders).
-    /// A new order is one until it is marked; an older one may be a take that
-    /// failed.
+    /// shopper's cart ([`Db::mark_cart_taken`]), with ids above `after`, at
+    /// most [`UNTAKEN_PER_READ`] orders, in id order: `user`'s newest (the
+    /// ones a take may have missed; a shop without workers marks none, and
+    /// each shopper's older ones have been taken again many times), or
+    /// anyone's oldest (the sweep reads on from the last). A new order is one
+    /// until it is marked; an older one may be a take that failed.
     pub async fn untaken_orders(
         &self,
         user: Option<UserId>,
         after: i64,
     ) -> Result<Vec<Untaken>, DbError> {
-        let whose = match user {
-            Some(_) => "AND user_id = $2 ",
-            None => "",
+        let (whose, first) = match user {
+            Some(_) => ("AND user_id = $2 ", "DESC"),
+            None => ("", "ASC"),
         };
         let sql = format!(
             "SELECT o.id, o.user_id, o.created_at, l.item_id, l.quantity FROM orders o \
              JOIN order_lines l ON l.order_id = o.id \
              WHERE o.id IN (SELECT id FROM orders WHERE cart_taken = 0 AND id > $1 {whose}\
-             ORDER BY id LIMIT {UNTAKEN_PER_READ}) ORDER BY o.id, l.item_id"
+             ORDER BY id {first} LIMIT {UNTAKEN_PER_READ}) ORDER BY o.id, l.item_id"
         );
         let mut query = sqlx::query(&sql).bind(after);
         if let Some(user) = user {

@@ -6,6 +6,7 @@ mod connect;
 mod flash;
 mod items;
 mod locks;
+mod orders;
 mod search;
 mod seed;
 mod stock;
