@@ -34,6 +34,14 @@ pub struct InventoryRow {
     pub sale_end: Option<i64>,
 }
 
+/// The SQL expression of an `inventory` row's units at the time bound to the
+/// placeholder `now` (`$n`): after a sale's end, the units kept back for after
+/// it count before they are given back (checkout and the cart page count them
+/// alike).
+pub(crate) fn units_at(now: &str) -> String {
+    format!("stock + CASE WHEN sale_end IS NULL OR sale_end <= {now} THEN held_stock ELSE 0 END")
+}
+
 /// The most units an item's stock may hold: a count past it is a mistake (a
 /// price typed in the stock field), refused before it is written.
 pub const MAX_STOCK: i64 = 1_000_000_000;
@@ -144,10 +152,8 @@ impl Db {
     ) -> Result<HashMap<ItemId, Availability>, DbError> {
         let sql = |n: usize| {
             format!(
-                "SELECT item_id, stock + CASE WHEN sale_end IS NULL OR sale_end <= ${} \
-                 THEN held_stock ELSE 0 END AS stock, sale_end \
-                 FROM inventory WHERE item_id IN ({})",
-                n + 1,
+                "SELECT item_id, {} AS stock, sale_end FROM inventory WHERE item_id IN ({})",
+                units_at(&format!("${}", n + 1)),
                 crate::items::placeholders(n)
             )
         };

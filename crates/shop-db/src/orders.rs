@@ -229,11 +229,10 @@ impl Db {
                 // On sale, or not enough left: the shopper is shown how many
                 // are, and lowers the line (the cart's version is unchanged, so
                 // nothing else is).
-                let row = sqlx::query(
-                    "SELECT stock + CASE WHEN sale_end IS NULL OR sale_end <= $1 \
-                     THEN held_stock ELSE 0 END AS stock, sale_end \
-                     FROM inventory WHERE item_id = $2",
-                )
+                let row = sqlx::query(&format!(
+                    "SELECT {} AS stock, sale_end FROM inventory WHERE item_id = $2",
+                    crate::inventory::units_at("$1")
+                ))
                 .bind(now)
                 .bind(item.to_i64())
                 .fetch_optional(&mut *tx)
