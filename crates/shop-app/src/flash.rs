@@ -102,10 +102,18 @@ impl Buy<'_> {
         shown: Option<i64>,
     ) -> Result<BuyOutcome, AppError> {
         let limit = self.limit;
-        let reservation = match self.flash.reserve(item, user, &key, limit, now).await? {
-            Reserve::Answered(outcome) => return Ok(outcome),
-            Reserve::InFlight => return self.wait_for_answer(item, user, &key).await,
-            Reserve::Reserved(reservation) => reservation,
+        let deadline = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
+        let reservation = loop {
+            match self.flash.reserve(item, user, &key, limit, now).await? {
+                Reserve::Answered(outcome) => return Ok(outcome),
+                Reserve::Reserved(reservation) => break reservation,
+                Reserve::InFlight => {
+                    if let Some(outcome) = self.wait_for_answer(item, user, &key, deadline).await? {
+                        return Ok(outcome);
+                    }
+                    // The attempt in flight was refused and forgotten: decide again.
+                }
+            }
         };
         // In a task of its own: a buyer who disconnects must not cut the order
         // off between the database's commit and the settlement.
@@ -140,13 +148,10 @@ impl Buy<'_> {
                 WinRecord::Earlier(earlier) => {
                     (Some(Settlement::Release(earlier.clone())), earlier)
                 }
-                WinRecord::Refused(BuyOutcome::SoldOut) => (
-                    Some(Settlement::Void(BuyOutcome::SoldOut)),
-                    BuyOutcome::SoldOut,
-                ),
-                WinRecord::Refused(refused) => {
-                    (Some(Settlement::Release(refused.clone())), refused)
+                WinRecord::Refused(BuyOutcome::SoldOut) => {
+                    (Some(Settlement::Void), BuyOutcome::SoldOut)
                 }
+                WinRecord::Refused(refused) => (Some(Settlement::Refuse), refused),
             };
             if let Some(settlement) = settlement
                 && let Err(error) = flash.settle(&reservation, settlement).await
@@ -165,18 +170,21 @@ impl Buy<'_> {
     }
 
     /// The answer of an earlier attempt with the same key that is still in flight,
-    /// once it has one (or [`AppError::Pending`] after [`IN_FLIGHT_WAIT`]).
+    /// once it has one; `None` once it is settled without one (refused, and so
+    /// forgotten: the caller decides again); [`AppError::Pending`] at `deadline`.
     async fn wait_for_answer(
         &self,
         item: ItemId,
         user: UserId,
         key: &str,
-    ) -> Result<BuyOutcome, AppError> {
-        let deadline = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<BuyOutcome>, AppError> {
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(IN_FLIGHT_POLL).await;
-            if let Some(Reserve::Answered(outcome)) = self.flash.answer(item, user, key).await? {
-                return Ok(outcome);
+            match self.flash.answer(item, user, key).await? {
+                Some(Reserve::Answered(outcome)) => return Ok(Some(outcome)),
+                Some(Reserve::InFlight | Reserve::Reserved(_)) => {}
+                None => return Ok(None),
             }
         }
         Err(AppError::Pending)

@@ -7,7 +7,8 @@
 //! 1. [`FlashSales::reserve`] (one script, one slot: every key of an item's sale
 //!    shares the `{f<item>}` tag in the cluster layout) gives the answer this
 //!    (user, idempotency key) got before, if any; else refuses outside the sale
-//!    window, at the per-user limit or without stock, remembering the refusal; else
+//!    window, at the per-user limit or without stock (a refusal is not
+//!    remembered: asked again, it is decided again); else
 //!    takes one unit from `stock`, counts it for the user, and records a
 //!    *reservation* (numbered, with the time by which its order is overdue).
 //! 2. The caller writes the order (`shop_db::Db::record_flash_win`), then
@@ -108,10 +109,19 @@ pub enum Settlement {
         /// The order.
         order_id: i64,
     },
-    /// No order: the unit goes back on sale; the attempt's answer becomes this.
+    /// No order, and the database holds this answer for the attempt (an earlier
+    /// one, or the reconciler's `expired` fence): the unit goes back on sale and
+    /// the attempt's answer becomes this.
     Release(BuyOutcome),
-    /// No order and no unit to give back (the database had none left).
-    Void(BuyOutcome),
+    /// No order, and the database refused it and recorded nothing (a price no
+    /// longer the sale's, the sale over, the per-user limit): the unit goes back
+    /// on sale and the attempt is forgotten, so asked again it is decided again,
+    /// as a refusal in Redis is. Remembered, one account could add an answer a
+    /// buy (a wrong price, then a new key) for as long as the sale ran.
+    Refuse,
+    /// No order, nothing recorded, and no unit to give back (the database had
+    /// none left): forgotten as [`Settlement::Refuse`] is.
+    Void,
 }
 
 /// A reservation past its deadline, for the reconciler.
@@ -322,7 +332,8 @@ impl FlashSales {
                 }),
             ),
             Settlement::Release(outcome) => ("release", answer_text(outcome)),
-            Settlement::Void(outcome) => ("void", answer_text(outcome)),
+            Settlement::Refuse => ("refuse", String::new()),
+            Settlement::Void => ("void", String::new()),
         };
         let mut script = scripts::SALE_SETTLE.prepare_invoke();
         for k in self.sale_keys(reservation.item) {

@@ -1,5 +1,5 @@
-//! The flash sale's records in the database: winners' orders, each attempt's
-//! answer, each user's count. Two designs use it (`--flash-decider`):
+//! The flash sale's records in the database: winners' orders, the answer of
+//! each attempt that became one (or was fenced off), each user's count. Two designs use it (`--flash-decider`):
 //!
 //! **Redis decides** (the default; `shop_cache::flash_sale`): a buy is refused or a
 //! unit reserved by one Redis script, and only winners reach this module, through
@@ -14,13 +14,15 @@
 //! **The database decides** ([`Db::flash_buy`], kept as the baseline the benchmark
 //! compares against): every buyer's attempt is a transaction here. The attempt is
 //! recorded first (SQLite takes its write lock at once; PostgreSQL makes a
-//! concurrent retry with the same key wait and then see this one's answer), then
+//! concurrent retry with the same key wait and then see this one's order, or
+//! decide again after a refusal), then
 //! `UPDATE inventory SET stock = stock - 1 WHERE item_id = $1 AND stock > 0 AND`
 //! `ON_SALE` (in the sale's window, the item still sold, the sale's price no
 //! higher than the item's; the row lock or SQLite's write lock
 //! serialises buyers, the condition is re-checked after the wait), the user's count
-//! below the limit, the order. Any refusal rolls back and records the refusal for
-//! the key. Correct, but the database takes a write per buyer, not per unit.
+//! below the limit, the order. Any refusal rolls back and records nothing (asked
+//! again, it is decided again). Correct, but the database takes a write per
+//! buyer, not per unit.
 
 use shop_domain::{ItemId, UserId};
 use sqlx::Row;
@@ -101,41 +103,25 @@ impl Db {
             return self.earlier_answer(user, item, key).await;
         }
 
+        // A refusal rolls the attempt's row back with the rest: asked again, it is
+        // decided again (as in Redis), and a buyer looping refused buys with new
+        // keys adds no row.
         let took = take_one(&mut tx, item, now).await?;
         let Some(took) = took else {
             let why = self.why_not(&mut tx, item, now).await?;
-            if why == BuyOutcome::UnknownItem {
-                tx.rollback().await?;
-                return self.record_refusal(user, item, key, why).await;
-            }
-            // Nothing was taken: the attempt's row, ours since this transaction
-            // wrote it, gets the refusal, in the same transaction (the common
-            // answer once a sale sells out, so one transaction, not two).
-            sqlx::query(
-                "UPDATE flash_attempts SET outcome = $1 WHERE user_id = $2 AND idempotency_key = $3",
-            )
-            .bind(why.code())
-            .bind(user.to_i64())
-            .bind(key)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
+            tx.rollback().await?;
             return Ok(why);
         };
         let price: i64 = took.try_get("sale_price_cents")?;
         if shown.is_some_and(|shown| shown != price) {
             tx.rollback().await?;
-            return self
-                .record_refusal(user, item, key, BuyOutcome::PriceChanged)
-                .await;
+            return Ok(BuyOutcome::PriceChanged);
         }
 
         let claimed = claim(&mut tx, user, item, per_user_limit).await?;
         if !claimed || per_user_limit < 1 {
             tx.rollback().await?;
-            return self
-                .record_refusal(user, item, key, BuyOutcome::LimitReached)
-                .await;
+            return Ok(BuyOutcome::LimitReached);
         }
 
         let order_id = insert_order(&mut tx, user, item, key, price, now).await?;
@@ -168,34 +154,6 @@ impl Db {
         } else {
             BuyOutcome::NotOnSale
         })
-    }
-
-    async fn record_refusal(
-        &self,
-        user: UserId,
-        item: ItemId,
-        key: &str,
-        outcome: BuyOutcome,
-    ) -> Result<BuyOutcome, DbError> {
-        if outcome == BuyOutcome::UnknownItem {
-            // Nothing to remember for an item that does not exist (and no foreign key
-            // for it); a retry gets the same answer anyway.
-            return Ok(outcome);
-        }
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO flash_attempts (user_id, idempotency_key, item_id, outcome) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (user_id, idempotency_key) DO NOTHING",
-        )
-        .bind(user.to_i64())
-        .bind(key)
-        .bind(item.to_i64())
-        .bind(outcome.code())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        // A concurrent attempt with the same key may have answered first: its answer wins.
-        self.earlier_answer(user, item, key).await
     }
 
     async fn earlier_answer(

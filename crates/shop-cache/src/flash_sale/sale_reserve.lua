@@ -28,8 +28,9 @@ end
 -- A refusal is not remembered: asked again, it is decided again (and the same, or
 -- better: a unit an expired reservation gave back). Remembering every refusal let
 -- one client looping buys with fresh keys grow the answers by megabytes a minute;
--- what is remembered now is one answer per unit reserved, bounded by the stock and
--- by the per-user limit.
+-- what is remembered is the answer of a reservation the database recorded (a unit
+-- bought, bounded by the stock; one the reconciler fenced off), and a refusal the
+-- database gave a reservation is forgotten too (sale_settle.lua).
 if answer then
   return {'refused', answer}
 end

@@ -145,14 +145,17 @@ async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
         .unwrap());
     assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(), bought);
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 2);
-    // A void takes the unit for good; a release gives it back.
+    // A void takes the unit for good, a refusal gives it back; the database
+    // recorded neither, and neither is remembered: asked again, decided again.
     let v = reserved(sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap());
-    assert!(sales.settle(&v, Settlement::Void(BuyOutcome::SoldOut)).await.unwrap());
+    assert!(sales.settle(&v, Settlement::Void).await.unwrap());
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
-    assert_eq!(
-        sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap(),
-        Reserve::Answered(BuyOutcome::SoldOut)
-    );
+    assert_eq!(sales.answer(item(4), user(2), "k").await.unwrap(), None);
+    let again = reserved(sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap());
+    assert!(sales.settle(&again, Settlement::Refuse).await.unwrap());
+    assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
+    assert_eq!(sales.answer(item(4), user(2), "k").await.unwrap(), None);
+    // A release gives the unit back and keeps the database's answer.
     let g = reserved(sales.reserve(item(4), user(3), "k", 1, NOW).await.unwrap());
     assert!(sales.settle(&g, Settlement::Release(BuyOutcome::Expired)).await.unwrap());
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
@@ -189,6 +192,17 @@ async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
     // Asked again, a refusal is decided again: a unit given back can be won with
     // the key that was refused.
     assert!(sales.settle(&first, Settlement::Release(BuyOutcome::Expired)).await.unwrap());
+    assert_eq!(answers().await, 1, "the released reservation's answer");
+    // A buyer whose reservations the database refuses (a price no longer the
+    // sale's), each with a fresh key: the unit and the count come back each
+    // time, and no answer stays.
+    for n in 0..50 {
+        let key = format!("wrong-price-{n}");
+        let r = reserved(sales.reserve(item(6), user(4), &key, 1, NOW).await.unwrap());
+        assert!(sales.settle(&r, Settlement::Refuse).await.unwrap());
+    }
+    assert_eq!(answers().await, 1, "refused reservations stored nothing");
+    assert_eq!(sales.state(item(6)).await.unwrap().unwrap().stock, 1);
     reserved(sales.reserve(item(6), user(2), "fresh-0", 1, NOW).await.unwrap());
 }
 
@@ -211,7 +225,7 @@ async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
     assert_eq!((seen.stock, seen.pending), (2, 2));
     assert!(!sales.correct(item(5), &seen, 3).await.unwrap());
     sales.settle(&a, Settlement::Confirm { order_id: 1 }).await.unwrap();
-    sales.settle(&b, Settlement::Void(BuyOutcome::SoldOut)).await.unwrap();
+    sales.settle(&b, Settlement::Void).await.unwrap();
     let quiet = sales.snapshot(item(5)).await.unwrap().unwrap();
     assert_eq!(quiet.pending, 0);
     // A reservation after the snapshot voids it.

@@ -528,9 +528,9 @@ enum Stored {
 /// session's `viewed:<token>`, the `viewed:` ranking and the item's `viewers:`), and
 /// the login limiter's attempt counters (`limit:`), whose purpose is to count the
 /// failed attempts (and the buys per account), which are 4xx by definition, and the
-/// flash sale's remembered answers (`sale-answers:`, one per reserved unit: a
-/// settled reservation's answer, such as `expired`, is a 409 that is the sale's
-/// answer, not bad input), and the page cache's purge bookkeeping (`page-purges`,
+/// flash sale's remembered answers (`sale-answers:`, one per unit the database
+/// recorded: a settled reservation's answer, such as `expired`, is a 409 that is
+/// the sale's answer, not bad input), and the page cache's purge bookkeeping (`page-purges`,
 /// one hash per shop, started by the first render of any page, a 404's included).
 /// Bad input never reaches them: it is refused before Redis is asked.
 fn bookkeeping(key: &str) -> bool {
