@@ -159,9 +159,35 @@ async fn within<T>(
     }
 }
 
+/// An answer that may be Redis saying `LOADING`: it is loading its data set
+/// after a restart (seconds a gigabyte) and answers every command so. The
+/// connection hands that over as an answer (a [`Value::ServerError`]); the
+/// handle makes it the error it is, so the breaker sees Redis unable to serve
+/// (`breaker::unreachable`) and requests fail fast, not each meeting it.
+trait Answer: Sized {
+    fn loading(&self) -> Option<redis::RedisError>;
+}
+
+impl Answer for Value {
+    fn loading(&self) -> Option<redis::RedisError> {
+        match self {
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::BusyLoading) => {
+                Some(e.clone().into())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Answer for Vec<Value> {
+    fn loading(&self) -> Option<redis::RedisError> {
+        self.iter().find_map(Answer::loading)
+    }
+}
+
 /// `call` within `budget`, through `breaker` where there is one: admitted (or
 /// failed at once while it is open), then told how the call went.
-async fn guarded<T>(
+async fn guarded<T: Answer>(
     breaker: Option<&Breaker>,
     budget: Option<Duration>,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
@@ -170,7 +196,12 @@ async fn guarded<T>(
         Some(breaker) => Some(breaker.admit_checked(budget).await?),
         None => None,
     };
-    let result = within(budget, call).await;
+    let result = within(budget, call)
+        .await
+        .and_then(|answer| match answer.loading() {
+            Some(loading) => Err(loading),
+            None => Ok(answer),
+        });
     if let Some(admitted) = admitted {
         admitted.record(result.as_ref().err());
     }

@@ -79,9 +79,33 @@ impl Launch {
     /// Starts the server (a stale socket file is removed first) and waits until it
     /// answers, at most [`START_TIMEOUT`]. On failure the child is killed.
     pub fn start(&self) -> Result<Child, LaunchError> {
+        let mut child = self.spawn()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(LaunchError::Exited {
+                    status,
+                    log: self.log(),
+                });
+            }
+            if ping(&self.socket()) {
+                return Ok(child);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(LaunchError::Timeout { log: self.log() });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the server (a stale socket file is removed first) without waiting
+    /// for it to answer: [`Launch::start`] waits.
+    pub fn spawn(&self) -> Result<Child, LaunchError> {
         let _ = std::fs::remove_file(self.socket());
         let bin = server_bin();
-        let mut child = Command::new(&bin)
+        Command::new(&bin)
             .args(["--port", "0", "--unixsocket"])
             .arg(self.socket())
             .args(["--unixsocketperm", "700", "--save", &self.save])
@@ -110,25 +134,7 @@ impl Launch {
                         source,
                     }
                 }
-            })?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(LaunchError::Exited {
-                    status,
-                    log: self.log(),
-                });
-            }
-            if ping(&self.socket()) {
-                return Ok(child);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(LaunchError::Timeout { log: self.log() });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            })
     }
 }
 

@@ -102,6 +102,43 @@ impl TestRedis {
         self.spawn();
     }
 
+    /// Saves the data set, then starts the server again on it, loading it
+    /// slowly (`per_key` a key) and answering clients meanwhile, `LOADING` to
+    /// every command but a few (`PING`), as a Redis restarted on gigabytes of
+    /// data does for seconds.
+    pub fn reload_slowly(&mut self, per_key: std::time::Duration) {
+        let mut conn = self
+            .client()
+            .get_connection()
+            .expect("connect to the test redis-server");
+        let _: () = redis::cmd("SAVE")
+            .query(&mut conn)
+            .expect("SAVE on the test redis-server");
+        drop(conn);
+        self.kill();
+        let delay = per_key.as_micros().to_string();
+        let settings = &mut self.launch.settings;
+        settings.push(("key-load-delay".to_owned(), delay));
+        settings.push((
+            "loading-process-events-interval-bytes".to_owned(),
+            "1024".to_owned(),
+        ));
+        // Not `spawn`, which waits for a `PING` to answer, after the load.
+        match self.launch.spawn() {
+            Ok(child) => self.child = Some(child),
+            Err(error) => panic!("{error}"),
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server never listened; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// What the server has logged so far.
     pub fn log(&self) -> String {
         self.launch.log()

@@ -335,12 +335,15 @@ fn redis_serves(state: &AppState, check: RedisCheck) -> (bool, Vec<String>) {
 /// not while some of its nodes do not fail fast: the other nodes' requests
 /// are served. That holds too in the moments before the node's breaker opens
 /// (its first missed budgets, a refused connection) and as a stall ends: one
-/// node is never the cluster. The one Redis of a shop not answering, every
-/// node of a cluster failing fast, or an error Redis answered with (an
-/// unknown password, a cluster without full coverage) is Redis down.
+/// node is never the cluster. The one Redis of a shop not answering or failing
+/// fast (its breaker opened by the requests' misses while the check was
+/// answered, as it goes away or comes back: every request fails at once, so
+/// not `"degraded"`), every node of a cluster failing fast, or an error Redis
+/// answered with (an unknown password, a cluster without full coverage) is
+/// Redis down.
 fn serves(check: RedisCheck, nodes: &NodesFailing) -> bool {
     match check {
-        RedisCheck::Answered => true,
+        RedisCheck::Answered => nodes.of > 1 || nodes.failing.is_empty(),
         RedisCheck::Unanswered => nodes.some_serve(),
         RedisCheck::Failed => false,
     }
@@ -359,19 +362,22 @@ async fn healthz(State(state): State<AppState>) -> Response {
     )
 }
 
+/// The operators' answer: the public one's status, and which part fails (a
+/// draining server's too: 503 `"draining"` with its parts as they are).
 async fn healthz_detailed(State(state): State<AppState>) -> Response {
-    if state.health.draining() {
-        return draining();
-    }
     let (redis, database) = check(&state).await;
     // The Redis nodes failing fast now (one missed a request's budget: its
     // commands fail at once until a probe answers).
     let (serves, failing) = redis_serves(&state, redis);
+    let draining = state.health.draining();
     answer(
-        serves,
+        serves && !draining,
         database,
         json!({
-            "status": status(serves, redis, &failing, database),
+            "status": match draining {
+                true => "draining",
+                false => status(serves, redis, &failing, database),
+            },
             "redis": redis == RedisCheck::Answered,
             "redis_failing_nodes": failing,
             "database": database.as_str(),
@@ -456,6 +462,9 @@ mod tests {
             (Failed, 1, 3, false),
             (Unanswered, 0, 1, false),
             (Unanswered, 1, 1, false),
+            (Answered, 0, 1, true),
+            // The one Redis answered the check while its breaker was open.
+            (Answered, 1, 1, false),
             // A cluster whose slot map is not known yet.
             (Unanswered, 0, 0, false),
         ] {

@@ -240,10 +240,15 @@ fn probe_address(node: &str) -> Option<(&str, u16)> {
 /// own connection time-out, past which it would give up too.
 pub(super) const PROBE_CONNECT: Duration = Duration::from_secs(1);
 
-/// Does this error mean Redis could not be reached (rather than that it answered
-/// with an error)?
+/// Does this error mean Redis could not be reached or cannot serve (rather than
+/// that it answered with an error)? A Redis loading its data set after a
+/// restart answers `LOADING` to every command for as long as the load takes:
+/// as good as down, so its breaker opens (logged once) and its commands fail at
+/// once until a probe finds it loaded.
 pub(super) fn unreachable(e: &RedisError) -> bool {
-    no_answer(e) || e.is_unrecoverable_error()
+    no_answer(e)
+        || e.is_unrecoverable_error()
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
 }
 
 /// Did Redis give no answer at all: an I/O error (a missed budget is one), a

@@ -82,6 +82,64 @@ async fn a_killed_server_gives_typed_errors_and_a_restarted_one_is_used_again() 
     daemon.await.unwrap();
 }
 
+/// A Redis restarted on a data set it takes seconds to load answers every
+/// command with `LOADING` meanwhile: the handle takes that as Redis down (its
+/// breaker opens, logged once, and requests fail fast rather than each meeting
+/// the error and logging it), and serves again once the load is done.
+#[tokio::test]
+async fn a_redis_loading_its_data_fails_fast_until_it_has_loaded() {
+    let mut server = TestRedis::start();
+    let conn = shop_cache::connect_with(&server.url(), quick())
+        .await
+        .unwrap();
+    let sessions = Sessions::new(conn.clone(), keys());
+    let t = SessionToken::generate();
+    let item = ItemId::new(1).unwrap();
+    sessions
+        .touch(&t, Touch::request().view(item))
+        .await
+        .unwrap();
+    let mut fill = redis::pipe();
+    for n in 0..20_000 {
+        fill.set(format!("filler:{n}"), n).ignore();
+    }
+    let _: () = fill.query_async(&mut server.conn().await).await.unwrap();
+    // About two seconds of loading.
+    server.reload_slowly(Duration::from_micros(100));
+
+    let is_loading = |e: &shop_cache::CacheError| {
+        matches!(e, shop_cache::CacheError::Redis(e)
+            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading))
+    };
+    let (mut loading, mut fast) = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match sessions.check_token(&t).await {
+            Ok(_) => break,
+            Err(e) if is_loading(&e) => {
+                loading += 1;
+                assert_eq!(
+                    conn.nodes_failing().failing,
+                    ["redis"],
+                    "a LOADING answer opens the breaker"
+                );
+            }
+            Err(e) if e.is_failing_fast() => fast += 1,
+            Err(e) => assert!(e.is_unavailable(), "{e:?}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never loaded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(loading >= 1, "the test saw Redis loading");
+    assert!(fast > loading, "{fast} failed fast, {loading} met LOADING");
+    assert_eq!(
+        sessions.count().await.unwrap(),
+        1,
+        "the session loaded back"
+    );
+    assert!(conn.nodes_failing().failing.is_empty());
+}
+
 #[tokio::test]
 async fn connecting_to_nothing_is_an_error_not_a_panic() {
     let dir = tempfile_path();

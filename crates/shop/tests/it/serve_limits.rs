@@ -499,8 +499,8 @@ async fn one_address_holds_only_its_share_of_the_connections() {
 
 /// With `--drain-seconds`, SIGTERM leaves the server serving while both its
 /// `/healthz` answer 503 `"draining"` (a balancer takes it out before it stops
-/// taking requests); a second signal ends the drain, and it stops within the
-/// grace.
+/// taking requests; the operators' one still says how each part is); a second
+/// signal ends the drain, and it stops within the grace.
 #[tokio::test]
 async fn a_draining_server_serves_while_its_health_says_draining() {
     use crate::e2e::{eventually, request};
@@ -530,6 +530,12 @@ async fn a_draining_server_serves_while_its_health_says_draining() {
             |reply| reply.status == 503 && reply.body.contains("\"draining\""),
         );
     }
+    // The operators' answer still says how each part is.
+    let parts = request(&metrics, "GET", "/healthz", None, None).body;
+    assert!(
+        parts.contains("\"redis\":true") && parts.contains("\"database\":\"ok\""),
+        "{parts}"
+    );
     // Still serving, new connections too.
     assert_eq!(request(&addr, "GET", "/items/3", None, None).status, 200);
     let mut child = child;
