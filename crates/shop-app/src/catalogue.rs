@@ -34,7 +34,7 @@ use shop_page_cache::{PageStore, PageTag};
 use crate::page_tags;
 use shop_cache::row_cache::RowCache;
 use shop_db::Db;
-use shop_db::catalogue::{AddOutcome, EditOutcome, ItemChange};
+use shop_db::catalogue::{AddOutcome, EditOutcome, ItemChange, RetiredInImport};
 use shop_db::inventory::{StockChange, StockChanged};
 use shop_db::items::Item;
 
@@ -150,6 +150,9 @@ pub struct Applied {
     pub changed: Vec<ItemId>,
     /// Items written as they already were.
     pub unchanged: u64,
+    /// Retired items an import's lines named and left retired
+    /// ([`RetiredInImport::Keep`]).
+    pub kept_retired: Vec<ItemId>,
     /// Cached pages purged.
     pub pages_purged: u64,
 }
@@ -160,6 +163,7 @@ impl Applied {
         self.added.extend(other.added);
         self.changed.extend(other.changed);
         self.unchanged += other.unchanged;
+        self.kept_retired.extend(other.kept_retired);
         self.pages_purged += other.pages_purged;
     }
 }
@@ -289,15 +293,19 @@ impl Catalogue<'_> {
     }
 
     /// Writes one chunk of an import (distinct ids, checked fields) and purges
-    /// what it changed.
+    /// what it changed; a retired item is left retired unless `retired` says
+    /// to sell it again ([`Db::import_items`]).
     pub async fn import_chunk(
         &self,
         lines: &[(ItemId, ItemFields, i64)],
+        retired: RetiredInImport,
     ) -> Result<Applied, CatalogueError> {
         let departments = self.db.categories().await?;
-        let changes = self.db.import_items(lines).await?;
-        let mut applied = self.after_commit(&changes, &departments).await?;
-        applied.unchanged += (lines.len() - changes.len()) as u64;
+        let imported = self.db.import_items(lines, retired).await?;
+        let mut applied = self.after_commit(&imported.changes, &departments).await?;
+        let kept = imported.kept_retired.len();
+        applied.unchanged += (lines.len() - imported.changes.len() - kept) as u64;
+        applied.kept_retired = imported.kept_retired;
         Ok(applied)
     }
 

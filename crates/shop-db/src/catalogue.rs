@@ -220,17 +220,22 @@ impl Db {
 
     /// Writes one chunk of an import (upsert by id, at most a few hundred lines,
     /// ids distinct) in one transaction: a new id is added with its `stock`, an
-    /// existing item takes the line's fields (a retired one is sold again), an
-    /// item the line leaves as it is is not written. Returns the items added or
-    /// changed; the rest were unchanged.
+    /// existing item takes the line's fields, an item the line leaves as it is
+    /// is not written. A retired item is left as it is, retired
+    /// ([`Imported::kept_retired`]), unless `retired` is
+    /// [`RetiredInImport::SellAgain`]: then it takes the line's fields and is
+    /// sold again. A retailer's daily feed still listing an item an admin
+    /// retired (a recall, a wrong price) must not put it back on sale unasked.
     pub async fn import_items(
         &self,
         lines: &[(ItemId, ItemFields, i64)],
-    ) -> Result<Vec<ItemChange>, DbError> {
+        retired: RetiredInImport,
+    ) -> Result<Imported, DbError> {
         let ids: Vec<ItemId> = lines.iter().map(|(id, _, _)| *id).collect();
         let mut tx = self.begin_write().await?;
         let mut existing = read_items(&mut tx, &ids, RowLock::Update).await?;
         let mut changes = Vec::new();
+        let mut kept_retired = Vec::new();
         for (id, fields, stock) in lines {
             match existing.remove(id) {
                 None => {
@@ -239,6 +244,9 @@ impl Db {
                         before: None,
                         after,
                     });
+                }
+                Some(before) if before.retired && retired == RetiredInImport::Keep => {
+                    kept_retired.push(*id);
                 }
                 Some(before) => {
                     let mut after = Item {
@@ -262,8 +270,29 @@ impl Db {
             }
         }
         tx.commit().await?;
-        Ok(changes)
+        Ok(Imported {
+            changes,
+            kept_retired,
+        })
     }
+}
+
+/// What an import does with a line naming a retired item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetiredInImport {
+    /// Leave it retired and as it is (the default of `shop items import`).
+    Keep,
+    /// Take the line's fields and sell it again (`--sell-retired`).
+    SellAgain,
+}
+
+/// What [`Db::import_items`] did with a chunk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// The items added or changed; the chunk's other lines changed nothing.
+    pub changes: Vec<ItemChange>,
+    /// The retired items left retired (named by lines, not written).
+    pub kept_retired: Vec<ItemId>,
 }
 
 /// The price and end of item `id`'s flash sale, if one has not ended and its

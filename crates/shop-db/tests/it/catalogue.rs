@@ -1,7 +1,7 @@
 //! Catalogue changes: add, update, retire, import, and what listings, search and
 //! checkout see after each, on both backends.
 
-use shop_db::catalogue::{AddOutcome, EditOutcome};
+use shop_db::catalogue::{AddOutcome, EditOutcome, RetiredInImport};
 use shop_db::orders::CheckoutOutcome;
 use shop_db::search::SearchWords;
 use shop_domain::catalogue::{ItemEdit, ItemFields};
@@ -298,7 +298,7 @@ async fn a_retired_item_leaves_listings_and_search_and_checkout_refuses_it() {
 }
 
 #[tokio::test]
-async fn an_import_adds_changes_and_leaves_alone_and_brings_a_retired_item_back() {
+async fn an_import_adds_changes_and_leaves_alone_and_brings_a_retired_item_back_when_told() {
     for (test_db, db) in databases().await {
         let kind = test_db.kind();
         db.add_item(Some(item(1)), &fields("One", 100, "a"), 1)
@@ -313,9 +313,26 @@ async fn an_import_adds_changes_and_leaves_alone_and_brings_a_retired_item_back(
             (item(2), fields("Two", 250, "a"), 0),
             (item(3), fields("Three", 300, "b"), 7),
         ];
-        let changes = db.import_items(&lines).await.unwrap();
+        let retired = db.item(item(2)).await.unwrap().unwrap();
+        let imported = db
+            .import_items(&lines, RetiredInImport::Keep)
+            .await
+            .unwrap();
+        let ids: Vec<ItemId> = imported.changes.iter().map(|c| c.after.id).collect();
+        assert_eq!(ids, [item(3)], "{kind}: item 1 unchanged");
+        assert_eq!(imported.kept_retired, [item(2)], "{kind}");
+        assert_eq!(
+            db.item(item(2)).await.unwrap().unwrap(),
+            retired,
+            "{kind}: as it was"
+        );
+        let changes = db
+            .import_items(&lines, RetiredInImport::SellAgain)
+            .await
+            .unwrap()
+            .changes;
         let ids: Vec<ItemId> = changes.iter().map(|c| c.after.id).collect();
-        assert_eq!(ids, [item(2), item(3)], "{kind}: item 1 unchanged");
+        assert_eq!(ids, [item(2)], "{kind}: items 1 and 3 unchanged");
         let two = db.item(item(2)).await.unwrap().unwrap();
         assert!(!two.retired && two.price_cents == 250, "{kind}: sold again");
         let stock: i64 = sqlx::query_scalar("SELECT stock FROM inventory WHERE item_id = 3")
@@ -332,7 +349,10 @@ async fn an_import_adds_changes_and_leaves_alone_and_brings_a_retired_item_back(
             "{kind}"
         );
         assert_eq!(
-            db.import_items(&lines).await.unwrap(),
+            db.import_items(&lines, RetiredInImport::SellAgain)
+                .await
+                .unwrap()
+                .changes,
             [],
             "{kind}: the same lines again change nothing"
         );

@@ -8,6 +8,7 @@ use redis::AsyncCommands;
 use shop_app::catalogue::CatalogueError;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_db::catalogue::RetiredInImport;
 use shop_testapp::{TestApp, json, send, text};
 use shop_web::templates::money;
 
@@ -243,7 +244,7 @@ async fn a_retired_item_is_gone_from_every_page_and_refused_at_checkout() {
         let applied = app
             .state
             .catalogue()
-            .import_chunk(&[(item(2), fields, 5)])
+            .import_chunk(&[(item(2), fields, 5)], RetiredInImport::SellAgain)
             .await
             .unwrap();
         assert_eq!(applied.changed, [item(2)], "{kind}");

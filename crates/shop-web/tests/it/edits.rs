@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use shop_cache::domain::ItemId;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
+use shop_db::catalogue::RetiredInImport;
 use shop_testapp::{TestApp, json, text};
 
 fn item(n: u64) -> ItemId {
@@ -146,12 +147,12 @@ async fn every_change_bumps_the_version_and_a_change_to_nothing_does_not() {
         );
         let fields = ItemFields::new("Imported", "d", 100, "garden").unwrap();
         catalogue
-            .import_chunk(&[(item(4), fields.clone(), 0)])
+            .import_chunk(&[(item(4), fields.clone(), 0)], RetiredInImport::Keep)
             .await
             .unwrap();
         assert_eq!(v(&app, 4).await, start + 2, "{kind}: an import line");
         catalogue
-            .import_chunk(&[(item(4), fields, 0)])
+            .import_chunk(&[(item(4), fields, 0)], RetiredInImport::Keep)
             .await
             .unwrap();
         assert_eq!(v(&app, 4).await, start + 2, "{kind}: the same line again");

@@ -3,6 +3,7 @@
 //! servers, the window and the per-user limit, and the reconciler after a server
 //! died mid-buy. The killed process and the pages' live stock are in `e2e_flash`.
 
+use shop_db::catalogue::RetiredInImport;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -1459,7 +1460,10 @@ async fn a_sale_never_charges_more_than_the_items_regular_price() {
 
         let mut fields = shop.db.item(item(5)).await.unwrap().unwrap().fields();
         fields.price_cents = 100;
-        shop.db.import_items(&[(item(5), fields, 0)]).await.unwrap();
+        shop.db
+            .import_items(&[(item(5), fields, 0)], RetiredInImport::Keep)
+            .await
+            .unwrap();
         let buyer = shop.login("ivy").await;
         let (status, body) = shop.buy("5", Some(&buyer), Some("i-1")).await;
         assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");

@@ -10,6 +10,7 @@ use shop_cache::analytics::Analytics;
 use shop_cache::domain::catalogue::{ItemEdit, ItemFields};
 use shop_cache::flash_sale::FlashSales;
 use shop_cache::row_cache::RowCache;
+use shop_db::catalogue::RetiredInImport;
 use shop_db::inventory::StockChange;
 use shop_page_cache::{DEFAULT_TTL, PageStore};
 
@@ -113,7 +114,15 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        ItemsCommand::Import { quiet, .. } => {
+        ItemsCommand::Import {
+            quiet,
+            sell_retired,
+            ..
+        } => {
+            let retired = match sell_retired {
+                true => RetiredInImport::SellAgain,
+                false => RetiredInImport::Keep,
+            };
             let lines = lines.expect("read above");
             let bar = if quiet {
                 indicatif::ProgressBar::hidden()
@@ -145,7 +154,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|l| (l.id, l.fields.clone(), l.stock))
                     .collect();
-                match catalogue.import_chunk(&chunk).await {
+                match catalogue.import_chunk(&chunk, retired).await {
                     Ok(applied) => total.merge(applied),
                     Err(error) => {
                         bar.abandon();
@@ -172,14 +181,29 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
             }
             bar.finish_and_clear();
             crate::say!(
-                "imported {} lines in {:.1?}: {} added, {} changed, {} unchanged; {} cached pages purged",
+                "imported {} lines in {:.1?}: {} added, {} changed, {} unchanged, {} left retired; \
+                 {} cached pages purged",
                 lines.len(),
                 started.elapsed(),
                 total.added.len(),
                 total.changed.len(),
                 total.unchanged,
+                total.kept_retired.len(),
                 total.pages_purged
             );
+            if !total.kept_retired.is_empty() {
+                const NAMED: usize = 10;
+                let kept = &total.kept_retired;
+                let mut ids: Vec<String> = kept.iter().take(NAMED).map(|id| id.to_string()).collect();
+                if kept.len() > NAMED {
+                    ids.push(format!("and {} more", kept.len() - NAMED));
+                }
+                eprintln!(
+                    "warning: {} lines name retired items, left retired and unchanged: {};                      `--sell-retired` sells them again",
+                    kept.len(),
+                    ids.join(", ")
+                );
+            }
             // An import is not refused for it (its lines were checked before a
             // write), but a sale priced above its item sells nothing: say so.
             for (id, sale, regular) in db.sales_above_regular(shop_db::unix_now()).await? {

@@ -93,7 +93,7 @@ pub fn started(id: ItemId, set: SaleSet) -> anyhow::Result<String> {
         SaleSet::NoSuchItem => anyhow::bail!("there is no item {id}"),
         SaleSet::Retired => anyhow::bail!(
             "item {id} is no longer sold (retired): it cannot go on sale; \
-             a line of `shop items import` naming it sells it again"
+             a line of `shop items import --sell-retired` naming it sells it again"
         ),
         SaleSet::AboveRegular { regular_cents } => anyhow::bail!(
             "item {id}'s regular price is {regular_cents} cents: a sale's price is at most \

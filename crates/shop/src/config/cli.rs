@@ -378,13 +378,19 @@ pub enum ItemsCommand {
     /// Add or update items from a JSON Lines file (one object a line: `id`,
     /// `title`, `description`, `price_cents`, `category`, optional `stock` for a
     /// new item). Every line is checked first: a bad line is an error naming its
-    /// number, and nothing is written. Only what changed is purged.
+    /// number, and nothing is written. Only what changed is purged. A retired
+    /// item a line names stays retired, as it is (the command says which),
+    /// unless `--sell-retired`.
     Import {
         /// The file (`-` for standard input).
         file: std::path::PathBuf,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Sell again the retired items the file names, with its fields
+        /// (without it they stay retired).
+        #[arg(long)]
+        sell_retired: bool,
     },
     /// Purge the cached pages of items by hand (after a change whose purge
     /// failed because Redis was down).

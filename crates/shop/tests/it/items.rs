@@ -286,6 +286,64 @@ async fn an_import_checks_every_line_first_then_writes_only_what_changed() {
     }
 }
 
+/// A feed still listing an item an admin retired leaves it retired and as it
+/// was, and says so; `--sell-retired` sells it again with the line's fields.
+#[tokio::test]
+async fn an_import_leaves_a_retired_item_retired_unless_told_to_sell_it_again() {
+    let app = seeded_on(TestDb::sqlite(), 10).await;
+    let before = app.db.item(item(3)).await.unwrap().unwrap();
+    succeed(app.shop().args(["items", "remove", "3"]));
+    let retired = app.db.item(item(3)).await.unwrap().unwrap();
+    assert!(retired.retired);
+    let file = app.cwd.path().join("feed.jsonl");
+    let cheaper = before.price_cents - 1;
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"id":3,"title":"Three again","description":"d","price_cents":{cheaper},"category":"kitchen"}}"#
+        ),
+    )
+    .unwrap();
+    let import = |sell: bool| {
+        let mut cmd = app.shop();
+        cmd.args(["items", "import", "--quiet"]).arg(&file);
+        if sell {
+            cmd.arg("--sell-retired");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stdout(&out), stderr(&out))
+    };
+    let (said, warned) = import(false);
+    assert!(
+        said.contains("0 added, 0 changed, 0 unchanged, 1 left retired"),
+        "{said}"
+    );
+    assert!(
+        warned.contains("1 lines name retired items, left retired and unchanged: 3;")
+            && warned.contains("--sell-retired"),
+        "{warned}"
+    );
+    assert_eq!(app.db.item(item(3)).await.unwrap().unwrap(), retired);
+    let (server, addr) = crate::e2e::serve(app.shop(), &["--no-workers"]);
+    assert_eq!(request(&addr, "GET", "/items/3", None, None).status, 410);
+
+    let (said, warned) = import(true);
+    assert!(
+        said.contains("0 added, 1 changed, 0 unchanged, 0 left retired"),
+        "{said}"
+    );
+    assert!(!warned.contains("retired"), "{warned}");
+    let sold = app.db.item(item(3)).await.unwrap().unwrap();
+    assert!(!sold.retired && sold.price_cents == cheaper && sold.title == "Three again");
+    eventually(
+        "the item's page is back",
+        || request(&addr, "GET", "/items/3", None, None),
+        |reply| reply.status == 200 && reply.body.contains("Three again"),
+    );
+    stop(server);
+}
+
 #[tokio::test]
 async fn an_update_with_if_version_is_refused_once_the_item_changed_and_changes_nothing() {
     for db in TestDb::all().await {
