@@ -143,8 +143,16 @@ impl Buy<'_> {
                     Some(Settlement::Confirm { order_id }),
                     BuyOutcome::Bought { order_id },
                 ),
-                // The reconciler gave the unit back already.
-                WinRecord::Earlier(BuyOutcome::Expired) => (None, BuyOutcome::Expired),
+                // The reconciler fenced the key off: it gives back (or gave back)
+                // the reservation it found overdue. This one may be a later
+                // attempt with the key (after a refusal, forgotten, lost the
+                // race with the fence): its unit goes back now. Settling is once
+                // per reservation, so doing it after the reconciler changes
+                // nothing.
+                WinRecord::Earlier(BuyOutcome::Expired) => (
+                    Some(Settlement::Release(BuyOutcome::Expired)),
+                    BuyOutcome::Expired,
+                ),
                 WinRecord::Earlier(earlier) => {
                     (Some(Settlement::Release(earlier.clone())), earlier)
                 }

@@ -14,7 +14,9 @@
 //! an I/O error, without touching the network. Then one command is let through as a
 //! probe (the others keep failing fast); its success closes the breaker, its failure
 //! opens it for another back-off. Errors Redis answers with (a wrong type, a script
-//! error) say nothing about reachability and leave the breaker alone. A command
+//! error) say nothing about reachability and leave the breaker alone, but for
+//! `LOADING` (Redis loading its data set after a restart: it serves nothing
+//! until done), which opens it. A command
 //! that times out (2 s) counts as unreachable: a Redis stalled that long (a huge
 //! script, a fork stall) is treated as down for a quarter second, which costs 503s
 //! on writes for that long and spares every other request the same wait.
@@ -66,7 +68,7 @@ use cluster::CLUSTER_RETRY_WAIT;
 use slots::{first_key, run_parts, split_by_slot};
 
 mod breaker;
-pub(crate) use breaker::no_answer;
+pub(crate) use breaker::{loading, no_answer};
 mod cluster;
 pub(crate) mod nodes;
 mod pool;

@@ -101,11 +101,14 @@ impl CacheError {
     /// dropped connection, an I/O error), did not answer in time (a missed
     /// budget, a time-out), or its node fails fast since: a node stalled or
     /// gone, not one that answered with an error (a refused password, a
-    /// reply that does not parse).
+    /// reply that does not parse). A Redis loading its data set after a
+    /// restart (`LOADING`) counts as not answering: it serves nothing yet.
     pub fn is_unanswered(&self) -> bool {
         match self {
             CacheError::FailingFast(_) => true,
-            CacheError::Redis(e) => crate::connection::no_answer(e),
+            CacheError::Redis(e) => {
+                crate::connection::no_answer(e) || crate::connection::loading(e)
+            }
             _ => false,
         }
     }

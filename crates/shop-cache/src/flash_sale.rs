@@ -13,7 +13,9 @@
 //!    *reservation* (numbered, with the time by which its order is overdue).
 //! 2. The caller writes the order (`shop_db::Db::record_flash_win`), then
 //!    [`FlashSales::settle`]s the reservation: confirmed, released (the unit goes
-//!    back on sale) or voided (the database had no unit for it).
+//!    back on sale), refused (back on sale, and the attempt forgotten: the
+//!    database refused it and kept nothing) or voided (the database had no unit
+//!    for it; forgotten too).
 //! 3. If the caller dies in between, the reservation stays pending. The
 //!    [`Reconciler`] daemon takes reservations past their deadline and asks the
 //!    [`Ledger`] (the database) whether the order exists, fencing it off if not, so

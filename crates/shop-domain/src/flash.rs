@@ -1,8 +1,10 @@
 //! The answer to a flash-sale purchase, shared by the two places that can decide it:
 //! Redis (the sale's reservation script, `shop-cache`) and the database (the
 //! database-decided design kept for comparison, and the order that records a win,
-//! `shop-db`). Its short code is what both store as a remembered answer, so a retry
-//! with the same idempotency key gets the same answer from either.
+//! `shop-db`). Its short code is what both store as a remembered answer (of a unit
+//! bought, or one whose order never came), so a retry with the same idempotency
+//! key gets the same answer from either; a refusal is not stored, and a retry of
+//! it is decided again.
 
 use serde::Serialize;
 
@@ -30,8 +32,8 @@ pub enum BuyOutcome {
     /// new key.
     Expired,
     /// The sale's price is not the one the buyer was shown (the sale was started
-    /// again with another price meanwhile): nothing was bought. Read the sale's
-    /// price again and buy with a new key.
+    /// again with another price meanwhile): nothing was bought, and nothing is
+    /// kept for the key. Read the sale's price again and buy at it.
     PriceChanged,
 }
 

@@ -77,10 +77,17 @@ impl Launch {
     }
 
     /// Starts the server (a stale socket file is removed first) and waits until it
-    /// answers, at most [`START_TIMEOUT`]. On failure the child is killed.
+    /// answers, at most [`START_TIMEOUT`] of not answering: a server loading its
+    /// data set (`LOADING`: seconds a gigabyte) is waited for however long that
+    /// takes. On failure the child is killed.
     pub fn start(&self) -> Result<Child, LaunchError> {
+        self.start_within(START_TIMEOUT)
+    }
+
+    /// [`Launch::start`], giving up after `timeout` of not answering.
+    fn start_within(&self, timeout: Duration) -> Result<Child, LaunchError> {
         let mut child = self.spawn()?;
-        let deadline = Instant::now() + START_TIMEOUT;
+        let mut deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(LaunchError::Exited {
@@ -88,8 +95,10 @@ impl Launch {
                     log: self.log(),
                 });
             }
-            if ping(&self.socket()) {
-                return Ok(child);
+            match answer(&self.socket()) {
+                Answer::Ready => return Ok(child),
+                Answer::Loading => deadline = Instant::now() + timeout,
+                Answer::None => {}
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -177,16 +186,37 @@ pub enum LaunchError {
 
 /// Does a server answer `PING` on `socket` (within a second)?
 pub fn ping(socket: &Path) -> bool {
+    answer(socket) == Answer::Ready
+}
+
+/// How a server on a socket answers a `PING`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// `PONG`.
+    Ready,
+    /// `LOADING`: it runs, and serves once its data set is loaded.
+    Loading,
+    /// Nothing (no socket, no connection within a second, another error).
+    None,
+}
+
+fn answer(socket: &Path) -> Answer {
     if !socket.exists() {
-        return false;
+        return Answer::None;
     }
     let Ok(client) = redis::Client::open(format!("unix://{}", socket.display())) else {
-        return false;
+        return Answer::None;
     };
     let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
-        return false;
+        return Answer::None;
     };
-    redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    match redis::cmd("PING").query::<String>(&mut conn) {
+        Ok(_) => Answer::Ready,
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) => {
+            Answer::Loading
+        }
+        Err(_) => Answer::None,
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +250,43 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!ping(&launch.socket()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A server loading a data set for longer than the start's time-out is
+    /// waited for: it runs, and answers once loaded.
+    #[test]
+    fn a_server_loading_its_data_is_waited_for_past_the_time_out() {
+        let dir = temp_dir("loading");
+        let launch = Launch::new(&dir, "r.sock", "");
+        let mut child = launch.start().unwrap();
+        let mut conn = redis::Client::open(launch.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut fill = redis::pipe();
+        for n in 0..20_000 {
+            fill.set(format!("k{n}"), n).ignore();
+        }
+        let _: () = fill.query(&mut conn).unwrap();
+        let _: () = redis::cmd("SAVE").query(&mut conn).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // About two seconds of loading, against a second of time-out.
+        let slow = launch
+            .with("key-load-delay", "100")
+            .with("loading-process-events-interval-bytes", "1024");
+        let started = Instant::now();
+        let mut child = slow.start_within(Duration::from_secs(1)).unwrap();
+        assert!(started.elapsed() > Duration::from_secs(1), "it loaded");
+        let mut conn = redis::Client::open(slow.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let n: u64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+        assert_eq!(n, 20_000);
+        child.kill().unwrap();
+        child.wait().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

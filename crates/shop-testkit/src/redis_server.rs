@@ -99,13 +99,15 @@ impl TestRedis {
     /// test that clients reconnect when Redis comes back.
     pub fn restart(&mut self) {
         self.kill();
+        // Empty even after a [`TestRedis::reload_slowly`] saved its data.
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
         self.spawn();
     }
 
     /// Saves the data set, then starts the server again on it, loading it
     /// slowly (`per_key` a key) and answering clients meanwhile, `LOADING` to
-    /// every command but a few (`PING`), as a Redis restarted on gigabytes of
-    /// data does for seconds.
+    /// every command, as a Redis restarted on gigabytes of data does for
+    /// seconds. Returns once it listens, before the load is done.
     pub fn reload_slowly(&mut self, per_key: std::time::Duration) {
         let mut conn = self
             .client()
@@ -123,7 +125,7 @@ impl TestRedis {
             "loading-process-events-interval-bytes".to_owned(),
             "1024".to_owned(),
         ));
-        // Not `spawn`, which waits for a `PING` to answer, after the load.
+        // Not `start`, which waits for a `PING` to answer: after the load.
         match self.launch.spawn() {
             Ok(child) => self.child = Some(child),
             Err(error) => panic!("{error}"),

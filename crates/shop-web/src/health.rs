@@ -343,7 +343,7 @@ fn redis_serves(state: &AppState, check: RedisCheck) -> (bool, Vec<String>) {
 /// Redis down.
 fn serves(check: RedisCheck, nodes: &NodesFailing) -> bool {
     match check {
-        RedisCheck::Answered => nodes.of > 1 || nodes.failing.is_empty(),
+        RedisCheck::Answered => nodes.failing.is_empty() || nodes.some_serve(),
         RedisCheck::Unanswered => nodes.some_serve(),
         RedisCheck::Failed => false,
     }
@@ -463,8 +463,11 @@ mod tests {
             (Unanswered, 0, 1, false),
             (Unanswered, 1, 1, false),
             (Answered, 0, 1, true),
-            // The one Redis answered the check while its breaker was open.
+            // The one Redis, or every node, answered the check while its
+            // breaker was open (or the others' opened since).
             (Answered, 1, 1, false),
+            (Answered, 3, 3, false),
+            (Answered, 0, 0, true),
             // A cluster whose slot map is not known yet.
             (Unanswered, 0, 0, false),
         ] {

@@ -246,9 +246,13 @@ pub(super) const PROBE_CONNECT: Duration = Duration::from_secs(1);
 /// as good as down, so its breaker opens (logged once) and its commands fail at
 /// once until a probe finds it loaded.
 pub(super) fn unreachable(e: &RedisError) -> bool {
-    no_answer(e)
-        || e.is_unrecoverable_error()
-        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+    no_answer(e) || e.is_unrecoverable_error() || loading(e)
+}
+
+/// Is this Redis saying it is loading its data set (`LOADING`): up, but
+/// serving nothing until the load is done.
+pub(crate) fn loading(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
 }
 
 /// Did Redis give no answer at all: an I/O error (a missed budget is one), a

@@ -225,6 +225,12 @@ fn a_node_gone_is_unanswered_an_error_it_answered_is_not() {
     for unanswered in [io_error(), budget, crate::error::FailingFast::redis_error()] {
         assert!(CacheError::from(unanswered).is_unanswered());
     }
+    // Up, but loading its data set: it serves nothing yet.
+    let loading = RedisError::from((
+        ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+        "LOADING Redis is loading the dataset in memory",
+    ));
+    assert!(CacheError::from(loading).is_unanswered());
     for answered in [
         RedisError::from((ErrorKind::AuthenticationFailed, "wrong password")),
         RedisError::from((ErrorKind::UnexpectedReturnType, "x")),

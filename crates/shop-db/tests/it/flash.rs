@@ -140,7 +140,14 @@ async fn the_per_user_limit_holds() {
             BuyOutcome::LimitReached,
             "{kind}"
         );
-        // The refusal is remembered for its key, and took no stock.
+        // The refusal took no stock and kept nothing for its key: asked again,
+        // it is decided again.
+        let kept: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM flash_attempts WHERE idempotency_key = 'b'")
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        assert_eq!(kept, 0, "{kind}");
         assert_eq!(
             db.flash_buy(one, item(1), "b", 1, NOW, None).await.unwrap(),
             BuyOutcome::LimitReached

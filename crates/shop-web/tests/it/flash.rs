@@ -3,7 +3,6 @@
 //! servers, the window and the per-user limit, and the reconciler after a server
 //! died mid-buy. The killed process and the pages' live stock are in `e2e_flash`.
 
-use shop_db::catalogue::RetiredInImport;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -14,11 +13,11 @@ use axum::response::Response;
 use http_body_util::BodyExt;
 use shop_app::sale::{DbLedger, SaleStores};
 use shop_cache::domain::{ItemId, UserId};
-use shop_cache::flash_sale::{Reconciled, Reconciler, Reserve};
+use shop_cache::flash_sale::{Reconciled, Reconciler, Reserve, Settlement};
 use shop_cache::keys::Keys;
 use shop_cache::row_cache::{RefreshStep, Refresher};
 use shop_cache::session::SessionToken;
-
+use shop_db::catalogue::RetiredInImport;
 use shop_db::flash::WinRecord;
 use shop_db::inventory::Sale;
 use shop_testapp::{RedisWaits, TestApp, TestAppBuilder};
@@ -1542,6 +1541,82 @@ async fn a_buy_at_a_price_no_longer_the_sales_buys_nothing() {
             assert_eq!(shop.db_stock(5).await, 9, "{kind}: sam's one unit");
         }
     }
+}
+
+/// A retry that finds its key's first attempt in flight waits for its answer;
+/// when the database refuses that attempt's unit (the answer forgotten, the
+/// unit back), the retry decides again rather than waiting out its time.
+#[tokio::test]
+async fn a_retry_waiting_on_an_attempt_the_database_refused_decides_again() {
+    let shop = Shop::start(TestDb::sqlite(), config(FlashDecider::Redis)).await;
+    shop.sale_of(5, 10).await;
+    let cookie = shop.login("wendy").await;
+    let wendy = shop.db.user_named("wendy").await.unwrap().unwrap();
+    let now = shop_db::unix_now();
+    let first = match shop
+        .state
+        .flash
+        .reserve(item(5), wendy, "w-1", 1, now)
+        .await
+    {
+        Ok(Reserve::Reserved(first)) => first,
+        other => panic!("{other:?}"),
+    };
+    let router = shop.router.clone();
+    let retry = tokio::spawn(async move { buy_on(&router, "5", Some(&cookie), Some("w-1")).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!retry.is_finished(), "it waits on the attempt in flight");
+    assert!(
+        shop.state
+            .flash
+            .settle(&first, Settlement::Refuse)
+            .await
+            .unwrap()
+    );
+    let (status, body) = retry.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["order_id"].as_i64().is_some(), "{body}");
+    assert_eq!(shop.redis_stock(5).await, 9);
+    assert_eq!(shop.db_stock(5).await, 9);
+}
+
+/// A key the reconciler fenced off (its first attempt's order came too late)
+/// whose refusal reached Redis first, so Redis kept no answer: a retry with the
+/// key reserves a unit, the database answers `expired`, and that unit goes back
+/// at once, not after another hold, nor counted against the buyer's limit.
+#[tokio::test]
+async fn a_retry_of_a_fenced_key_gives_its_unit_back_at_once() {
+    let shop = Shop::start(TestDb::sqlite(), config(FlashDecider::Redis)).await;
+    shop.sale_of(5, 10).await;
+    let cookie = shop.login("xena").await;
+    let xena = shop.db.user_named("xena").await.unwrap().unwrap();
+    let now = shop_db::unix_now();
+    let first = match shop.state.flash.reserve(item(5), xena, "x-1", 1, now).await {
+        Ok(Reserve::Reserved(first)) => first,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        shop.db.fence_flash(xena, item(5), "x-1").await.unwrap(),
+        None
+    );
+    assert!(
+        shop.state
+            .flash
+            .settle(&first, Settlement::Refuse)
+            .await
+            .unwrap()
+    );
+    let (status, body) = shop.buy("5", Some(&cookie), Some("x-1")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["outcome"], "expired", "{body}");
+    let sale = shop.state.flash.snapshot(item(5)).await.unwrap().unwrap();
+    assert_eq!(
+        (sale.stock, sale.pending),
+        (10, 0),
+        "the unit is back, nothing held"
+    );
+    let (status, body) = shop.buy("5", Some(&cookie), Some("x-2")).await;
+    assert_eq!(status, StatusCode::OK, "within the limit of one: {body}");
 }
 
 /// The buy of a sale's last unit purges the item's page, which said "In stock".

@@ -144,7 +144,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 if futures::FutureExt::now_or_never(&mut stop).is_some() {
                     bar.abandon();
                     let done = total.added.len() + total.changed.len();
-                    let written = total.unchanged as usize + done;
+                    let written = total.unchanged as usize + total.kept_retired.len() + done;
                     anyhow::bail!(
                         "the import was stopped: the first {written} lines are written ({done} \
                          added or changed, their pages purged); running it again finishes it"
@@ -159,7 +159,8 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                     Err(error) => {
                         bar.abandon();
                         let done = total.added.len() + total.changed.len();
-                        let written = total.unchanged as usize + done;
+                        let written =
+                            total.unchanged as usize + total.kept_retired.len() + done;
                         if matches!(error, CatalogueError::NotPurged { .. }) {
                             // This chunk is written too: only its purge is left.
                             return Err(explain(error)).with_context(|| {
@@ -198,9 +199,13 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                 if kept.len() > NAMED {
                     ids.push(format!("and {} more", kept.len() - NAMED));
                 }
+                let lines = match kept.len() {
+                    1 => "1 line names a retired item".to_owned(),
+                    n => format!("{n} lines name retired items"),
+                };
                 eprintln!(
-                    "warning: {} lines name retired items, left retired and unchanged: {};                      `--sell-retired` sells them again",
-                    kept.len(),
+                    "warning: {lines}, left retired and unchanged: {}; `--sell-retired` \
+                     sells them again",
                     ids.join(", ")
                 );
             }

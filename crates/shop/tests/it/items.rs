@@ -320,7 +320,7 @@ async fn an_import_leaves_a_retired_item_retired_unless_told_to_sell_it_again() 
         "{said}"
     );
     assert!(
-        warned.contains("1 lines name retired items, left retired and unchanged: 3;")
+        warned.contains("1 line names a retired item, left retired and unchanged: 3;")
             && warned.contains("--sell-retired"),
         "{warned}"
     );
