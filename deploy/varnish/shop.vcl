@@ -63,7 +63,9 @@ sub vcl_recv {
         unset req.http.Cookie;
         unset req.http.Authorization;
         # One object per page: a query the shop does not read (`?x=<random>`)
-        # neither makes a new object nor reaches the shop. Listings read `after`.
+        # neither makes a new object nor reaches the shop (nor does a `Host`:
+        # vcl_hash). Listings read `after`, which the shop takes spelled only
+        # as its links spell it (`after=24`, not `after=%32%34`).
         if (req.url ~ "^/(items|c/[^/?]+)\?" && req.url ~ "[?&]after=") {
             set req.url = regsub(req.url, "^([^?]*)\?(.*&)?(after=[^&]*).*$", "\1?\3");
         } else {
@@ -73,6 +75,15 @@ sub vcl_recv {
         return (hash);
     }
     return (pass);
+}
+
+sub vcl_hash {
+    # One object per page whatever `Host` the client sent (the built-in hash
+    # adds it): the shop's pages do not depend on it, and a name made up per
+    # request (`Host: x<random>.example`) would make a new object and reach the
+    # shop each time.
+    hash_data(req.url);
+    return (lookup);
 }
 
 sub vcl_hit {

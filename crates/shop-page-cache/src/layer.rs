@@ -229,7 +229,7 @@ impl Shared {
             && let Ok(resp) = entry.page.respond(&ask)
         {
             bump(&self.stats.hits);
-            return labelled(resp, "HIT");
+            return edge::kept(&self.store, resp, entry.fresh_until_ms(), "HIT");
         }
         let since = self.tier_generation();
         match self.store.lookup_entry(&key, item).await {
@@ -237,11 +237,11 @@ impl Shared {
                 Ok(resp) => {
                     self.keep(&key, &page, fresh_until, since);
                     bump(&self.stats.hits);
-                    labelled(resp, "HIT")
+                    edge::kept(&self.store, resp, fresh_until, "HIT")
                 }
                 Err(_) => self.fill(key, item, req, ask, inner).await,
             },
-            Ok((Lookup::Stale { page, expired }, _)) => {
+            Ok((Lookup::Stale { page, expired }, fresh_until)) => {
                 let grace = self.store.grace();
                 if expired < grace.while_revalidate
                     && let Ok(resp) = serve(&page, &ask)
@@ -249,7 +249,7 @@ impl Shared {
                     // Served as it is; one request across the servers renders it.
                     self.clone().revalidate(key, item, &req, inner);
                     bump(&self.stats.stale);
-                    return labelled(resp, "STALE");
+                    return edge::kept(&self.store, resp, fresh_until, "STALE");
                 }
                 let resp = self.clone().fill(key, item, req, ask.clone(), inner).await;
                 if resp.status().is_server_error()
@@ -259,7 +259,7 @@ impl Shared {
                     // The page cannot be rendered now (the database is down or
                     // locked): the copy kept for this beats an error.
                     bump(&self.stats.stale);
-                    return labelled(stale, "STALE");
+                    return edge::kept(&self.store, stale, fresh_until, "STALE");
                 }
                 resp
             }
@@ -277,7 +277,7 @@ impl Shared {
                     // render per request (stale-if-error, for Redis).
                     log_failure(&error, "page cache lookup failed; serving the tier's copy");
                     bump(&self.stats.stale);
-                    return labelled(resp, "STALE");
+                    return edge::kept(&self.store, resp, entry.fresh_until_ms(), "STALE");
                 }
                 bump(&self.stats.bypasses);
                 log_failure(&error, "page cache lookup failed; rendering");

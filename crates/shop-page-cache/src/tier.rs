@@ -69,6 +69,13 @@ pub(super) struct TierEntry {
     since: u64,
 }
 
+impl TierEntry {
+    /// Until when it is fresh (unix ms): the TTL Redis gave it.
+    pub(super) fn fresh_until_ms(&self) -> u64 {
+        self.fresh_until_ms
+    }
+}
+
 /// Taken before a fill's Redis read ([`PageTier::generation`]), handed to the
 /// insert: a fill that raced an event or a new generation is not kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

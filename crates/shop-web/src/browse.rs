@@ -88,35 +88,43 @@ fn is_department_path(path: &str, department: &str) -> bool {
     })
 }
 
-/// The query of a listing page.
-#[derive(Debug, Deserialize)]
-pub struct After {
-    after: Option<String>,
-}
-
-fn parse_after(raw: Option<&str>) -> Result<Option<ItemId>, WebError> {
-    match raw {
-        None | Some("") => Ok(None),
-        Some(raw) => raw.parse().map(Some).map_err(|_| {
-            WebError::bad_request(
-                "after must be an item id (a whole number from 1 to 999999999999999999)",
-            )
-        }),
+/// A listing page's `after` (the last item of the page before), read from the
+/// query as sent: an item id spelled as the shop's "next" links spell it
+/// (`after=24`), once, or none. Another spelling of the same page
+/// (`after=%32%34`, `after=024`, an empty `after=`, `after` twice) is a 400:
+/// the shop's own cache reads the value, but an edge in front keys a page by
+/// its URL, so each spelling would be a copy of its own there.
+fn parse_after(query: Option<&str>) -> Result<Option<ItemId>, WebError> {
+    let values: Vec<&str> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("after="))
+        .collect();
+    match values[..] {
+        [] => Ok(None),
+        [raw] => match raw.parse::<ItemId>() {
+            Ok(id) if id.to_string() == raw => Ok(Some(id)),
+            _ => Err(bad_after()),
+        },
+        _ => Err(bad_after()),
     }
 }
 
-async fn all_items(
-    State(state): State<AppState>,
-    Query(q): Query<After>,
-) -> Result<Response, WebError> {
-    let after = parse_after(q.after.as_deref())?;
+fn bad_after() -> WebError {
+    WebError::bad_request(
+        "after must be an item id (a whole number from 1 to 999999999999999999, \
+         written as the page's links write it), once",
+    )
+}
+
+async fn all_items(State(state): State<AppState>, uri: Uri) -> Result<Response, WebError> {
+    let after = parse_after(uri.query())?;
     listing(&state, None, after).await
 }
 
 async fn category(
     State(state): State<AppState>,
     Path(category): Path<String>,
-    Query(q): Query<After>,
     uri: Uri,
 ) -> Result<Response, WebError> {
     if category.is_empty()
@@ -125,7 +133,7 @@ async fn category(
     {
         return Err(WebError::not_found("there is no such department"));
     }
-    let after = parse_after(q.after.as_deref())?;
+    let after = parse_after(uri.query())?;
     listing(&state, Some(&category), after).await
 }
 
@@ -273,11 +281,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_is_an_item_id_or_nothing() {
+    fn after_is_an_item_id_spelled_one_way_or_nothing() {
         assert_eq!(parse_after(None).unwrap(), None);
         assert_eq!(parse_after(Some("")).unwrap(), None);
-        assert_eq!(parse_after(Some("24")).unwrap().unwrap().get(), 24);
-        for bad in ["0", "-1", "x", "1.5", "99999999999999999999999"] {
+        assert_eq!(parse_after(Some("x=1&y")).unwrap(), None);
+        let after = |query: &str| parse_after(Some(query)).unwrap().unwrap().get();
+        assert_eq!(after("after=24"), 24);
+        assert_eq!(after("x=1&after=24&y=2"), 24);
+        for bad in [
+            "after=0",
+            "after=-1",
+            "after=x",
+            "after=1.5",
+            "after=99999999999999999999999",
+            // The same page spelled otherwise: a copy of its own at an edge.
+            "after=%32%34",
+            "after=024",
+            "after=+24",
+            "after=",
+            "after=24&after=24",
+        ] {
             assert!(parse_after(Some(bad)).is_err(), "{bad}");
         }
         assert_eq!(capitalised("kitchen"), "Kitchen");

@@ -53,6 +53,25 @@ pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[Pa
     }
 }
 
+/// A kept page as served (`X-Cache: what`), saying how old it is: `Age`, the
+/// seconds since it was rendered (its `fresh_until_ms` less the TTL). A cache in
+/// front (an edge) then keeps it for what is left of its `s-maxage`, not a
+/// whole one again: without it a page the shop had kept nearly a TTL and its
+/// serve-stale window stayed at the edge as long again, twice what the docs
+/// promise for what is not purged (view and order counts).
+pub(crate) fn kept(
+    store: &PageStore,
+    mut resp: axum::response::Response,
+    fresh_until_ms: u64,
+    what: &'static str,
+) -> axum::response::Response {
+    let rendered = fresh_until_ms.saturating_sub(store.ttl().as_millis() as u64);
+    let age = crate::now_ms().saturating_sub(rendered) / 1_000;
+    resp.headers_mut()
+        .insert(header::AGE, HeaderValue::from(age));
+    super::labelled(resp, what)
+}
+
 /// What a page the same for everyone says when no shared cache may keep it
 /// without asking (it may be old, or could not be purged by all its tags):
 /// still the same for everyone (no cookie on it), revalidated on every use.

@@ -204,8 +204,11 @@ async fn a_popular_item_page_misses_then_hits() {
     let first = shop.get("/items/3").await;
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(x_cache(&first), "MISS");
+    assert_eq!(first.headers().get(header::AGE), None, "rendered now");
     let second = shop.get("/items/3").await;
     assert_eq!(x_cache(&second), "HIT");
+    // How old the kept page is, for a cache in front.
+    assert!(age(&second) < 10, "{:?}", second.headers());
     assert_eq!(
         second.headers()[header::CONTENT_TYPE],
         "text/html; charset=utf-8"
@@ -659,6 +662,15 @@ fn brief(grace: StaleGrace) -> impl FnOnce(shop_cache::RedisConn) -> PageStore {
     }
 }
 
+/// The answer's `Age`, in seconds.
+fn age(resp: &Response) -> u64 {
+    resp.headers()[header::AGE]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// GETs `uri` until `done` holds of the answer (or fails after ten seconds).
 async fn until(shop: &Shop, uri: &str, done: impl Fn(&Response) -> bool) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -703,6 +715,8 @@ async fn an_expired_page_is_served_while_one_request_across_two_servers_renders_
     // Expired: both servers serve the old copy at once, many times over ...
     let stale = until(&one, "/items/2", |r| x_cache(r) == "STALE").await;
     assert_eq!(stale.status(), StatusCode::OK);
+    // Older than its 3 s TTL, and says so: an edge keeps it no longer.
+    assert!(age(&stale) >= 3, "{:?}", stale.headers());
     assert!(!body(stale).await.is_empty());
     for _ in 0..3 {
         for resp in [one.get("/items/2").await, get_two("/items/2").await] {

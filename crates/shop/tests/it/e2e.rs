@@ -92,7 +92,8 @@ pub fn request(
     request_with(addr, method, path, cookie, form, &[])
 }
 
-/// [`request`] with extra request headers.
+/// [`request`] with extra request headers (a `Host` among them replaces the
+/// address).
 pub fn request_with(
     addr: &str,
     method: &str,
@@ -105,11 +106,18 @@ pub fn request_with(
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let host = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("host"))
+        .map_or(addr, |(_, value)| *value);
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     if let Some(c) = cookie {
         req.push_str(&format!("Cookie: {c}\r\n"));
     }
-    for (name, value) in headers {
+    for (name, value) in headers
+        .iter()
+        .filter(|(name, _)| !name.eq_ignore_ascii_case("host"))
+    {
         req.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = form.unwrap_or("");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use shop_testkit::{TestDb, TestVarnish};
 
-use crate::e2e::{Binary, Reply, request, seeded_on, serve, stop, succeed};
+use crate::e2e::{Binary, Reply, request, request_with, seeded_on, serve, stop, succeed};
 
 /// Whether the edge says it served `reply` from its cache.
 fn edge_hit(reply: &Reply) -> bool {
@@ -75,7 +75,8 @@ pub async fn behind_the_edge(shop: impl Fn() -> Command, views: impl AsyncFn(u64
     // sent one, not to a new visitor (whose cookie comes from /api/me).
     let stranger = request(&edge, "GET", "/items/3", None, None);
     assert!(edge_hit(&stranger));
-    // A query the shop does not read is the same page (no new object at the edge).
+    // A query the shop does not read is the same page (no new object at the
+    // edge), and so is any `Host`.
     assert!(edge_hit(&request(
         &edge,
         "GET",
@@ -83,6 +84,14 @@ pub async fn behind_the_edge(shop: impl Fn() -> Command, views: impl AsyncFn(u64
         None,
         None
     )));
+    for host in ["x1.example", "X2.EXAMPLE", "127.0.0.1."] {
+        let other = request_with(&edge, "GET", "/items/3", None, None, &[("Host", host)]);
+        assert!(
+            edge_hit(&other),
+            "{host}: {:?}",
+            other.header("server-timing")
+        );
+    }
     for reply in pages.iter().chain([&stranger]) {
         assert_eq!(
             reply.header("set-cookie"),
