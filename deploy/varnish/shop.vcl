@@ -62,6 +62,10 @@ sub vcl_recv {
         || req.url ~ "^/favicon\.ico$") {
         unset req.http.Cookie;
         unset req.http.Authorization;
+        # The page is the same whatever name the client used for the site: the
+        # fetch names this edge, so a `Host` the shop refuses (`a@b`) cannot
+        # make the page's fetch fail for everyone (vcl_hash keys by the URL).
+        set req.http.Host = "localhost";
         # One object per page: a query the shop does not read (`?x=<random>`)
         # neither makes a new object nor reaches the shop (nor does a `Host`:
         # vcl_hash). Listings read `after`, which the shop takes spelled only
@@ -123,6 +127,13 @@ sub vcl_backend_response {
         "^.*stale-while-revalidate=([0-9]+).*$", "\1s");
     if (beresp.http.Shop-Swr !~ "^[0-9]+s$") {
         set beresp.http.Shop-Swr = "0s";
+    }
+    # An answer already past its windows when it comes (the shop serving a
+    # page it kept, its `Age` beyond s-maxage and stale-while-revalidate,
+    # while it cannot render it) is kept a moment: vcl_hit would fetch it
+    # again for every request.
+    if (beresp.ttl + std.duration(beresp.http.Shop-Swr, 0s) <= 0s) {
+        set beresp.ttl = 10s;
     }
     set beresp.grace = std.duration(regsub(beresp.http.Cache-Control,
         "^.*stale-if-error=([0-9]+).*$", "\1s"), 0s);

@@ -54,16 +54,23 @@ pub fn router(state: AppState) -> Router {
         },
     );
     let budget = axum::middleware::from_fn_with_state(state.clone(), crate::uncached::budget);
+    // Outside the page cache, which keys a page by the decoded `after` (so it
+    // would answer `after=%32%34` from page 24's entry): see [`parse_after`].
+    let after = axum::middleware::from_fn(after_as_linked);
     Router::new()
         .route(
             "/items",
             get(all_items)
                 .layer(budget.clone())
-                .layer(listing_cache.clone()),
+                .layer(listing_cache.clone())
+                .layer(after.clone()),
         )
         .route(
             "/c/{category}",
-            get(category).layer(budget).layer(listing_cache),
+            get(category)
+                .layer(budget)
+                .layer(listing_cache)
+                .layer(after),
         )
         .route("/search", get(search))
         .with_state(state)
@@ -88,25 +95,39 @@ fn is_department_path(path: &str, department: &str) -> bool {
     })
 }
 
-/// A listing page's `after` (the last item of the page before), read from the
-/// query as sent: an item id spelled as the shop's "next" links spell it
-/// (`after=24`), once, or none. Another spelling of the same page
-/// (`after=%32%34`, `after=024`, an empty `after=`, `after` twice) is a 400:
-/// the shop's own cache reads the value, but an edge in front keys a page by
-/// its URL, so each spelling would be a copy of its own there.
+/// A listing page's `after` (the last item of the page before): an item id
+/// spelled as the shop's "next" links spell it (`after=24`), once, or none.
+/// Any other spelling of a parameter that decodes to `after` (`after=%32%34`,
+/// `%61fter=24`, `after=024`, an empty `after=`, `after` twice) is a 400: the
+/// page cache keys a page by the decoded value, but an edge in front keys it
+/// by its URL as sent, so each spelling would be a copy of its own there; and
+/// a name the page cache decodes but the listing would not read would store
+/// the first page under another page's key.
 fn parse_after(query: Option<&str>) -> Result<Option<ItemId>, WebError> {
-    let values: Vec<&str> = query
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|pair| pair.strip_prefix("after="))
-        .collect();
-    match values[..] {
-        [] => Ok(None),
-        [raw] => match raw.parse::<ItemId>() {
-            Ok(id) if id.to_string() == raw => Ok(Some(id)),
-            _ => Err(bad_after()),
-        },
-        _ => Err(bad_after()),
+    let mut found = None;
+    for pair in query.unwrap_or_default().split('&') {
+        let decoded = form_urlencoded::parse(pair.as_bytes()).next();
+        if decoded.is_none_or(|(name, _)| name != "after") {
+            continue;
+        }
+        let id = match pair
+            .strip_prefix("after=")
+            .map(|raw| (raw, raw.parse::<ItemId>()))
+        {
+            Some((raw, Ok(id))) if found.is_none() && id.to_string() == raw => id,
+            _ => return Err(bad_after()),
+        };
+        found = Some(id);
+    }
+    Ok(found)
+}
+
+/// Refuses a listing request whose `after` is not spelled as the links spell
+/// it ([`parse_after`]), before the page cache can answer it.
+async fn after_as_linked(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match parse_after(req.uri().query()) {
+        Ok(_) => next.run(req).await,
+        Err(error) => error.into_response(),
     }
 }
 
@@ -296,6 +317,9 @@ mod tests {
             "after=99999999999999999999999",
             // The same page spelled otherwise: a copy of its own at an edge.
             "after=%32%34",
+            "%61fter=24",
+            "x=1&a%66ter=24",
+            "after",
             "after=024",
             "after=+24",
             "after=",

@@ -54,22 +54,34 @@ pub(crate) fn mark_shared(store: &PageStore, headers: &mut HeaderMap, tags: &[Pa
 }
 
 /// A kept page as served (`X-Cache: what`), saying how old it is: `Age`, the
-/// seconds since it was rendered (its `fresh_until_ms` less the TTL). A cache in
-/// front (an edge) then keeps it for what is left of its `s-maxage`, not a
-/// whole one again: without it a page the shop had kept nearly a TTL and its
-/// serve-stale window stayed at the edge as long again, twice what the docs
-/// promise for what is not purged (view and order counts).
+/// seconds since it was rendered (its `fresh_until_ms` less the TTL it was
+/// kept for: the `s-maxage` it was stored with, the store's TTL without one).
+/// A cache in front (an edge) then keeps it for what is left of its
+/// `s-maxage`, not a whole one again: without it a page the shop had kept
+/// nearly a TTL and its serve-stale window stayed at the edge as long again,
+/// twice what the docs promise for what is not purged (view and order counts).
 pub(crate) fn kept(
     store: &PageStore,
     mut resp: axum::response::Response,
     fresh_until_ms: u64,
     what: &'static str,
 ) -> axum::response::Response {
-    let rendered = fresh_until_ms.saturating_sub(store.ttl().as_millis() as u64);
+    let ttl_ms = s_maxage(resp.headers()).map_or(store.ttl().as_millis() as u64, |s| s * 1_000);
+    let rendered = fresh_until_ms.saturating_sub(ttl_ms);
     let age = crate::now_ms().saturating_sub(rendered) / 1_000;
     resp.headers_mut()
         .insert(header::AGE, HeaderValue::from(age));
     super::labelled(resp, what)
+}
+
+/// The `s-maxage` of a page's `Cache-Control`, in seconds.
+fn s_maxage(headers: &HeaderMap) -> Option<u64> {
+    let control = headers.get(header::CACHE_CONTROL)?.to_str().ok()?;
+    let (_, rest) = control.split_once("s-maxage=")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// What a page the same for everyone says when no shared cache may keep it
@@ -104,6 +116,25 @@ fn surrogate_keys(tags: &[PageTag]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ttl_a_page_was_kept_for_is_its_s_maxage() {
+        let with = |control: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_str(control).unwrap(),
+            );
+            s_maxage(&headers)
+        };
+        assert_eq!(
+            with("public, max-age=0, s-maxage=300, stale-while-revalidate=60"),
+            Some(300)
+        );
+        assert_eq!(with("public, s-maxage=7"), Some(7));
+        assert_eq!(with("public, no-cache"), None);
+        assert_eq!(s_maxage(&HeaderMap::new()), None);
+    }
 
     #[test]
     fn tags_that_do_not_fit_are_no_surrogate_key_at_all() {

@@ -87,6 +87,17 @@ async fn listings_walk_every_item_once_and_departments_hold_their_own() {
     ] {
         assert_eq!(app.get(uri, None).await.status().as_u16(), status, "{uri}");
     }
+    // A page the cache keeps, spelled otherwise: a 400 still, never the kept
+    // page (its key reads `after` decoded; an edge keys by the URL as sent).
+    app.get("/items?after=24", None).await;
+    assert_eq!(x_cache(&app.get("/items?after=24", None).await), "HIT");
+    for other in [
+        "/items?after=%32%34",
+        "/items?%61fter=24",
+        "/items?after=24&after=24",
+    ] {
+        assert_eq!(app.get(other, None).await.status(), 400, "{other}");
+    }
     // Past the end: an empty page that says so, with a way back.
     let end = text(app.get(&format!("/items?after={ITEMS}"), None).await).await;
     assert!(item_links(&end).is_empty() && end.contains("No more items"));

@@ -287,3 +287,54 @@ async fn behind_varnish_on_postgres() {
     let app = seeded_on(db, 30).await;
     behind_the_edge(|| app.shop(), async |item| views_on(&app.redis, item).await).await;
 }
+
+/// An answer that reaches the edge already past its windows (the shop serving
+/// a page it kept while it cannot render it: its `Age` beyond `s-maxage` and
+/// `stale-while-revalidate`) is kept a moment, not fetched again for every
+/// request. The origin here is a stand-in that answers so.
+#[test]
+fn an_answer_older_than_its_windows_is_kept_a_moment_not_fetched_per_request() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap().to_string();
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = fetches.clone();
+    std::thread::spawn(move || {
+        for stream in origin.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            while reader.read_line(&mut head).is_ok_and(|n| n > 2) && !head.ends_with("\r\n\r\n") {}
+            let answer = if head.starts_with("GET /healthz") {
+                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_owned()
+            } else {
+                counted.fetch_add(1, Ordering::SeqCst);
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: public, max-age=0, \
+                 s-maxage=300, stale-while-revalidate=60, stale-if-error=3600\r\nAge: 1000\r\n\
+                 Content-Length: 3\r\nConnection: close\r\n\r\nold"
+                    .to_owned()
+            };
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    let varnish = TestVarnish::start_on(TestVarnish::free_port(), &[addr.as_str()]);
+    let edge = varnish.addr();
+    crate::e2e::eventually(
+        "the edge serves the stand-in's page",
+        || request(&edge, "GET", "/items/1", None, None),
+        |reply| reply.status == 200 && reply.body == "old",
+    );
+    let before = fetches.load(Ordering::SeqCst);
+    for _ in 0..5 {
+        let reply = request(&edge, "GET", "/items/1", None, None);
+        assert_eq!((reply.status, reply.body.as_str()), (200, "old"));
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        before,
+        "served from the edge"
+    );
+}
