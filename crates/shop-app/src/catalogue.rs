@@ -158,6 +158,11 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// How many lines these counts are: written, or left as they were.
+    pub fn lines(&self) -> usize {
+        self.added.len() + self.changed.len() + self.unchanged as usize + self.kept_retired.len()
+    }
+
     /// Adds `other`'s counts to these.
     pub fn merge(&mut self, other: Applied) {
         self.added.extend(other.added);

@@ -173,9 +173,7 @@ trait Answer: Sized {
 impl Answer for Value {
     fn loading(&self) -> Option<redis::RedisError> {
         match self {
-            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::BusyLoading) => {
-                Some(e.clone().into())
-            }
+            Value::ServerError(e) => Some(redis::RedisError::from(e.clone())).filter(loading),
             _ => None,
         }
     }

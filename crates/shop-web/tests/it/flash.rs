@@ -1543,25 +1543,32 @@ async fn a_buy_at_a_price_no_longer_the_sales_buys_nothing() {
     }
 }
 
+/// A shop with a sale of 10 units of item 5, and `name` logged in with a
+/// unit reserved under `key` whose order is not written yet (an attempt in
+/// flight, as a web server holds it): the shop, `name`'s cookie and id, the
+/// reservation.
+async fn reserved_in_flight(
+    name: &str,
+    key: &str,
+) -> (Shop, String, UserId, shop_cache::flash_sale::Reservation) {
+    let shop = Shop::start(TestDb::sqlite(), config(FlashDecider::Redis)).await;
+    shop.sale_of(5, 10).await;
+    let cookie = shop.login(name).await;
+    let user = shop.db.user_named(name).await.unwrap().unwrap();
+    let now = shop_db::unix_now();
+    let reservation = match shop.state.flash.reserve(item(5), user, key, 1, now).await {
+        Ok(Reserve::Reserved(reservation)) => reservation,
+        other => panic!("{other:?}"),
+    };
+    (shop, cookie, user, reservation)
+}
+
 /// A retry that finds its key's first attempt in flight waits for its answer;
 /// when the database refuses that attempt's unit (the answer forgotten, the
 /// unit back), the retry decides again rather than waiting out its time.
 #[tokio::test]
 async fn a_retry_waiting_on_an_attempt_the_database_refused_decides_again() {
-    let shop = Shop::start(TestDb::sqlite(), config(FlashDecider::Redis)).await;
-    shop.sale_of(5, 10).await;
-    let cookie = shop.login("wendy").await;
-    let wendy = shop.db.user_named("wendy").await.unwrap().unwrap();
-    let now = shop_db::unix_now();
-    let first = match shop
-        .state
-        .flash
-        .reserve(item(5), wendy, "w-1", 1, now)
-        .await
-    {
-        Ok(Reserve::Reserved(first)) => first,
-        other => panic!("{other:?}"),
-    };
+    let (shop, cookie, _, first) = reserved_in_flight("wendy", "w-1").await;
     let router = shop.router.clone();
     let retry = tokio::spawn(async move { buy_on(&router, "5", Some(&cookie), Some("w-1")).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1586,15 +1593,7 @@ async fn a_retry_waiting_on_an_attempt_the_database_refused_decides_again() {
 /// at once, not after another hold, nor counted against the buyer's limit.
 #[tokio::test]
 async fn a_retry_of_a_fenced_key_gives_its_unit_back_at_once() {
-    let shop = Shop::start(TestDb::sqlite(), config(FlashDecider::Redis)).await;
-    shop.sale_of(5, 10).await;
-    let cookie = shop.login("xena").await;
-    let xena = shop.db.user_named("xena").await.unwrap().unwrap();
-    let now = shop_db::unix_now();
-    let first = match shop.state.flash.reserve(item(5), xena, "x-1", 1, now).await {
-        Ok(Reserve::Reserved(first)) => first,
-        other => panic!("{other:?}"),
-    };
+    let (shop, cookie, xena, first) = reserved_in_flight("xena", "x-1").await;
     assert_eq!(
         shop.db.fence_flash(xena, item(5), "x-1").await.unwrap(),
         None

@@ -143,8 +143,7 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
             for chunk in lines.chunks(IMPORT_CHUNK) {
                 if futures::FutureExt::now_or_never(&mut stop).is_some() {
                     bar.abandon();
-                    let done = total.added.len() + total.changed.len();
-                    let written = total.unchanged as usize + total.kept_retired.len() + done;
+                    let (done, written) = (total.added.len() + total.changed.len(), total.lines());
                     anyhow::bail!(
                         "the import was stopped: the first {written} lines are written ({done} \
                          added or changed, their pages purged); running it again finishes it"
@@ -158,9 +157,8 @@ pub async fn run(args: ItemsArgs) -> anyhow::Result<()> {
                     Ok(applied) => total.merge(applied),
                     Err(error) => {
                         bar.abandon();
-                        let done = total.added.len() + total.changed.len();
-                        let written =
-                            total.unchanged as usize + total.kept_retired.len() + done;
+                        let (done, written) =
+                            (total.added.len() + total.changed.len(), total.lines());
                         if matches!(error, CatalogueError::NotPurged { .. }) {
                             // This chunk is written too: only its purge is left.
                             return Err(explain(error)).with_context(|| {
