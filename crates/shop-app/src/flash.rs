@@ -104,7 +104,11 @@ impl Buy<'_> {
         let limit = self.limit;
         let deadline = tokio::time::Instant::now() + IN_FLIGHT_WAIT;
         let reservation = loop {
-            match self.flash.reserve(item, user, &key, limit, now).await? {
+            match self
+                .flash
+                .reserve(item, user, &key, limit, now, shown)
+                .await?
+            {
                 Reserve::Answered(outcome) => return Ok(outcome),
                 Reserve::Reserved(reservation) => break reservation,
                 Reserve::InFlight => {

@@ -263,7 +263,12 @@ impl FlashSales {
     }
 
     /// Decides one buy of one unit of `item` by `user` at `now` (unix seconds),
-    /// idempotent on `key` (per user and sale), allowing `limit` units per user.
+    /// idempotent on `key` (per user and sale), allowing `limit` units per user,
+    /// at the sale's price if it is `shown` (else refused as
+    /// [`BuyOutcome::PriceChanged`], holding no unit); `None` takes the sale's
+    /// price whatever it is. The database checks the price again at the order's
+    /// commit: this check only keeps a buy that would be refused there from
+    /// holding a unit meanwhile.
     pub async fn reserve(
         &self,
         item: ItemId,
@@ -271,6 +276,7 @@ impl FlashSales {
         key: &str,
         limit: i64,
         now: i64,
+        shown: Option<i64>,
     ) -> Result<Reserve, CacheError> {
         let mut script = scripts::SALE_RESERVE.prepare_invoke();
         for k in self.sale_keys(item) {
@@ -282,6 +288,7 @@ impl FlashSales {
             .arg(now)
             .arg(now.saturating_add(self.hold.as_secs().max(1) as i64))
             .arg(limit)
+            .arg(shown.map_or(String::new(), |cents| cents.to_string()))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let corrupt = || CacheError::Corrupt {

@@ -23,9 +23,9 @@
 //! Every response says what happened in `X-Cache`: `HIT` (from Redis, or from the
 //! render another request of this process was doing), `STALE` (past its TTL, see
 //! below), `MISS` (rendered here) or `BYPASS` (not a cacheable request, or Redis
-//! unavailable). A matching
-//! `If-None-Match` gets `304 Not Modified`. Bodies are stored gzip-compressed and
-//! sent as stored to clients that accept gzip, decompressed for the others.
+//! unavailable). A matching `If-None-Match` gets `304 Not Modified`, for a page
+//! rendered and not kept (not popular enough) too. Bodies are stored gzip-compressed
+//! and sent as stored to clients that accept gzip, decompressed for the others.
 //!
 //! Stampedes: misses of the same key in one process wait for the first one's render
 //! (single-flight); across processes the first takes a short Redis lock and the
@@ -78,7 +78,8 @@ use tower::{Layer, Service, ServiceExt};
 
 use crate::tier::{self, PageTier};
 use crate::{
-    Lookup, PageKey, PageRequest, PageStore, PageTag, RenderTicket, Stored, StoredPage, log_failure,
+    Lookup, PageKey, PageRequest, PageStore, PageTag, PageTags, RenderTicket, Stored, StoredPage,
+    log_failure,
 };
 
 mod config;
@@ -104,12 +105,6 @@ const REPLAYED: [HeaderName; 6] = [
     header::VARY,
     SURROGATE_KEY,
 ];
-
-/// Set by a handler on its response: what the page shows (its items, its
-/// department), so that a change to any of them purges the stored page. Never
-/// sent to the client.
-#[derive(Debug, Clone, Default)]
-pub struct PageTags(pub Vec<PageTag>);
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
@@ -288,21 +283,23 @@ impl Shared {
 
     /// Renders a page this cache does not keep (not popular enough, or Redis
     /// failing): the same for everyone all the same, so marked as one a shared
-    /// cache may keep ([`edge::mark_shared`]) when it may be stored.
+    /// cache may keep ([`edge::mark_shared`]) when it may be stored, with an ETag.
     async fn render_unkept<S>(&self, item: Option<ItemId>, req: Request, inner: S) -> Response
     where
         S: Service<Request, Response = Response, Error = Infallible>,
     {
         let purges = self.store.purges_seen().purges();
+        let ask = Ask::of(&req);
         let mut resp = call(inner, req).await;
         if storable(&resp) {
-            let tags = take_tags(&mut resp, item);
+            let tags = PageTags::take(&mut resp, item);
             edge::mark_shared(&self.store, resp.headers_mut(), &tags);
             // A purge seen during the render: the page may be old, and an edge
             // whose copy that purge already dropped must not keep it.
             if self.store.purges_seen().purges() != purges {
                 edge::mark_unshared(resp.headers_mut());
             }
+            resp = negotiate::with_etag(resp, &ask, self.config.max_body).await;
         }
         resp
     }
@@ -514,7 +511,7 @@ impl Shared {
             }
         };
         let mut resp = call(inner, req).await;
-        let tags = take_tags(&mut resp, item);
+        let tags = PageTags::take(&mut resp, item);
         if !storable(&resp) {
             return (labelled(resp, "MISS"), None);
         }
@@ -578,18 +575,6 @@ where
         Ok(resp) => resp,
         Err(never) => match never {},
     }
-}
-
-/// The tags of a rendered page: those its handler set ([`PageTags`], taken off
-/// the response) and its item's.
-fn take_tags(resp: &mut Response, item: Option<ItemId>) -> Vec<PageTag> {
-    let mut tags = resp
-        .extensions_mut()
-        .remove::<PageTags>()
-        .map(|PageTags(tags)| tags)
-        .unwrap_or_default();
-    tags.extend(item.map(|item| PageTag::item(item.get())));
-    tags
 }
 
 fn labelled(mut resp: Response, what: &'static str) -> Response {

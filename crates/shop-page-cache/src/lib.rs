@@ -93,14 +93,14 @@ pub use key::{PageKey, PageRequest};
 pub use keys::PageKeys;
 pub use layer::{
     CacheBypass, MAX_SURROGATE_KEY_BYTES, MAX_SURROGATE_KEYS, PageCache, PageCacheConfig,
-    PageCacheLayer, PageCacheStats, PageTags, Pages, SURROGATE_KEY, X_CACHE,
+    PageCacheLayer, PageCacheStats, Pages, SURROGATE_KEY, X_CACHE,
 };
 pub use store::{
     DEFAULT_RANK_LIMIT, DEFAULT_STALE, DEFAULT_TTL, LOCK_TTL, Lookup, MAX_RENDER, PURGE_MARK_TTL,
     PageStore, RenderLock, RenderTicket, Stored,
 };
 pub use stored::{StaleGrace, StoredPage, now_ms};
-pub use tag::PageTag;
+pub use tag::{PageTag, PageTags};
 pub use tier::{PageTier, TierFeed};
 
 /// Logs a Redis failure the layer or the tier met and went on without: quietly

@@ -121,6 +121,12 @@ impl StaleGrace {
     }
 }
 
+/// The ETag of a page without one of its own: derived from its body (as sent
+/// decompressed), so the same bytes have the same ETag on every server.
+pub(crate) fn body_etag(body: &[u8]) -> String {
+    format!("\"{}\"", &hex::encode(Sha256::digest(body))[..32])
+}
+
 impl StoredPage {
     /// Compresses `body` and keeps `headers` (lower-case names) for replay. The ETag
     /// is the response's own if it has one, else derived from the body.
@@ -129,7 +135,7 @@ impl StoredPage {
             .iter()
             .find(|(name, _)| name == "etag")
             .and_then(|(_, v)| String::from_utf8(v.clone()).ok())
-            .unwrap_or_else(|| format!("\"{}\"", &hex::encode(Sha256::digest(body))[..32]));
+            .unwrap_or_else(|| body_etag(body));
         let headers = headers.into_iter().filter(|(n, _)| n != "etag").collect();
         let mut enc = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::default());
         enc.write_all(body).expect("writing to a Vec cannot fail");

@@ -4,6 +4,29 @@
 
 use std::fmt::Write;
 
+use axum::response::Response;
+use shop_cache::domain::ItemId;
+
+/// Set by a handler on its response: what the page shows (its items, its
+/// department), so that a change to any of them purges the stored page. Never
+/// sent to the client.
+#[derive(Debug, Clone, Default)]
+pub struct PageTags(pub Vec<PageTag>);
+
+impl PageTags {
+    /// The tags of a rendered page: those its handler set (taken off the
+    /// response) and its item's.
+    pub(crate) fn take(resp: &mut Response, item: Option<ItemId>) -> Vec<PageTag> {
+        let mut tags = resp
+            .extensions_mut()
+            .remove::<PageTags>()
+            .map(|PageTags(tags)| tags)
+            .unwrap_or_default();
+        tags.extend(item.map(|item| PageTag::item(item.get())));
+        tags
+    }
+}
+
 /// What a cached page shows. Cheap to compare; its name is safe in a Redis key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PageTag(String);

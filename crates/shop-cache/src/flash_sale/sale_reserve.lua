@@ -1,17 +1,18 @@
 -- One buy of one unit in a flash sale, decided here: the reservation made earlier
--- for this (user, idempotency key), else a refusal (window, per-user limit, stock),
--- else a reservation: one unit taken from the stock and counted for the user, to
+-- for this (user, idempotency key), else a refusal (window, the price the buyer was
+-- shown, per-user limit, stock), else a reservation: one unit taken from the stock and counted for the user, to
 -- be confirmed once its order is in the database (sale_settle.lua).
 -- KEYS[1] sale  KEYS[2] buyers  KEYS[3] answers  KEYS[4] pending  KEYS[5] held
 -- ARGV[1] user id  ARGV[2] idempotency key  ARGV[3] now (unix seconds)
 -- ARGV[4] when the reservation's order is overdue  ARGV[5] per-user limit
+-- ARGV[6] the price in cents the buyer was shown, or '' for whatever it is
 -- Returns {'earlier', answer} | {'refused', code} | {'reserved', number}.
 local field = ARGV[1] .. ':' .. ARGV[2]
 local earlier = redis.call('HGET', KEYS[3], field)
 if earlier then
   return {'earlier', earlier}
 end
-local sale = redis.call('HMGET', KEYS[1], 'stock', 'start', 'end', 'expire_at')
+local sale = redis.call('HMGET', KEYS[1], 'stock', 'start', 'end', 'expire_at', 'price_cents')
 if not sale[1] then
   -- No sale loaded: nothing to remember either.
   return {'refused', 'not_on_sale'}
@@ -20,6 +21,10 @@ local now = tonumber(ARGV[3])
 local answer
 if now < tonumber(sale[2]) or now >= tonumber(sale[3]) then
   answer = 'not_on_sale'
+elseif ARGV[6] ~= '' and sale[5] and sale[5] ~= ARGV[6] then
+  -- The database decides the price too (at the order's commit); refused here, a
+  -- buy at a price that is gone holds no unit another buyer could have had.
+  answer = 'price_changed'
 elseif tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= tonumber(ARGV[5]) then
   answer = 'limit_reached'
 elseif tonumber(sale[1]) <= 0 then

@@ -53,7 +53,7 @@ async fn contention_reserves_exactly_the_stock(fx: Fixture) {
     let mut tasks = tokio::task::JoinSet::new();
     for u in 1..=300 {
         let sales = FlashSales::new(conns[u as usize % 8].clone(), fx.keys.clone());
-        tasks.spawn(async move { sales.reserve(item(1), user(u), "k", 1, NOW).await.unwrap() });
+        tasks.spawn(async move { sales.reserve(item(1), user(u), "k", 1, NOW, None).await.unwrap() });
     }
     let mut counts: HashMap<&str, u32> = HashMap::new();
     let mut numbers = Vec::new();
@@ -80,37 +80,59 @@ async fn contention_reserves_exactly_the_stock(fx: Fixture) {
 async fn the_window_and_a_missing_sale_refuse(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
     assert_eq!(
-        sales.reserve(item(2), user(1), "k", 1, NOW).await.unwrap(),
+        sales.reserve(item(2), user(1), "k", 1, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::NotOnSale),
         "no sale loaded"
     );
     assert!(fx.all_keys().await.is_empty(), "a refusal for no sale writes nothing");
     sales.open(item(2), &terms(5), NOW).await.unwrap();
-    let early = sales.reserve(item(2), user(1), "a", 1, NOW - 61).await.unwrap();
+    let early = sales.reserve(item(2), user(1), "a", 1, NOW - 61, None).await.unwrap();
     assert_eq!(early, Reserve::Answered(BuyOutcome::NotOnSale));
-    let at_end = sales.reserve(item(2), user(1), "b", 1, NOW + 3_600).await.unwrap();
+    let at_end = sales.reserve(item(2), user(1), "b", 1, NOW + 3_600, None).await.unwrap();
     assert_eq!(at_end, Reserve::Answered(BuyOutcome::NotOnSale), "the end is exclusive");
-    reserved(sales.reserve(item(2), user(1), "c", 1, NOW - 60).await.unwrap());
+    reserved(sales.reserve(item(2), user(1), "c", 1, NOW - 60, None).await.unwrap());
     assert_eq!(sales.state(item(2)).await.unwrap().unwrap().stock, 4);
     // A refusal is not remembered: the refused key, sent again once the sale is
     // open, is decided again (here: over the limit of one).
     assert_eq!(
-        sales.reserve(item(2), user(1), "a", 1, NOW).await.unwrap(),
+        sales.reserve(item(2), user(1), "a", 1, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::LimitReached)
     );
-    reserved(sales.reserve(item(2), user(2), "a", 1, NOW).await.unwrap());
+    reserved(sales.reserve(item(2), user(2), "a", 1, NOW, None).await.unwrap());
+}
+
+/// A buy at a price the sale no longer has is refused before it takes a unit:
+/// the last unit stays for a buyer at the sale's price.
+async fn a_buy_at_a_price_gone_holds_no_unit(fx: Fixture) {
+    let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
+    sales.open(item(2), &terms(1), NOW).await.unwrap();
+    for (who, shown) in [(1, 499), (2, 0), (3, 50_000)] {
+        assert_eq!(
+            sales.reserve(item(2), user(who), "k", 1, NOW, Some(shown)).await.unwrap(),
+            Reserve::Answered(BuyOutcome::PriceChanged),
+            "shown {shown} cents, the sale's price is 500"
+        );
+    }
+    let state = sales.state(item(2)).await.unwrap().unwrap();
+    assert_eq!(state.stock, 1, "no unit held by a refused price");
+    // Refused, the key is not kept: the same key at the sale's price buys.
+    reserved(sales.reserve(item(2), user(1), "k", 1, NOW, Some(500)).await.unwrap());
+    assert_eq!(
+        sales.reserve(item(2), user(4), "k", 1, NOW, None).await.unwrap(),
+        Reserve::Answered(BuyOutcome::SoldOut)
+    );
 }
 
 async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
     sales.open(item(3), &terms(10), NOW).await.unwrap();
-    let first = reserved(sales.reserve(item(3), user(7), "1", 2, NOW).await.unwrap());
-    let second = reserved(sales.reserve(item(3), user(7), "2", 2, NOW).await.unwrap());
+    let first = reserved(sales.reserve(item(3), user(7), "1", 2, NOW, None).await.unwrap());
+    let second = reserved(sales.reserve(item(3), user(7), "2", 2, NOW, None).await.unwrap());
     assert_eq!(
-        sales.reserve(item(3), user(7), "3", 2, NOW).await.unwrap(),
+        sales.reserve(item(3), user(7), "3", 2, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::LimitReached)
     );
-    reserved(sales.reserve(item(3), user(8), "1", 2, NOW).await.unwrap());
+    reserved(sales.reserve(item(3), user(8), "1", 2, NOW, None).await.unwrap());
     // One confirmed, one released: the user may buy one more.
     assert!(sales.settle(&first, Settlement::Confirm { order_id: 41 }).await.unwrap());
     assert!(sales
@@ -118,9 +140,9 @@ async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
         .await
         .unwrap());
     assert_eq!(sales.state(item(3)).await.unwrap().unwrap().stock, 8);
-    reserved(sales.reserve(item(3), user(7), "4", 2, NOW).await.unwrap());
+    reserved(sales.reserve(item(3), user(7), "4", 2, NOW, None).await.unwrap());
     assert_eq!(
-        sales.reserve(item(3), user(7), "5", 2, NOW).await.unwrap(),
+        sales.reserve(item(3), user(7), "5", 2, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::LimitReached)
     );
 }
@@ -128,49 +150,49 @@ async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {
 async fn answers_are_remembered_and_settling_happens_once(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
     sales.open(item(4), &terms(3), NOW).await.unwrap();
-    let r = reserved(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap());
+    let r = reserved(sales.reserve(item(4), user(1), "k1", 1, NOW, None).await.unwrap());
     // A retry while the order is written: in flight, and no second unit.
     assert_eq!(
-        sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(),
+        sales.reserve(item(4), user(1), "k1", 1, NOW, None).await.unwrap(),
         Reserve::InFlight
     );
     assert_eq!(sales.answer(item(4), user(1), "k1").await.unwrap(), Some(Reserve::InFlight));
     assert!(sales.settle(&r, Settlement::Confirm { order_id: 99 }).await.unwrap());
     let bought = Reserve::Answered(BuyOutcome::Bought { order_id: 99 });
-    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(), bought);
+    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW, None).await.unwrap(), bought);
     // Settling again (the reconciler after the web server) changes nothing.
     assert!(!sales
         .settle(&r, Settlement::Release(BuyOutcome::Expired))
         .await
         .unwrap());
-    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW).await.unwrap(), bought);
+    assert_eq!(sales.reserve(item(4), user(1), "k1", 1, NOW, None).await.unwrap(), bought);
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 2);
     // A void takes the unit for good, a refusal gives it back; the database
     // recorded neither, and neither is remembered: asked again, decided again.
-    let v = reserved(sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap());
+    let v = reserved(sales.reserve(item(4), user(2), "k", 1, NOW, None).await.unwrap());
     assert!(sales.settle(&v, Settlement::Void).await.unwrap());
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
     assert_eq!(sales.answer(item(4), user(2), "k").await.unwrap(), None);
-    let again = reserved(sales.reserve(item(4), user(2), "k", 1, NOW).await.unwrap());
+    let again = reserved(sales.reserve(item(4), user(2), "k", 1, NOW, None).await.unwrap());
     assert!(sales.settle(&again, Settlement::Refuse).await.unwrap());
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
     assert_eq!(sales.answer(item(4), user(2), "k").await.unwrap(), None);
     // A release gives the unit back and keeps the database's answer.
-    let g = reserved(sales.reserve(item(4), user(3), "k", 1, NOW).await.unwrap());
+    let g = reserved(sales.reserve(item(4), user(3), "k", 1, NOW, None).await.unwrap());
     assert!(sales.settle(&g, Settlement::Release(BuyOutcome::Expired)).await.unwrap());
     assert_eq!(sales.state(item(4)).await.unwrap().unwrap().stock, 1);
     assert_eq!(
-        sales.reserve(item(4), user(3), "k", 1, NOW).await.unwrap(),
+        sales.reserve(item(4), user(3), "k", 1, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::Expired)
     );
     // Keys are per user: another user's "k1" is a new attempt.
-    reserved(sales.reserve(item(4), user(9), "k1", 1, NOW).await.unwrap());
+    reserved(sales.reserve(item(4), user(9), "k1", 1, NOW, None).await.unwrap());
 }
 
 async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone());
     sales.open(item(6), &terms(1), NOW).await.unwrap();
-    let first = reserved(sales.reserve(item(6), user(1), "won", 1, NOW).await.unwrap());
+    let first = reserved(sales.reserve(item(6), user(1), "won", 1, NOW, None).await.unwrap());
     let answers = || async {
         let n: u64 = fx.raw().await.hlen(fx.keys.sale_answers(item(6))).await.unwrap();
         n
@@ -185,7 +207,7 @@ async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
             1 => (user(1), NOW),
             _ => (user(3), NOW - 7_200),
         };
-        let answer = sales.reserve(item(6), who, &key, 1, at).await.unwrap();
+        let answer = sales.reserve(item(6), who, &key, 1, at, None).await.unwrap();
         assert!(matches!(answer, Reserve::Answered(_)), "{answer:?}");
     }
     assert_eq!(answers().await, 1, "refusals stored nothing");
@@ -198,19 +220,19 @@ async fn refusals_are_decided_again_not_remembered(fx: Fixture) {
     // time, and no answer stays.
     for n in 0..50 {
         let key = format!("wrong-price-{n}");
-        let r = reserved(sales.reserve(item(6), user(4), &key, 1, NOW).await.unwrap());
+        let r = reserved(sales.reserve(item(6), user(4), &key, 1, NOW, None).await.unwrap());
         assert!(sales.settle(&r, Settlement::Refuse).await.unwrap());
     }
     assert_eq!(answers().await, 1, "refused reservations stored nothing");
     assert_eq!(sales.state(item(6)).await.unwrap().unwrap().stock, 1);
-    reserved(sales.reserve(item(6), user(2), "fresh-0", 1, NOW).await.unwrap());
+    reserved(sales.reserve(item(6), user(2), "fresh-0", 1, NOW, None).await.unwrap());
 }
 
 async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
     let sales = FlashSales::new(fx.conn.clone(), fx.keys.clone()).with_hold(Duration::from_secs(10));
     sales.open(item(5), &terms(4), NOW).await.unwrap();
-    let a = reserved(sales.reserve(item(5), user(1), "ka", 1, NOW).await.unwrap());
-    let b = reserved(sales.reserve(item(5), user(2), "k:b", 1, NOW + 5).await.unwrap());
+    let a = reserved(sales.reserve(item(5), user(1), "ka", 1, NOW, None).await.unwrap());
+    let b = reserved(sales.reserve(item(5), user(2), "k:b", 1, NOW + 5, None).await.unwrap());
     assert!(sales.overdue(item(5), NOW + 9, 10).await.unwrap().is_empty());
     let due = sales.overdue(item(5), NOW + 10, 10).await.unwrap();
     assert_eq!(due.len(), 1);
@@ -229,7 +251,7 @@ async fn overdue_reservations_and_the_quiet_correction(fx: Fixture) {
     let quiet = sales.snapshot(item(5)).await.unwrap().unwrap();
     assert_eq!(quiet.pending, 0);
     // A reservation after the snapshot voids it.
-    reserved(sales.reserve(item(5), user(3), "k", 1, NOW).await.unwrap());
+    reserved(sales.reserve(item(5), user(3), "k", 1, NOW, None).await.unwrap());
     assert!(!sales.correct(item(5), &quiet, 3).await.unwrap());
     assert_eq!(sales.state(item(5)).await.unwrap().unwrap().stock, 1);
     let c = sales.overdue(item(5), NOW + 100, 10).await.unwrap().remove(0);
@@ -247,7 +269,7 @@ async fn opening_again_changes_a_running_sale_replaces_an_ended_one_and_the_boar
     let now = shop_cache_now();
     let live = SaleTerms { start: now - 10, end: now + 600, ..terms(2) };
     sales.open(item(6), &live, now).await.unwrap();
-    reserved(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap());
+    reserved(sales.reserve(item(6), user(1), "k", 1, now, None).await.unwrap());
     assert_eq!(watcher.step().await.unwrap(), 1);
     assert!(board.has_changed().unwrap());
     let shown = board.borrow_and_update().get(&item(6)).cloned();
@@ -262,12 +284,12 @@ async fn opening_again_changes_a_running_sale_replaces_an_ended_one_and_the_boar
     // stock is what is left once it is ordered.
     let more = SaleTerms { stock: 7, price_cents: 400, ..live };
     assert!(sales.open(item(6), &more, now).await.unwrap(), "changed, not replaced");
-    assert_eq!(sales.reserve(item(6), user(1), "k", 1, now).await.unwrap(), Reserve::InFlight);
+    assert_eq!(sales.reserve(item(6), user(1), "k", 1, now, None).await.unwrap(), Reserve::InFlight);
     assert_eq!(
-        sales.reserve(item(6), user(1), "k2", 1, now).await.unwrap(),
+        sales.reserve(item(6), user(1), "k2", 1, now, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::LimitReached)
     );
-    let second = reserved(sales.reserve(item(6), user(2), "k", 1, now).await.unwrap());
+    let second = reserved(sales.reserve(item(6), user(2), "k", 1, now, None).await.unwrap());
     assert_eq!(second.number, 2, "reservations go on being numbered");
     watcher.step().await.unwrap();
     assert_eq!(
@@ -278,7 +300,7 @@ async fn opening_again_changes_a_running_sale_replaces_an_ended_one_and_the_boar
     let after = now + 600;
     let next = SaleTerms { start: after, end: after + 600, ..terms(3) };
     assert!(!sales.open(item(6), &next, after).await.unwrap(), "replaced");
-    reserved(sales.reserve(item(6), user(1), "k", 1, after).await.unwrap());
+    reserved(sales.reserve(item(6), user(1), "k", 1, after, None).await.unwrap());
     assert_eq!(sales.state(item(6)).await.unwrap().unwrap().stock, 2);
     // A sale long over leaves the board.
     let old = SaleTerms { start: now - 7_200, end: now - 3_600, ..terms(1) };

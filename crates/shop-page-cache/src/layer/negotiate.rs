@@ -206,6 +206,41 @@ impl Prepared {
     }
 }
 
+/// A page rendered for this request alone (one the cache does not keep), with
+/// the ETag a stored copy of it would have, and `304 Not Modified` for a client
+/// that holds these bytes already: such a page revalidates like a kept one.
+/// The body is read as [`fill`](super) reads one, within `max_body`.
+pub(crate) async fn with_etag(resp: Response, ask: &Ask, max_body: usize) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match axum::body::to_bytes(body, max_body).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::error!(%error, "reading a page body failed");
+            let mut resp = Response::new(Body::empty());
+            *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            return resp;
+        }
+    };
+    let etag = match parts.headers.get(header::ETAG) {
+        Some(etag) => etag.clone(),
+        None => match HeaderValue::try_from(crate::stored::body_etag(&bytes)) {
+            Ok(etag) => etag,
+            Err(_) => return Response::from_parts(parts, Body::from(bytes)),
+        },
+    };
+    let not_modified = ask
+        .if_none_match
+        .as_ref()
+        .is_some_and(|inm| etag_matches(inm, etag.to_str().unwrap_or("")));
+    parts.headers.insert(header::ETAG, etag);
+    if not_modified {
+        parts.status = StatusCode::NOT_MODIFIED;
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::empty());
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
 fn status_of(page: &StoredPage) -> Result<StatusCode, CacheError> {
     StatusCode::from_u16(page.status()).map_err(|_| CacheError::Corrupt { what: "cache:" })
 }

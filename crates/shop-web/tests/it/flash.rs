@@ -640,7 +640,11 @@ async fn the_reconciler_settles_what_a_dead_server_left() {
         let now = shop_db::unix_now();
         let flash = &shop.state.flash;
         let reserve = |(user, key): (UserId, &'static str)| async move {
-            match flash.reserve(item(1), user, key, 1, now).await.unwrap() {
+            match flash
+                .reserve(item(1), user, key, 1, now, None)
+                .await
+                .unwrap()
+            {
                 Reserve::Reserved(r) => r,
                 other => panic!("{other:?}"),
             }
@@ -1556,7 +1560,12 @@ async fn reserved_in_flight(
     let cookie = shop.login(name).await;
     let user = shop.db.user_named(name).await.unwrap().unwrap();
     let now = shop_db::unix_now();
-    let reservation = match shop.state.flash.reserve(item(5), user, key, 1, now).await {
+    let reservation = match shop
+        .state
+        .flash
+        .reserve(item(5), user, key, 1, now, None)
+        .await
+    {
         Ok(Reserve::Reserved(reservation)) => reservation,
         other => panic!("{other:?}"),
     };

@@ -257,6 +257,41 @@ async fn an_item_with_no_views_is_not_cached() {
     assert_eq!(shop.stored_pages().await, 0);
 }
 
+/// A page rendered and not kept (its item not popular enough) has the ETag of
+/// its bytes, and a client holding those bytes gets `304 Not Modified`.
+#[tokio::test]
+async fn a_page_not_kept_answers_304_to_its_etag() {
+    let shop = Shop::start().await;
+    shop.rank_items(5).await;
+    let first = shop.get("/items/6").await;
+    assert_eq!(x_cache(&first), "BYPASS");
+    let etag = first.headers()[header::ETAG].to_str().unwrap().to_owned();
+    assert!(!body(first).await.is_empty());
+    let asking = |uri: &str, inm: &str| {
+        Request::get(uri)
+            .header(header::IF_NONE_MATCH, inm)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let again = shop.send(asking("/items/6", &etag)).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        (x_cache(&again), &again.headers()[header::ETAG]),
+        ("BYPASS", &etag.parse().unwrap())
+    );
+    assert!(body(again).await.is_empty());
+    // Another page's bytes, another ETag: sent in full.
+    let other = shop.send(asking("/items/7", &etag)).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_ne!(other.headers()[header::ETAG], etag.as_str());
+    assert!(!body(other).await.is_empty());
+    // A page that may not be shared gets none.
+    let private = shop.get("/items/6?mode=private").await;
+    assert_eq!(private.status(), StatusCode::OK);
+    assert!(private.headers().get(header::ETAG).is_none());
+    assert_eq!((shop.renders(), shop.stored_pages().await), (4, 0));
+}
+
 #[tokio::test]
 async fn parameters_the_page_does_not_read_do_not_make_new_entries() {
     // The cache-busting drill: `/items/1?r=<random>` made one entry and one render
