@@ -18,7 +18,9 @@
 //!   [`DEFAULT_ACCOUNT_CART_TTL`] (a setting), renewed by every change.
 //!
 //! Setting a quantity above zero stores it (overwriting), zero or below removes the
-//! line, as in the book; a quantity above the shop's maximum is refused before
+//! line, as in the book; adding one ([`Carts::add`], an item page's "Add to cart")
+//! adds it to the line's, refused (nothing written) when the sum would pass the
+//! maximum; a quantity above the shop's maximum is refused before
 //! anything is written, and so is a new line for a cart that already has
 //! [`DEFAULT_MAX_LINES`] (configurable) lines: without that cap one session could
 //! hold a line per catalogue item (100,000), and every page that lists the cart
@@ -213,35 +215,72 @@ impl Carts {
     ) -> Result<LineChange, CacheError> {
         let cart = cart.into();
         let change = LineChange::from_count(count, self.max_quantity)?;
-        let token = cart.script_token();
-        let mut conn = self.conn.clone();
         match change {
             LineChange::Set(q) => {
-                let stored: i64 = self
-                    .invoke(&scripts::CART_SET, &cart)
-                    .arg(item)
-                    .arg(q.get())
-                    .arg(self.max_lines)
-                    .arg(token)
-                    .arg(self.account_ttl.as_secs())
-                    .invoke_async(&mut conn)
-                    .await?;
-                if stored == 0 {
-                    return Err(InvalidInput::CartFull {
-                        max: self.max_lines,
-                    }
-                    .into());
-                }
+                self.store(&cart, item, q, false).await?;
             }
             LineChange::Remove => {
                 self.invoke(&scripts::CART_REMOVE, &cart)
                     .arg(item)
-                    .arg(token)
-                    .invoke_async::<()>(&mut conn)
+                    .arg(cart.script_token())
+                    .invoke_async::<()>(&mut self.conn.clone())
                     .await?
             }
         }
         Ok(change)
+    }
+
+    /// Adds `count` units of `item` to `cart` (a new line if it has none), as
+    /// an item page's "Add to cart" means. Returns the line's quantity now.
+    /// A count below 1 or above the maximum, a sum above the maximum
+    /// ([`InvalidInput::LineFull`]), or a new line for a full cart writes
+    /// nothing. Starts and renews as [`Carts::set`] does.
+    pub async fn add(
+        &self,
+        cart: impl Into<CartOf>,
+        item: ItemId,
+        count: i64,
+    ) -> Result<Quantity, CacheError> {
+        let LineChange::Set(q) = LineChange::from_count(count, self.max_quantity)? else {
+            return Err(InvalidInput::QuantityTooSmall.into());
+        };
+        self.store(&cart.into(), item, q, true).await
+    }
+
+    /// One call of the line script: set the line to `q`, or add `q` to it.
+    async fn store(
+        &self,
+        cart: &CartOf,
+        item: ItemId,
+        q: Quantity,
+        add: bool,
+    ) -> Result<Quantity, CacheError> {
+        let stored: i64 = self
+            .invoke(&scripts::CART_SET, cart)
+            .arg(item)
+            .arg(q.get())
+            .arg(self.max_lines)
+            .arg(cart.script_token())
+            .arg(self.account_ttl.as_secs())
+            .arg(if add {
+                self.max_quantity.to_string()
+            } else {
+                String::new()
+            })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match u32::try_from(stored) {
+            Ok(0) => Err(InvalidInput::CartFull {
+                max: self.max_lines,
+            }
+            .into()),
+            Ok(quantity) => Ok(Quantity(quantity)),
+            Err(_) => Err(InvalidInput::LineFull {
+                has: u32::try_from(-1 - stored).unwrap_or(u32::MAX),
+                max: self.max_quantity,
+            }
+            .into()),
+        }
     }
 
     /// Whether a checkout holds `cart` now (a read: nothing is taken).

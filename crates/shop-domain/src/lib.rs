@@ -35,6 +35,20 @@ pub enum InvalidInput {
         /// The configured maximum.
         max: u32,
     },
+    /// A quantity to add below 1.
+    #[error("count must be at least 1 to add to the cart")]
+    QuantityTooSmall,
+    /// A quantity to add that would take a cart line above the maximum.
+    #[error(
+        "your cart holds {has} of this item and a line holds at most {max}: you can add {} more",
+        .max.saturating_sub(*.has)
+    )]
+    LineFull {
+        /// What the line holds.
+        has: u32,
+        /// The configured maximum.
+        max: u32,
+    },
     /// A new account's name breaks the naming rules ([`account`]).
     #[error(
         "a name is 3 to 32 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"

@@ -5,7 +5,8 @@
 //! cart its page showed, at the prices shown (the form's `cart_version`); when
 //! the cart or a price changed since, it answers 409 and shows the cart again,
 //! saying what changed, for the shopper to confirm. A count of 0 or less removes the line
-//! (as in the book). Bad input (a count that is not a whole number or
+//! (as in the book); with `add=1` (the item page's "Add to cart") the count is added
+//! to the line's, 409 `line_full` when that passes the most a line holds. Bad input (a count that is not a whole number or
 //! is above the maximum, an unknown item, a new line for a full cart) is a 4xx and
 //! changes nothing.
 
@@ -234,6 +235,17 @@ async fn update(
         .trim()
         .parse()
         .map_err(|_| WebError::bad_request("count must be a whole number"))?;
+    // `add=1` (the item page's "Add to cart"): the count joins the line's.
+    let add = match form.get("add").map(String::as_str) {
+        None => false,
+        Some("1") if count > 0 => true,
+        Some("1") => return Err(CacheError::from(InvalidInput::QuantityTooSmall).into()),
+        Some(_) => {
+            return Err(WebError::bad_request(
+                "add is 1 (add the count) or left out",
+            ));
+        }
+    };
     if count > 0 {
         // The checks that cost no database read first: a flood refused by the
         // budget, or sending a bad quantity, costs Redis one call and no lookup.
@@ -259,7 +271,11 @@ async fn update(
         }
     }
     let cart = cart_of(&state, &session).await?;
-    state.carts.set(cart.clone(), item, count).await?;
+    if add {
+        state.carts.add(cart.clone(), item, count).await?;
+    } else {
+        state.carts.set(cart.clone(), item, count).await?;
+    }
     if wants_json(&headers) {
         let lines = state.carts.get(cart).await?;
         let lines: Vec<_> = lines

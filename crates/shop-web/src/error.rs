@@ -431,6 +431,9 @@ impl From<CacheError> for WebError {
             CacheError::Invalid(invalid @ InvalidInput::CartFull { .. }) => {
                 WebError::new(StatusCode::CONFLICT, "cart_full", invalid.to_string())
             }
+            CacheError::Invalid(invalid @ InvalidInput::LineFull { .. }) => {
+                WebError::new(StatusCode::CONFLICT, "line_full", invalid.to_string())
+            }
             CacheError::Invalid(invalid) => WebError::bad_request(invalid.to_string()),
             CacheError::Redis(_) | CacheError::FailingFast(_) => {
                 WebError::unavailable().caused_by(Cause::redis(&error, "redis unavailable"))

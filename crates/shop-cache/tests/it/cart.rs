@@ -174,6 +174,38 @@ async fn set_overwrites_and_zero_or_less_removes(fx: Fixture) {
     assert_eq!(raw, vec![("8".to_owned(), "2".to_owned())]);
 }
 
+/// Adding joins the line's quantity (a new line when there is none), in a guest's
+/// cart and in an account's; a sum past the maximum, a count below 1 and a new
+/// line for a full cart are refused and write nothing.
+async fn add_joins_the_lines_quantity_within_the_caps(fx: Fixture) {
+    let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 5).with_max_lines(2);
+    let t = SessionToken::generate();
+    let account = CartOf::Account(UserId::new(7).unwrap());
+    for cart in [CartOf::from(&t), account] {
+        assert_eq!(carts.add(cart.clone(), item(1), 2).await.unwrap().get(), 2);
+        assert_eq!(carts.add(cart.clone(), item(1), 2).await.unwrap().get(), 4);
+        let err = carts.add(cart.clone(), item(1), 2).await.unwrap_err();
+        assert!(
+            matches!(err, CacheError::Invalid(InvalidInput::LineFull { has: 4, max: 5 })),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "your cart holds 4 of this item and a line holds at most 5: you can add 1 more"
+        );
+        for bad in [0, -1] {
+            let err = carts.add(cart.clone(), item(1), bad).await.unwrap_err();
+            assert!(matches!(err, CacheError::Invalid(InvalidInput::QuantityTooSmall)), "{err:?}");
+        }
+        assert!(carts.add(cart.clone(), item(1), 6).await.is_err(), "above the maximum alone");
+        assert_eq!(carts.add(cart.clone(), item(1), 1).await.unwrap().get(), 5);
+        carts.add(cart.clone(), item(2), 1).await.unwrap();
+        let err = carts.add(cart.clone(), item(3), 1).await.unwrap_err();
+        assert!(matches!(err, CacheError::Invalid(InvalidInput::CartFull { max: 2 })), "{err:?}");
+        assert_eq!(lines(carts.get(cart).await.unwrap()), vec![(1, 5), (2, 1)]);
+    }
+}
+
 async fn too_large_a_quantity_is_refused_and_writes_nothing(fx: Fixture) {
     let carts = Carts::new(fx.conn.clone(), fx.keys.clone(), 99);
     let t = SessionToken::generate();

@@ -44,6 +44,44 @@ async fn the_cart_form_adds_updates_and_removes() {
     );
 }
 
+/// The item page's "Add to cart" adds to what the cart holds: clicked twice,
+/// the line holds two; set on the cart page, the line holds what was set.
+#[tokio::test]
+async fn the_item_pages_form_adds_to_the_line() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    let page = text(app.get("/items/3", Some(&cookie)).await).await;
+    let start = page.find("id=\"add-to-cart\"").expect("the page's form");
+    let form = &page[start..start + page[start..].find("</form>").unwrap()];
+    let mut fields = Vec::new();
+    for input in form.split("<input").skip(1) {
+        let attr = |name: &str| {
+            let at = input.find(&format!("{name}=\""))? + name.len() + 2;
+            Some(input[at..at + input[at..].find('"')?].to_owned())
+        };
+        fields.push(format!(
+            "{}={}",
+            attr("name").unwrap(),
+            attr("value").unwrap()
+        ));
+    }
+    let form = fields.join("&");
+    assert_eq!(form, "item=3&add=1&count=1");
+    for quantity in [1, 2] {
+        let resp = app.post("/cart", Some(&cookie), &form, false).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        let me = app.me(&cookie).await;
+        assert_eq!(
+            me["cart"]["lines"],
+            serde_json::json!([{"item": 3, "quantity": quantity}])
+        );
+    }
+    app.post("/cart", Some(&cookie), "item=3&count=7", false)
+        .await;
+    app.post("/cart", Some(&cookie), &form, false).await;
+    assert_eq!(app.me(&cookie).await["cart"]["count"], 8);
+}
+
 #[tokio::test]
 async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
     let app = TestApp::start().await;
@@ -60,6 +98,9 @@ async fn bad_cart_input_is_a_4xx_and_changes_nothing() {
         ("item=0&count=1", 400, "item"),
         ("count=1", 400, "item"),
         ("item=3", 400, "count"),
+        ("item=3&count=1&add=2", 400, "add is 1"),
+        ("item=3&count=0&add=1", 400, "at least 1"),
+        ("item=3&count=98&add=1", 409, "you can add 97 more"),
     ] {
         let resp = app.post("/cart", Some(&cookie), form, false).await;
         assert_eq!(resp.status().as_u16(), status, "{form}");

@@ -337,6 +337,9 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
         shown.len() == 1 && shown[0].ends_with(" 5"),
         "item 5 alone: {also}"
     );
+    // "Add to cart" again on a page whose item is in the cart: one more of it.
+    add_to_cart(&client).await;
+    wait_text(&client, "#cart-count", |t| t == "3").await;
 
     client.goto(&format!("{base}/flash")).await.unwrap();
     let stock = wait_text(&client, ".sale-item[data-item=\"1\"] .stock", |t| {
