@@ -174,7 +174,7 @@ async fn place(
     };
     sold_out_pages(pages, sold_out).await;
     // Marked taken later (`take_untaken`): no second write per order.
-    if let Err(error) = carts.take_order(user, order_id, &lines, now).await {
+    if let Err(error) = carts.take_order(user, (order_id, now), &lines, now).await {
         tracing::warn!(
             %error,
             order_id,
@@ -237,7 +237,12 @@ pub async fn take_untaken(
     let mut failed = None;
     for order in &untaken {
         match carts
-            .take_order(order.user, order.order_id, &order.lines, now)
+            .take_order(
+                order.user,
+                (order.order_id, order.created_at),
+                &order.lines,
+                now,
+            )
             .await
         {
             Ok(_) if order.created_at <= old_by => old.push(order.order_id),

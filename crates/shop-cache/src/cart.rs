@@ -331,21 +331,23 @@ impl Carts {
         Ok(call.invoke_async(&mut self.conn.clone()).await?)
     }
 
-    /// Removes from `user`'s cart the lines order `order_id` took (`ordered`),
-    /// as [`Carts::take`] does, once per order: a take of an order taken
-    /// before removes nothing and answers `None`. So an order whose take is
-    /// done again (its answer was lost, or the database was not told) never
-    /// takes a line the shopper has added since. `now`: unix seconds.
+    /// Removes from `user`'s cart the lines order `order_id`, placed at
+    /// `placed_at`, took (`ordered`), as [`Carts::take`] does, once per order:
+    /// a take of an order taken before removes nothing and answers `None`. So
+    /// an order whose take is done again (its answer was lost, or the database
+    /// was not told) never takes a line the shopper has added since. An order
+    /// is known by its id and its time together: a database restored from an
+    /// older copy gives ids again, to other orders. `now`: unix seconds.
     pub async fn take_order(
         &self,
         user: UserId,
-        order_id: i64,
+        (order_id, placed_at): (i64, i64),
         ordered: &[(ItemId, u32)],
         now: i64,
     ) -> Result<Option<u64>, CacheError> {
         let mut call = scripts::CART_TAKE_ORDER.key(self.keys.user_cart(user));
         call.key(self.keys.user_cart_takes(user))
-            .arg(order_id)
+            .arg(format!("{order_id}@{placed_at}"))
             .arg(now)
             .arg(CART_TAKES_KEPT_FOR.as_secs())
             .arg(CART_TAKES_KEPT);

@@ -4,7 +4,9 @@
 -- done again (its answer lost, or the database not told) never removes a line
 -- the shopper has added since.
 -- KEYS[1] user-cart:<user>   KEYS[2] user-cart-takes:<user>
--- ARGV[1] order id   ARGV[2] unix time now   ARGV[3] seconds KEYS[2] is kept
+-- ARGV[1] the order: its id and when it was placed ('<id>@<unix seconds>', so an
+-- id a restored database gives again is another order)
+-- ARGV[2] unix time now   ARGV[3] seconds KEYS[2] is kept
 -- ARGV[4] the most orders KEYS[2] keeps (the newest)
 -- ARGV[5], ARGV[6], ... item id, quantity ordered, in pairs
 -- Returns how many lines it removed, or -1 for an order taken before.

@@ -151,7 +151,7 @@ impl Keys {
         self.user_keyed("user-cart-merges", user)
     }
 
-    /// Sorted set: order id -> unix time, the orders whose lines have left the
+    /// Sorted set: `<order id>@<placed at>` -> unix time, the orders whose lines have left the
     /// user's cart, so a take done again (its first answer was lost, or the
     /// database did not hear of it) takes nothing twice. Kept
     /// [`CART_TAKES_KEPT_FOR`](crate::cart::CART_TAKES_KEPT_FOR) after the

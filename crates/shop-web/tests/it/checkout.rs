@@ -340,11 +340,11 @@ async fn lines_an_order_could_not_take_out_of_the_cart_are_never_ordered_again()
         app.post("/cart", Some(&buyer), "item=6&count=1", false)
             .await;
         let orders = app.db.orders_of(user, 10).await.unwrap();
-        let order = orders.iter().map(|order| order.id).max().unwrap();
+        let order = orders.iter().max_by_key(|order| order.id).unwrap();
         let again = app
             .state
             .carts
-            .take_order(user, order, &[(item(6), 1)], now)
+            .take_order(user, (order.id, order.created_at), &[(item(6), 1)], now)
             .await
             .unwrap();
         assert_eq!(again, None, "{kind}");
