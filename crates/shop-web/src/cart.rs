@@ -376,12 +376,16 @@ async fn checkout(
             Ok(Redirect::to(&format!("/account?placed={order_id}{again}")).into_response())
         }
         CheckoutOutcome::Changed { ref changes, .. } => {
-            if wants_json(&headers) {
-                return Ok(no_store(StatusCode::CONFLICT, Json(outcome)));
-            }
             let ids: Vec<ItemId> = changes.iter().map(|c| c.item).collect();
             let titles = state.db.items_by_id(&ids).await?;
-            let said = changes.iter().map(|c| describe(c, &titles)).collect();
+            let said: Vec<String> = changes.iter().map(|c| describe(c, &titles)).collect();
+            if wants_json(&headers) {
+                // What to do, said as the page says it: a line out of stock
+                // needs a lower quantity before any version is confirmed.
+                let mut body = json!(outcome);
+                body["message"] = said.join(" ").into();
+                return Ok(no_store(StatusCode::CONFLICT, Json(body)));
+            }
             let page = cart_page(&state, &session, said).await?;
             Ok(no_store(StatusCode::CONFLICT, templates::render(&page)?))
         }

@@ -265,6 +265,11 @@ async fn checkout_refuses_more_than_the_stock() {
         body["changes"],
         serde_json::json!([{"item": 6, "out_of_stock": true, "in_stock": 1}])
     );
+    let said = body["message"].as_str().unwrap();
+    assert!(
+        said.starts_with("Only 1 of ") && said.ends_with("lower its quantity to check out."),
+        "{said}"
+    );
     assert_eq!(
         app.me(&user).await["cart"]["count"],
         2,

@@ -159,7 +159,16 @@ async fn a_checkout_without_a_cart_version_or_with_a_bad_one_orders_nothing() {
     // An API client that confirmed nothing is shown what it would buy.
     let resp = app.post("/checkout", Some(&buyer), "key=api-1", true).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
-    let body = json(resp).await;
+    let mut body = json(resp).await;
+    let said = body.as_object_mut().unwrap().remove("message").unwrap();
+    let said = said.as_str().unwrap();
+    assert!(
+        said.starts_with(&format!(
+            "{} was added to your cart since you saw it: 2 at $",
+            five.title
+        )),
+        "{said}"
+    );
     assert_eq!(
         body,
         serde_json::json!({
@@ -199,7 +208,12 @@ async fn a_page_whose_cart_another_tab_ordered_is_told_so_and_the_order_is_not_r
     assert_eq!(placed["outcome"], "placed", "{placed}");
     let resp = app.post("/checkout", Some(&buyer), &second_tab, true).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
-    let body = json(resp).await;
+    let mut body = json(resp).await;
+    let said = body.as_object_mut().unwrap().remove("message").unwrap();
+    assert!(
+        said.as_str().unwrap().contains("is no longer in your cart"),
+        "{said}"
+    );
     assert_eq!(
         body,
         serde_json::json!({"outcome": "changed", "cart_version": "", "changes": [{"item": 5, "removed": true}]})
