@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use shop_cache::cart::Carts;
+use shop_cache::cart::{Carts, Merged};
 use shop_cache::domain::UserId;
 use shop_cache::domain::client::ClientAddress;
 use shop_cache::login_limit::{Attempt, LoginLimiter};
@@ -30,9 +30,9 @@ pub struct LoggedIn {
     /// The device cookie's value for this browser: with it, its later login
     /// attempts on this account go through a limit that failures filled.
     pub device: String,
-    /// Lines of the guest's cart that did not fit the account's (its cap of
-    /// lines reached) and were left out: the shopper is to be told.
-    pub left_out: u64,
+    /// What of the guest's cart did not fit the account's (lines past its cap
+    /// of lines, units past the most of one item): the shopper is to be told.
+    pub merged: Merged,
 }
 
 /// What a login or sign-up came to.
@@ -301,25 +301,26 @@ impl Accounts<'_> {
             .await?;
         // Logged in: a merge that fails now is finished at the session's next
         // cart read (the lines wait under the new token), not an error.
-        let left_out = match self.carts.merge_into_account(&token, user).await {
-            Ok(left_out) => left_out,
+        let merged = match self.carts.merge_into_account(&token, user).await {
+            Ok(merged) => merged,
             Err(error) => {
                 tracing::warn!(%error, "a login could not merge the guest's cart yet");
-                0
+                Merged::default()
             }
         };
-        if left_out > 0 {
+        if merged != Merged::default() {
             tracing::info!(
                 user = user.get(),
-                left_out,
-                "a guest's cart did not fit the account's: lines left out"
+                left_out = merged.left_out,
+                cut = merged.cut,
+                "a guest's cart did not fit the account's: lines left out, units cut"
             );
         }
         Ok(Outcome::LoggedIn(LoggedIn {
             user,
             token,
             device,
-            left_out,
+            merged,
         }))
     }
 }

@@ -126,6 +126,16 @@ impl LineChange {
     }
 }
 
+/// What a guest's cart merged into an account's did not fit (nothing when it
+/// was merged before, or put off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Lines left out: the account's cart held the most lines.
+    pub left_out: u64,
+    /// Units cut: the sum of a line's quantities passed the most of one item.
+    pub cut: u64,
+}
+
 /// Cart operations over one Redis. Clone it freely: the connection is shared.
 #[derive(Clone)]
 pub struct Carts {
@@ -381,16 +391,16 @@ impl Carts {
 
     /// Merges the cart of session `token` (logged in as `user`: a login moved
     /// the guest's cart to it) into the user's cart, see [`Carts::merge_lines`]:
-    /// once per session and lines, a second call adds nothing. Returns the lines
-    /// left out for want of room in the account's cart.
+    /// once per session and lines, a second call adds nothing. Returns what did
+    /// not fit the account's cart.
     pub async fn merge_into_account(
         &self,
         token: &SessionToken,
         user: UserId,
-    ) -> Result<u64, CacheError> {
+    ) -> Result<Merged, CacheError> {
         let lines = self.get(token).await?;
         if lines.is_empty() {
-            return Ok(0);
+            return Ok(Merged::default());
         }
         self.merge_lines(token, user, &lines).await
     }
@@ -440,7 +450,7 @@ impl Carts {
         token: &SessionToken,
         user: UserId,
         lines: &[(ItemId, Quantity)],
-    ) -> Result<u64, CacheError> {
+    ) -> Result<Merged, CacheError> {
         let mut call = scripts::CART_MERGE.key(self.keys.user_cart(user));
         call.key(self.keys.user_cart_merges(user))
             .key(self.keys.user_checkout_hold(user))
@@ -453,16 +463,17 @@ impl Carts {
         for (item, quantity) in lines {
             call.arg(*item).arg(quantity.get());
         }
-        let left_out: i64 = call.invoke_async(&mut self.conn.clone()).await?;
-        if left_out == -2 {
-            return Ok(0);
+        let (state, left_out, cut): (i64, u64, u64) =
+            call.invoke_async(&mut self.conn.clone()).await?;
+        if state == -2 {
+            return Ok(Merged::default());
         }
         // Merged (now or before): the lines merged leave the session's cart, each
         // only if it is still as read (another session's slot on a cluster, so a
         // step of its own); a line written meanwhile stays, for the next merge.
         let merged: Vec<(ItemId, u32)> = lines.iter().map(|(id, q)| (*id, q.get())).collect();
         self.take(token, &merged).await?;
-        Ok(left_out.max(0) as u64)
+        Ok(Merged { left_out, cut })
     }
 }
 

@@ -23,6 +23,7 @@ use axum::routing::{get, post};
 use axum::{Form, Json, Router};
 use serde_json::json;
 use shop_app::accounts::{Attempted, LoggedIn, Outcome};
+use shop_cache::cart::Merged;
 use shop_cache::domain::account::check_new_account;
 use shop_cache::domain::client::ClientAddress;
 use shop_cache::session::{Device, SessionToken};
@@ -287,19 +288,28 @@ pub(crate) fn too_many(retry_after: std::time::Duration) -> WebError {
 
 /// The answer to a login or sign-up that logged in: the session moves to its
 /// new token, the browser gets its device cookie, and the answer is JSON
-/// (`user`, and `cart_lines_left_out` when the guest's cart did not fit the
-/// account's), or a redirect to `next`, or to the cart page saying what was
-/// left out (`/cart?left_out=N`: the cart changed under the shopper, who is to
-/// see it before anything else).
+/// (`user`, and `cart_lines_left_out` / `cart_units_cut` when the guest's cart
+/// did not fit the account's), or a redirect to `next`, or to the cart page
+/// saying what did not fit (`/cart?left_out=N&cut=M`: the cart changed under
+/// the shopper, who is to see it before anything else).
 fn logged_in(done: LoggedIn, session: &Session, headers: &HeaderMap, next: &str) -> Response {
+    let Merged { left_out, cut } = done.merged;
     let mut resp = if wants_json(headers) {
         let mut body = json!({ "user": done.user.get() });
-        if done.left_out > 0 {
-            body["cart_lines_left_out"] = json!(done.left_out);
+        if left_out > 0 {
+            body["cart_lines_left_out"] = json!(left_out);
+        }
+        if cut > 0 {
+            body["cart_units_cut"] = json!(cut);
         }
         Json(body).into_response()
-    } else if done.left_out > 0 {
-        Redirect::to(&format!("/cart?left_out={}", done.left_out)).into_response()
+    } else if left_out > 0 || cut > 0 {
+        let said: Vec<String> = [("left_out", left_out), ("cut", cut)]
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
+        Redirect::to(&format!("/cart?{}", said.join("&"))).into_response()
     } else {
         Redirect::to(next).into_response()
     };

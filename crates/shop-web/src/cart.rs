@@ -48,6 +48,8 @@ pub fn router(state: AppState) -> Router {
 struct ShowQuery {
     /// Lines of the guest's cart a login just left out (the login's redirect).
     left_out: Option<u32>,
+    /// Units of the guest's cart a login just cut (the login's redirect).
+    cut: Option<u32>,
 }
 
 async fn show(
@@ -61,7 +63,7 @@ async fn show(
     // shopper with room in the cart that lines were lost, nor name a number no
     // login could leave out.
     let max_lines = state.carts.max_lines();
-    page.left_out = query
+    let left_out = query
         .left_out
         .filter(|&n| (1..=max_lines).contains(&n) && page.lines.len() >= max_lines as usize)
         .map(|n| {
@@ -72,6 +74,25 @@ async fn show(
                 if n == 1 { "it was" } else { "they were" }
             )
         });
+    // The same for units: said only with a line at the most of one item, and
+    // of no more than a login could cut (less than that most, per line).
+    let most = state.carts.max_quantity();
+    let cut = query
+        .cut
+        .filter(|&n| {
+            n >= 1
+                && u64::from(n) < u64::from(most) * u64::from(max_lines)
+                && page.lines.iter().any(|line| line.quantity == most)
+        })
+        .map(|n| {
+            let units = if n == 1 { "unit" } else { "units" };
+            format!(
+                "{n} {units} of the cart you filled before logging in did not fit: a line \
+                 holds at most {most} of one item, so the quantities were lowered to that."
+            )
+        });
+    let said: Vec<String> = left_out.into_iter().chain(cut).collect();
+    page.left_out = (!said.is_empty()).then(|| said.join(" "));
     Ok(no_store(StatusCode::OK, templates::render(&page)?))
 }
 

@@ -10,15 +10,16 @@
 -- lines   ARGV[4] seconds the account's cart lives untouched   ARGV[5] seconds a
 -- merge is remembered   ARGV[6] most merges remembered   ARGV[7], ARGV[8], ...
 -- item id, quantity, in pairs
--- Returns the lines left out for want of room, -1 when merged before, -2 when a
+-- Returns {0, lines left out for want of room, units cut by the most of one
+-- item} when merged now, {-1, 0, 0} when merged before, {-2, 0, 0} when a
 -- checkout holds the cart (nothing done).
 -- The merges remembered are a sorted set by time, trimmed to the window and the
 -- count on each merge, so a user's logins cannot grow it without bound.
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  return -2
+  return {-2, 0, 0}
 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return -1
+  return {-1, 0, 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1])
@@ -27,13 +28,13 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[5]))
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[6]) + 1))
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 local most, lines = tonumber(ARGV[2]), tonumber(ARGV[3])
-local left_out = 0
+local left_out, cut = 0, 0
 for i = 7, #ARGV, 2 do
   local had = redis.call('HGET', KEYS[1], ARGV[i])
-  if had then
-    redis.call('HSET', KEYS[1], ARGV[i], math.min(most, tonumber(had) + tonumber(ARGV[i + 1])))
-  elseif redis.call('HLEN', KEYS[1]) < lines then
-    redis.call('HSET', KEYS[1], ARGV[i], math.min(most, tonumber(ARGV[i + 1])))
+  if had or redis.call('HLEN', KEYS[1]) < lines then
+    local wanted = (tonumber(had) or 0) + tonumber(ARGV[i + 1])
+    redis.call('HSET', KEYS[1], ARGV[i], math.min(most, wanted))
+    cut = cut + math.max(0, wanted - most)
   else
     left_out = left_out + 1
   end
@@ -41,4 +42,4 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
-return left_out
+return {0, left_out, cut}

@@ -1,6 +1,6 @@
 use redis::AsyncCommands;
 use shop_cache::CacheError;
-use shop_cache::cart::{CART_TAKES_KEPT_FOR, CartOf, Carts, LineChange};
+use shop_cache::cart::{CART_TAKES_KEPT_FOR, CartOf, Carts, LineChange, Merged};
 use shop_cache::domain::{InvalidInput, ItemId, UserId};
 use shop_cache::session::SessionToken;
 
@@ -71,7 +71,8 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     // Merged: quantities added within the most of one item; a fourth line would
     // not fit the three the cart may hold.
     let read = carts.get(&token).await.unwrap();
-    assert_eq!(carts.merge_into_account(&token, user).await.unwrap(), 0);
+    let merged = carts.merge_into_account(&token, user).await.unwrap();
+    assert_eq!(merged, Merged { left_out: 0, cut: 2 }, "4 + 3 is 2 past the most, 5");
     assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 3), (3, 1)]);
     assert!(carts.is_empty(&token).await.unwrap(), "the session's cart is gone");
     // A retry of the same merge (the same lines, as a retried login read them)
@@ -82,7 +83,8 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     let other = SessionToken::generate();
     carts.set(&other, item(6), 1).await.unwrap();
     carts.set(&other, item(2), 1).await.unwrap();
-    assert_eq!(carts.merge_into_account(&other, user).await.unwrap(), 1);
+    let merged = carts.merge_into_account(&other, user).await.unwrap();
+    assert_eq!(merged, Merged { left_out: 1, cut: 0 });
     assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
 }
 
@@ -96,7 +98,8 @@ async fn no_merge_while_a_checkout_holds_the_accounts_cart_and_a_late_line_stays
     // A checkout of the account's 2 is under way: the merge waits (the order would
     // otherwise leave 3 behind, as if the 2 were not ordered).
     let hold = carts.hold_for_checkout(account.clone()).await.unwrap().unwrap();
-    assert_eq!(carts.merge_into_account(&token, user).await.unwrap(), 0);
+    let merged = carts.merge_into_account(&token, user).await.unwrap();
+    assert_eq!(merged, Merged::default());
     assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(5, 2)]);
     assert_eq!(lines(carts.get(&token).await.unwrap()), vec![(5, 1)], "it waits");
     assert_eq!(carts.take(account.clone(), &[(item(5), 2)]).await.unwrap(), 1);

@@ -461,6 +461,55 @@ async fn one_address_starts_only_so_many_carts_and_a_refused_one_writes_nothing(
     assert_eq!(neighbour.status(), StatusCode::OK);
 }
 
+/// A login whose guest cart's quantities, added to the account's, pass the most
+/// of one item says how many units were cut, on the cart page and in a JSON
+/// answer; a made-up link says nothing to a shopper with no line at the most.
+#[tokio::test]
+async fn a_login_that_cuts_guest_quantities_says_so() {
+    let app = TestApp::start().await;
+    let login = format!("name=finn&password={}", shop_testapp::PASSWORD);
+    let finn = app.logged_in("finn").await;
+    app.post("/cart", Some(&finn), "item=1&count=3", false)
+        .await;
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=1&count=98", false)
+        .await;
+    app.post("/cart", Some(&guest), "item=2&count=99", false)
+        .await;
+    let resp = app.post("/login", Some(&guest), &login, false).await;
+    assert_eq!(resp.headers()[header::LOCATION], "/cart?cut=2");
+    let finn = shop_testapp::cookie_of(&resp).unwrap();
+    let page = text(app.get("/cart?cut=2", Some(&finn)).await).await;
+    assert!(
+        page.contains(
+            "2 units of the cart you filled before logging in did not fit: a line holds at most 99"
+        ),
+        "{page}"
+    );
+    assert_eq!(
+        app.me(&finn).await["cart"]["lines"],
+        serde_json::json!([{"item": 1, "quantity": 99}, {"item": 2, "quantity": 99}])
+    );
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=2&count=5", false)
+        .await;
+    let resp = app.post("/login", Some(&guest), &login, true).await;
+    assert_eq!(json(resp).await["cart_units_cut"], 5);
+    // No line at the most, or more than a login could cut: no such notice.
+    let dora = app.logged_in("dora").await;
+    app.post("/cart", Some(&dora), "item=1&count=98", false)
+        .await;
+    for link in ["/cart?cut=1", "/cart?cut=4000000"] {
+        let page = text(app.get(link, Some(&dora)).await).await;
+        assert!(
+            page.contains("/items/1") && !page.contains("did not fit"),
+            "{link}: {page}"
+        );
+    }
+    let page = text(app.get("/cart?cut=4000000", Some(&finn)).await).await;
+    assert!(!page.contains("did not fit"), "{page}");
+}
+
 /// A login whose guest cart does not fit the account's says so: the page goes
 /// to the cart, which says how many lines were left out; a JSON login says it
 /// in its answer; a link made up elsewhere says nothing to a shopper whose cart
