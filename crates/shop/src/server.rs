@@ -25,6 +25,7 @@
 //!   layers that limit by client (the login rate limiter).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
@@ -40,6 +41,25 @@ use shop_web::client_shares::Shares;
 use shop_web::request::{BadRequest, host_problem};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+
+/// How many connections the kernel holds for the server until it accepts them
+/// (capped by `net.core.somaxconn`): a burst of new connections waits in that
+/// queue, where past tokio's default of 128 the kernel dropped their SYNs and
+/// each such client waited a second to send it again.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a queue of [`LISTEN_BACKLOG`] connections (what
+/// `TcpListener::bind` does, with a longer queue).
+pub fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    #[cfg(not(windows))]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// How long a client has to send a request head. Real browsers send it in one
 /// packet; ten seconds covers a slow mobile link many times over, and bounds what

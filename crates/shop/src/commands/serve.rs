@@ -179,13 +179,11 @@ async fn serve_with(
     };
     let state = AppState::with_cache(db.clone(), conn.clone(), cache, keys.clone(), config);
     let metrics = state.metrics.clone();
-    let listener = tokio::net::TcpListener::bind(server.bind)
-        .await
-        .with_context(|| format!("cannot listen on {}", server.bind))?;
+    let listener =
+        server::listen(server.bind).with_context(|| format!("cannot listen on {}", server.bind))?;
     let addr = listener.local_addr()?;
     let metrics_bind = server.metrics_addr();
-    let metrics_listener = tokio::net::TcpListener::bind(metrics_bind)
-        .await
+    let metrics_listener = server::listen(metrics_bind)
         .with_context(|| format!("cannot listen on {metrics_bind} (--metrics-bind)"))?;
     let metrics_addr = metrics_listener.local_addr()?;
 

@@ -554,3 +554,45 @@ async fn a_draining_server_serves_while_its_health_says_draining() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// A burst of new connections waits in the listener's queue until the server
+/// accepts them: 600 at once to a listener that accepts none all connect (with
+/// tokio's default queue of 128 the kernel dropped the SYNs past it, and those
+/// clients waited, here until their deadline).
+#[tokio::test]
+async fn a_burst_of_connections_waits_in_the_listen_queue() {
+    const BURST: usize = 600;
+    let most: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0);
+    if most < BURST + 1 {
+        let why = format!("net.core.somaxconn is {most}: the kernel queues fewer than {BURST}");
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("SKIPPED a_burst_of_connections_waits_in_the_listen_queue: {why}");
+        return;
+    }
+    let listener = shop::server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut connects = tokio::task::JoinSet::new();
+    for _ in 0..BURST {
+        connects.spawn(async move {
+            let connect = tokio::net::TcpStream::connect(addr);
+            tokio::time::timeout(Duration::from_secs(5), connect).await
+        });
+    }
+    let mut open = Vec::new();
+    let mut waited = 0;
+    while let Some(connected) = connects.join_next().await {
+        match connected.unwrap() {
+            Ok(stream) => open.push(stream.unwrap()),
+            Err(_) => waited += 1,
+        }
+    }
+    assert_eq!(
+        (open.len(), waited),
+        (BURST, 0),
+        "connected, and left waiting"
+    );
+    drop(listener);
+}
