@@ -87,6 +87,88 @@ impl From<Ipv4Addr> for ClientAddress {
     }
 }
 
+/// A list of networks (`10.0.0.0/8, 192.168.1.7, fd00::/8`): the reverse
+/// proxies a shop behind them takes connections from. An IPv4-mapped IPv6
+/// address is matched as IPv4.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct Networks(Vec<(IpAddr, u8)>);
+
+impl TryFrom<String> for Networks {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl Networks {
+    /// Loopback and the private networks (RFC 1918, RFC 4193 unique local,
+    /// link-local): where a reverse proxy in front of the shop usually connects
+    /// from.
+    pub fn private() -> Self {
+        "127.0.0.0/8, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16, \
+         ::1/128, fc00::/7, fe80::/10"
+            .parse()
+            .expect("the private networks parse")
+    }
+
+    /// Whether `ip` is in one of the networks.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|&(net, len)| match (net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        })
+    }
+}
+
+impl std::str::FromStr for Networks {
+    type Err = String;
+
+    /// Comma-separated addresses or networks (`address/length`); at least one.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut networks = Vec::new();
+        for part in text.split(',').map(str::trim) {
+            let (address, len) = match part.split_once('/') {
+                Some((address, len)) => (address, Some(len)),
+                None => (part, None),
+            };
+            let bad = || format!("{part:?} is not an address or a network (address/length)");
+            let address: IpAddr = address.parse().map_err(|_| bad())?;
+            let address = address.to_canonical();
+            let most = if address.is_ipv4() { 32 } else { 128 };
+            let len = match len {
+                Some(len) => len
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|&len| len <= most)
+                    .ok_or_else(bad)?,
+                None => most,
+            };
+            networks.push((address, len));
+        }
+        Ok(Self(networks))
+    }
+}
+
+impl fmt::Display for Networks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (address, len)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{address}/{len}")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +201,34 @@ mod tests {
         let mapped = ClientAddress::of("::ffff:192.0.2.1".parse().unwrap());
         assert_eq!(mapped, ClientAddress::V4("192.0.2.1".parse().unwrap()));
         assert_eq!(names(mapped), [("192.0.2.1".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn networks_parse_and_match() {
+        let nets: Networks = "10.0.0.0/8, 192.168.1.7, fd00::/8".parse().unwrap();
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert!(nets.contains(ip("10.200.3.4")));
+        assert!(nets.contains(ip("::ffff:10.1.1.1")), "IPv4-mapped as IPv4");
+        assert!(nets.contains(ip("192.168.1.7")));
+        assert!(!nets.contains(ip("192.168.1.8")));
+        assert!(nets.contains(ip("fd12::1")));
+        assert!(!nets.contains(ip("2001:db8::1")));
+        assert!(!nets.contains(ip("11.0.0.1")));
+        assert_eq!(nets.to_string(), "10.0.0.0/8, 192.168.1.7/32, fd00::/8");
+        let every: Networks = "0.0.0.0/0, ::/0".parse().unwrap();
+        assert!(every.contains(ip("203.0.113.9")) && every.contains(ip("2001:db8::1")));
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "example.com",
+            "10.0.0.0/x",
+            "1.2.3.4,",
+        ] {
+            assert!(bad.parse::<Networks>().is_err(), "{bad:?}");
+        }
+        let private = Networks::private();
+        assert!(private.contains(ip("127.0.0.1")) && private.contains(ip("172.31.255.1")));
+        assert!(!private.contains(ip("172.32.0.1")) && !private.contains(ip("8.8.8.8")));
     }
 }

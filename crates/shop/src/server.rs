@@ -36,7 +36,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use shop_cache::domain::client::ClientAddress;
+use shop_cache::domain::client::{ClientAddress, Networks};
 use shop_web::client_shares::Shares;
 use shop_web::request::{BadRequest, host_problem};
 use tokio::net::TcpListener;
@@ -128,6 +128,11 @@ pub struct ServeOptions {
     /// /48 4 and 16 times as many); past it, a new one is closed at once. `None`:
     /// no share (behind a reverse proxy every connection is the proxy's).
     pub max_connections_per_address: Option<usize>,
+    /// Behind reverse proxies, whose `X-Forwarded-For` the shop believes: a
+    /// connection from a peer outside these networks is closed at once (else a
+    /// client reaching the server past its proxies would name any address it
+    /// liked, and no per-address limit would hold it). `None`: any peer.
+    pub proxies_only: Option<Networks>,
 }
 
 impl Default for ServeOptions {
@@ -137,7 +142,37 @@ impl Default for ServeOptions {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: Some(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
+            proxies_only: None,
         }
+    }
+}
+
+/// The connections closed for coming from no trusted proxy, logged at most once
+/// a minute (a warning naming the last peer and how many since).
+#[derive(Default)]
+struct NotProxies {
+    since_logged: u64,
+    logged_at: Option<std::time::Instant>,
+}
+
+impl NotProxies {
+    fn closed(&mut self, peer: std::net::IpAddr, proxies: &Networks) {
+        self.since_logged += 1;
+        if self
+            .logged_at
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        tracing::warn!(
+            %peer,
+            closed = self.since_logged,
+            trusted = %proxies,
+            "connections from outside --trusted-proxies closed (behind a proxy, the shop \
+             takes connections from its proxies only)"
+        );
+        self.since_logged = 0;
+        self.logged_at = Some(std::time::Instant::now());
     }
 }
 
@@ -171,6 +206,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let shares = std::sync::Arc::new(Shares::default());
+    let mut not_proxies = NotProxies::default();
     tokio::pin!(signal);
     loop {
         tokio::select! {
@@ -182,6 +218,13 @@ pub async fn serve(
             }
             accepted = listener.accept(), if connections.len() < options.max_connections => match accepted {
                 Ok((stream, peer)) => {
+                    if let Some(proxies) = &options.proxies_only
+                        && !proxies.contains(peer.ip())
+                    {
+                        not_proxies.closed(peer.ip(), proxies);
+                        drop(stream);
+                        continue;
+                    }
                     let share = match options.max_connections_per_address {
                         Some(per_address) => {
                             let address = ClientAddress::of(peer.ip());

@@ -17,6 +17,7 @@ use crate::{server, shutdown};
 use shop_app::sale;
 use shop_cache::RedisConn;
 use shop_cache::domain::ItemId;
+use shop_cache::domain::client::Networks;
 use shop_cache::keys::Keys;
 use shop_db::Db;
 
@@ -249,12 +250,21 @@ async fn serve_with(
         // Behind a trusted proxy every connection comes from the proxy.
         max_connections_per_address: (!web.trust_forwarded_for)
             .then_some(server.max_connections_per_address as usize),
+        proxies_only: web.trust_forwarded_for.then(|| {
+            web.trusted_proxies
+                .clone()
+                .unwrap_or_else(Networks::private)
+        }),
     };
     // The operators' listener: `/metrics` and the detailed `/healthz`, stopped
     // with the rest.
     let internal = tokio::spawn({
         let app = shop_web::internal_router(state.clone());
-        let options = options.clone();
+        // Operators' tools (a metrics scraper) are no proxies of the shop's.
+        let options = server::ServeOptions {
+            proxies_only: None,
+            ..options.clone()
+        };
         let stop = shutdown.clone();
         async move {
             server::serve(metrics_listener, app, &options, stop.cancelled_owned()).await;

@@ -242,6 +242,13 @@ pub struct WebSettings {
     /// believed. Without it, behind a proxy every client shares the proxy's limits.
     #[arg(long, env = "SHOP_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
+    /// With `--trust-forwarded-for`: the proxies' addresses or networks
+    /// (comma-separated, `10.0.0.0/8,192.168.1.7`); a connection from any other
+    /// peer is closed at once, so no client past the proxies can name its own
+    /// address. Default: loopback and the private networks.
+    #[arg(long, env = "SHOP_TRUSTED_PROXIES", requires = "trust_forwarded_for",
+          value_parser = clap::value_parser!(shop_cache::domain::client::Networks))]
+    pub trusted_proxies: Option<shop_cache::domain::client::Networks>,
     /// Milliseconds one Redis command of a request may take: past it the request
     /// goes on without that node (a guest session, the page from the tier or the
     /// database, 503 for a write) and the node fails fast until a probe answers.

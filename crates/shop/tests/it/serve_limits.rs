@@ -277,6 +277,45 @@ async fn every_request_carries_its_peer_address() {
     assert_eq!(server.await.unwrap(), Stopped::Drained);
 }
 
+/// Behind proxies, only their connections are served: one from a peer outside
+/// the trusted networks is closed before anything is read or answered, so no
+/// client reaching the server past its proxies can name its own address.
+#[tokio::test]
+async fn behind_proxies_a_connection_from_any_other_peer_is_closed() {
+    let ask = |addr: SocketAddr| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Written before the close is seen, or refused by it: either way, no answer.
+        let _ = stream
+            .write_all(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut reply))
+            .await
+            .expect("the server closes the connection")
+            .map_or(String::new(), |_| {
+                String::from_utf8_lossy(&reply).into_owned()
+            })
+    };
+    for (proxies, served) in [
+        ("10.0.0.0/8, fd00::/8", false),
+        ("10.0.0.0/8, 127.0.0.0/8", true),
+    ] {
+        let options = ServeOptions {
+            proxies_only: Some(proxies.parse().unwrap()),
+            ..ServeOptions::default()
+        };
+        let (addr, stop, server) = serve_echo(options).await;
+        let reply = ask(addr).await;
+        assert_eq!(
+            reply.starts_with("HTTP/1.1 200"),
+            served,
+            "{proxies}: {reply:?}"
+        );
+        stop.send(()).unwrap();
+        assert_eq!(server.await.unwrap(), Stopped::Drained);
+    }
+}
+
 /// A request with no `Host` in HTTP/1.1, or with two, is answered 400 in the
 /// shop's error shape and its connection closed; HTTP/1.0 needs none.
 #[tokio::test]
@@ -595,4 +634,50 @@ async fn a_burst_of_connections_waits_in_the_listen_queue() {
         "connected, and left waiting"
     );
     drop(listener);
+}
+
+/// `shop serve --trust-forwarded-for --trusted-proxies 10.0.0.0/8`: the public
+/// port closes a connection from 127.0.0.1, no proxy of its; the operators'
+/// port still answers one; `--trusted-proxies` alone, or a bad network, is
+/// refused at start with a message naming it.
+#[tokio::test]
+async fn serve_behind_proxies_takes_connections_from_them_alone() {
+    let shop = seeded(10).await;
+    let (child, addr, metrics) = crate::e2e::serve_with_metrics(
+        shop.shop(),
+        &[
+            "--no-workers",
+            "--trust-forwarded-for",
+            "--trusted-proxies",
+            "10.0.0.0/8",
+        ],
+    );
+    let ask = |addr: &str| {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        read_until_closed(&mut stream, MARGIN).0
+    };
+    assert_eq!(ask(&addr), "", "closed, unanswered");
+    assert!(
+        ask(&metrics).starts_with("HTTP/1.1 200"),
+        "the operators' port answers"
+    );
+    let (status, _) = terminate(child, GRACE + MARGIN);
+    assert!(status.success(), "{status}");
+
+    for (flags, says) in [
+        (
+            &["--trusted-proxies", "10.0.0.0/8"][..],
+            "--trust-forwarded-for",
+        ),
+        (
+            &["--trust-forwarded-for", "--trusted-proxies", "10.0.0.0/33"][..],
+            "10.0.0.0/33",
+        ),
+    ] {
+        let out = shop.shop().arg("serve").args(flags).output().unwrap();
+        assert!(!out.status.success(), "{flags:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
 }
