@@ -155,6 +155,10 @@ sub vcl_deliver {
             set resp.http.Server-Timing = "edge;desc=miss";
         }
     }
+    if (obj.hits > 0) {
+        # What the shop's own cache did when this copy was fetched is no news.
+        unset resp.http.X-Cache;
+    }
     unset resp.http.xkey;
     unset resp.http.Shop-Swr;
     unset resp.http.Surrogate-Key;

@@ -347,7 +347,9 @@ impl Carts {
     /// an order whose take is done again (its answer was lost, or the database
     /// was not told) never takes a line the shopper has added since. An order
     /// is known by its id and its time together: a database restored from an
-    /// older copy gives ids again, to other orders. `now`: unix seconds.
+    /// older copy gives ids again, to other orders (a take an earlier release
+    /// recorded by the id alone is this order's if made at or after
+    /// `placed_at`). `now`: unix seconds.
     pub async fn take_order(
         &self,
         user: UserId,

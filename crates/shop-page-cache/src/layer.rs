@@ -71,15 +71,13 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http::header::{self, HeaderName, HeaderValue};
-use http::{Method, StatusCode};
-use http_body::Body as _;
+use http::Method;
 use shop_cache::domain::ItemId;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::tier::{self, PageTier};
 use crate::{
-    Lookup, PageKey, PageRequest, PageStore, PageTag, PageTags, RenderTicket, Stored, StoredPage,
-    log_failure,
+    Lookup, PageKey, PageRequest, PageStore, PageTag, RenderTicket, Stored, StoredPage, log_failure,
 };
 
 mod config;
@@ -87,10 +85,11 @@ mod edge;
 mod flight;
 pub(crate) mod negotiate;
 
+pub use crate::tag::PageTags;
 pub use config::{CacheBypass, PageCacheConfig, Pages};
 pub use edge::{MAX_SURROGATE_KEY_BYTES, MAX_SURROGATE_KEYS, SURROGATE_KEY};
 use flight::{Flights, Role};
-use negotiate::{Ask, serve, storable};
+use negotiate::{Ask, Whole, serve, storable};
 
 /// The response header naming what the cache did.
 pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -517,21 +516,12 @@ impl Shared {
         }
         edge::mark_shared(&self.store, resp.headers_mut(), &tags);
         let (parts, body) = resp.into_parts();
-        if body
-            .size_hint()
-            .upper()
-            .is_none_or(|n| n > self.config.max_body as u64)
-        {
-            return (labelled(Response::from_parts(parts, body), "MISS"), None);
-        }
-        let bytes = match axum::body::to_bytes(body, self.config.max_body).await {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                tracing::error!(%error, "reading a page body failed");
-                let mut resp = Response::new(Body::empty());
-                *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                return (labelled(resp, "MISS"), None);
+        let bytes = match negotiate::read_whole(body, self.config.max_body).await {
+            Whole::Read(bytes) => bytes,
+            Whole::TooLong(body) => {
+                return (labelled(Response::from_parts(parts, body), "MISS"), None);
             }
+            Whole::Failed(resp) => return (labelled(resp, "MISS"), None),
         };
         let headers = REPLAYED
             .iter()

@@ -75,13 +75,13 @@ async fn show(
             )
         });
     // The same for units: said only with a line at the most of one item, and
-    // of no more than a login could cut (less than that most, per line).
+    // of no more than a login could cut (that most, per line).
     let most = state.carts.max_quantity();
     let cut = query
         .cut
         .filter(|&n| {
             n >= 1
-                && u64::from(n) < u64::from(most) * u64::from(max_lines)
+                && u64::from(n) <= u64::from(most) * u64::from(max_lines)
                 && page.lines.iter().any(|line| line.quantity == most)
         })
         .map(|n| {
@@ -398,7 +398,9 @@ async fn checkout(
         }
         CheckoutOutcome::Changed { ref changes, .. } => {
             let ids: Vec<ItemId> = changes.iter().map(|c| c.item).collect();
-            let titles = state.db.items_by_id(&ids).await?;
+            // Titles the database cannot give now leave the sentences naming
+            // items by id: the 409 is what the buyer needs, not a 503.
+            let titles = state.db.items_by_id(&ids).await.unwrap_or_default();
             let said: Vec<String> = changes.iter().map(|c| describe(c, &titles)).collect();
             if wants_json(&headers) {
                 // What to do, said as the page says it: a line out of stock

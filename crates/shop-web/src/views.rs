@@ -2,8 +2,9 @@
 //! and how a view is written with its session's touch. The session layer hands
 //! it the requests [`ItemViews::of`] names, with the token they presented.
 //!
-//! - A view counts only when the page answered 200 (`GET`; not `HEAD`), so made-up
-//!   ids enter neither the `viewed:` ranking nor the history.
+//! - A view counts only when the page answered 200, or 304 to a browser holding
+//!   it (`GET`; not `HEAD`), so made-up ids enter neither the `viewed:` ranking
+//!   nor the history.
 //! - A client without a session (no cookie yet, a crawler that never returns one)
 //!   and a client that says it is a bot ([`says_it_is_a_bot`]) count in the ranking
 //!   only: not in a history, nor among an item's viewers (what "X% of N shoppers"
@@ -199,7 +200,7 @@ pub(crate) async fn serve(
     let item = match view {
         View::Bot(item) => {
             let (resp, issued) = run_identified(state, presented, https, req, next).await;
-            if resp.status() == StatusCode::OK && counted {
+            if shown(&resp) && counted {
                 state.sessions.count_view(item);
             }
             return (resp, issued);
@@ -212,10 +213,10 @@ pub(crate) async fn serve(
     let write_behind = state.views.is_some_and(|v| v.write_behind);
     match presented {
         // No session yet: a token for the cookie, and nothing written. The view
-        // still counts in the ranking, once the page answered 200.
+        // still counts in the ranking, once the page was shown.
         None => {
             let (resp, issued) = run_identified(state, None, https, req, next).await;
-            if let Some(item) = viewed(resp.status() == StatusCode::OK) {
+            if let Some(item) = viewed(shown(&resp)) {
                 state.sessions.count_view(item);
             }
             (resp, issued)
@@ -225,7 +226,7 @@ pub(crate) async fn serve(
             req.extensions_mut()
                 .insert(Session::guest(token.clone(), https));
             let resp = next.run(req).await;
-            let viewed = viewed(resp.status() == StatusCode::OK);
+            let viewed = viewed(shown(&resp));
             if state.sessions.touch_later(&token, viewed) {
                 return (resp, None);
             }
@@ -253,7 +254,7 @@ pub(crate) async fn serve(
             let ahead = counted.then_some(item);
             let (resp, (session, renewed)) =
                 tokio::join!(next.run(req), identify(state, token, ahead, https));
-            let found = resp.status() == StatusCode::OK;
+            let found = shown(&resp);
             if renewed {
                 // The session had expired: the view counts as a new visitor's.
                 if let Some(item) = viewed(found) {
@@ -274,6 +275,12 @@ pub(crate) async fn serve(
             (resp, None)
         }
     }
+}
+
+/// Whether an item page's answer showed its page: 200, or 304 to a browser
+/// that holds the page already (going back to it is a view too).
+fn shown(resp: &Response) -> bool {
+    matches!(resp.status(), StatusCode::OK | StatusCode::NOT_MODIFIED)
 }
 
 /// Words in a `User-Agent` by which crawlers, link previewers and HTTP libraries

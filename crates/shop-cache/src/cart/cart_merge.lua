@@ -32,9 +32,11 @@ local left_out, cut = 0, 0
 for i = 7, #ARGV, 2 do
   local had = redis.call('HGET', KEYS[1], ARGV[i])
   if had or redis.call('HLEN', KEYS[1]) < lines then
-    local wanted = (tonumber(had) or 0) + tonumber(ARGV[i + 1])
+    local adding = tonumber(ARGV[i + 1])
+    local wanted = (tonumber(had) or 0) + adding
     redis.call('HSET', KEYS[1], ARGV[i], math.min(most, wanted))
-    cut = cut + math.max(0, wanted - most)
+    -- Of the guest's units only (a line held above a lowered most is not theirs).
+    cut = cut + math.min(adding, math.max(0, wanted - most))
   else
     left_out = left_out + 1
   end

@@ -1,5 +1,6 @@
 -- Sets one cart line, or adds to its quantity, refusing to add a line to a full
--- cart (changing the quantity of a line already there is always allowed).
+-- cart (setting the quantity of a line already there is always allowed; adding
+-- past the most a line holds is not).
 -- A session's cart: KEYS[1] cart:<token>   KEYS[2] recent: (the token's shard)
 -- KEYS[3] guests: (same)   KEYS[4] login: (same)   KEYS[5] anonymous: (same)
 -- An account's cart: KEYS[1] user-cart:<user> alone.

@@ -14,6 +14,14 @@
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return -1
 end
+-- Recorded by an earlier release, by its id alone: the same order if that take
+-- was at or after this order was placed (an id a restored database gave again
+-- belongs to an order placed after the take of the first).
+local id, placed = string.match(ARGV[1], '^(%d+)@(%d+)$')
+local bare = id and redis.call('ZSCORE', KEYS[2], id)
+if bare and tonumber(bare) >= tonumber(placed) then
+  return -1
+end
 local removed = take_lines(KEYS[1], 5)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[4]) + 1))

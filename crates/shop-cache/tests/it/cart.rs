@@ -53,6 +53,15 @@ async fn an_accounts_cart_is_its_own_key_with_a_lifetime_and_takes_orders(fx: Fi
     assert_eq!(carts.take_order(user, (41, 1_500), &ordered, 1_500).await.unwrap(), Some(1));
     assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(5, 1)]);
     assert_eq!(carts.take_order(user, (42, 1_002), &[(item(5), 1)], 1_002).await.unwrap(), Some(1));
+    // A take an earlier release recorded by the id alone: the same order when
+    // taken at or after it was placed, another order (an id given again) when
+    // placed after that take.
+    let _: () = raw.zadd(fx.keys.user_cart_takes(user), 43, 2_000).await.unwrap();
+    carts.set(alice.clone(), item(6), 2).await.unwrap();
+    assert_eq!(carts.take_order(user, (43, 1_999), &[(item(6), 2)], 2_001).await.unwrap(), None);
+    assert_eq!(carts.take_order(user, (43, 2_000), &[(item(6), 2)], 2_001).await.unwrap(), None);
+    assert_eq!(lines(carts.get(alice.clone()).await.unwrap()), vec![(6, 2)]);
+    assert_eq!(carts.take_order(user, (43, 2_500), &[(item(6), 2)], 2_501).await.unwrap(), Some(1));
     let takes = fx.keys.user_cart_takes(user);
     let ttl: i64 = raw.ttl(&takes).await.unwrap();
     assert!(ttl > 0 && ttl as u64 <= CART_TAKES_KEPT_FOR.as_secs(), "{ttl}");
@@ -85,7 +94,15 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     carts.set(&other, item(2), 1).await.unwrap();
     let merged = carts.merge_into_account(&other, user).await.unwrap();
     assert_eq!(merged, Merged { left_out: 1, cut: 0 });
-    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
+    assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
+    // A line held above the most (the most lowered since): only the guest's
+    // units count as cut.
+    let _: () = fx.raw().await.hset(fx.keys.user_cart(user), 3, 8).await.unwrap();
+    let third = SessionToken::generate();
+    carts.set(&third, item(3), 2).await.unwrap();
+    let merged = carts.merge_into_account(&third, user).await.unwrap();
+    assert_eq!(merged, Merged { left_out: 0, cut: 2 });
+    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 5)]);
 }
 
 async fn no_merge_while_a_checkout_holds_the_accounts_cart_and_a_late_line_stays(fx: Fixture) {

@@ -206,20 +206,44 @@ impl Prepared {
     }
 }
 
-/// A page rendered for this request alone (one the cache does not keep), with
-/// the ETag a stored copy of it would have, and `304 Not Modified` for a client
-/// that holds these bytes already: such a page revalidates like a kept one.
-/// The body is read as [`fill`](super) reads one, within `max_body`.
-pub(crate) async fn with_etag(resp: Response, ask: &Ask, max_body: usize) -> Response {
-    let (mut parts, body) = resp.into_parts();
-    let bytes = match axum::body::to_bytes(body, max_body).await {
-        Ok(bytes) => bytes,
+/// A rendered page's body, read whole to be kept or given an ETag.
+pub(crate) enum Whole {
+    /// Read, within the bound.
+    Read(Bytes),
+    /// Longer than the bound, or of unknown length: unread, to be sent as it is.
+    TooLong(Body),
+    /// Reading it failed (logged): the 500 to send instead.
+    Failed(Response),
+}
+
+/// Reads `body` whole when its length is known to be within `max_body`.
+pub(crate) async fn read_whole(body: Body, max_body: usize) -> Whole {
+    use http_body::Body as _;
+    if body.size_hint().upper().is_none_or(|n| n > max_body as u64) {
+        return Whole::TooLong(body);
+    }
+    match axum::body::to_bytes(body, max_body).await {
+        Ok(bytes) => Whole::Read(bytes),
         Err(error) => {
             tracing::error!(%error, "reading a page body failed");
             let mut resp = Response::new(Body::empty());
             *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-            return resp;
+            Whole::Failed(resp)
         }
+    }
+}
+
+/// A page rendered for this request alone (one the cache does not keep), with
+/// the ETag a stored copy of it would have, and `304 Not Modified` for a client
+/// that holds these bytes already: such a page revalidates like a kept one.
+/// The body is read as [`fill`](super) reads one, within `max_body`.
+/// A page too long for that, or of unknown length, is sent as it is.
+pub(crate) async fn with_etag(resp: Response, ask: &Ask, max_body: usize) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match read_whole(body, max_body).await {
+        Whole::Read(bytes) => bytes,
+        Whole::TooLong(body) => return Response::from_parts(parts, body),
+        Whole::Failed(resp) => return resp,
     };
     let etag = match parts.headers.get(header::ETAG) {
         Some(etag) => etag.clone(),

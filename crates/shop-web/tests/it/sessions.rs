@@ -331,6 +331,34 @@ async fn item_views_are_recorded_for_real_items_only() {
     assert_eq!(ghost, None, "an unknown item is not ranked");
 }
 
+/// Going back to an item page the browser holds (`304` to its ETag, whether
+/// the page is kept or not) is a view too, in the ranking and the history.
+#[tokio::test]
+async fn an_item_page_answered_304_is_a_view() {
+    let app = TestApp::start().await;
+    let cookie = app.visitor().await;
+    for visit in 1..=3 {
+        let first = app.get("/items/3", Some(&cookie)).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        let etag = first.headers()[header::ETAG].clone();
+        let again = Request::get("/items/3")
+            .header(header::COOKIE, cookie.as_str())
+            .header(header::IF_NONE_MATCH, etag)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            app.send(again).await.status(),
+            StatusCode::NOT_MODIFIED,
+            "visit {visit}"
+        );
+        app.flush_views().await;
+        let score: Option<f64> = app.redis.conn().await.zscore("viewed:", 3).await.unwrap();
+        assert_eq!(score, Some(-2.0 * f64::from(visit)), "visit {visit}");
+    }
+    let me = app.me(&cookie).await;
+    assert_eq!(me["recently_viewed"][0]["id"], 3);
+}
+
 #[tokio::test]
 async fn cross_site_posts_are_refused() {
     let app = TestApp::start().await;

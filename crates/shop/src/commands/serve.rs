@@ -121,6 +121,12 @@ async fn demo(
 
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let web = &args.settings.web;
+    if web.trusted_proxies.is_some() && !web.trust_forwarded_for {
+        // A check of its own, not clap's `requires`: a settings file's values
+        // reach clap as defaults, which `requires` does not count.
+        anyhow::bail!("--trusted-proxies names proxies for --trust-forwarded-for, which is off");
+    }
     // Listening for the stop signal from the start: a stop sent while it starts
     // (a long seed, say) ends the start, and one sent the moment it prints its
     // address is a graceful stop; either way the private Redis it started stops.
@@ -256,6 +262,9 @@ async fn serve_with(
                 .unwrap_or_else(Networks::private)
         }),
     };
+    if let Some(proxies) = &options.proxies_only {
+        tracing::info!(%proxies, "behind proxies: the public port takes their connections alone");
+    }
     // The operators' listener: `/metrics` and the detailed `/healthz`, stopped
     // with the rest.
     let internal = tokio::spawn({

@@ -246,7 +246,7 @@ pub struct WebSettings {
     /// (comma-separated, `10.0.0.0/8,192.168.1.7`); a connection from any other
     /// peer is closed at once, so no client past the proxies can name its own
     /// address. Default: loopback and the private networks.
-    #[arg(long, env = "SHOP_TRUSTED_PROXIES", requires = "trust_forwarded_for",
+    #[arg(long, env = "SHOP_TRUSTED_PROXIES",
           value_parser = clap::value_parser!(shop_cache::domain::client::Networks))]
     pub trusted_proxies: Option<shop_cache::domain::client::Networks>,
     /// Milliseconds one Redis command of a request may take: past it the request

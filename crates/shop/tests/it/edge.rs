@@ -75,6 +75,11 @@ pub async fn behind_the_edge(shop: impl Fn() -> Command, views: impl AsyncFn(u64
     // sent one, not to a new visitor (whose cookie comes from /api/me).
     let stranger = request(&edge, "GET", "/items/3", None, None);
     assert!(edge_hit(&stranger));
+    assert_eq!(
+        stranger.header("x-cache"),
+        None,
+        "what the shop did then is no news"
+    );
     // A query the shop does not read is the same page (no new object at the
     // edge), and so is any `Host`.
     assert!(edge_hit(&request(
