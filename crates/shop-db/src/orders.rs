@@ -192,8 +192,10 @@ impl Db {
         );
         if &now_version != shown {
             tx.rollback().await?;
+            let mut changes = shown.changes_to(&now_version);
+            self.add_shortages(&mut changes, lines, now).await?;
             return Ok(CheckoutOutcome::Changed {
-                changes: shown.changes_to(&now_version),
+                changes,
                 cart_version: now_version.to_string(),
             });
         }
@@ -250,9 +252,13 @@ impl Db {
                         sale_end,
                     });
                 }
+                // Every line short of stock, not this one alone: the shopper
+                // lowers them all before one more try.
+                let mut changes = vec![CartChange::out_of_stock(item, in_stock)];
+                self.add_shortages(&mut changes, lines, now).await?;
                 return Ok(CheckoutOutcome::Changed {
                     cart_version: now_version.to_string(),
-                    changes: vec![CartChange::out_of_stock(item, in_stock)],
+                    changes,
                 });
             }
             sqlx::query(
@@ -280,6 +286,45 @@ impl Db {
             new: true,
             sold_out,
         })
+    }
+
+    /// Adds to a refused checkout's `changes` every line of `lines` that more
+    /// than the item's units left (as a new entry, or on the line's entry
+    /// already there): read after the refusal, to say what to lower, nothing
+    /// decided by it. An item whose sale runs or is coming is left out (its
+    /// own answer says so at the next try).
+    async fn add_shortages(
+        &self,
+        changes: &mut Vec<CartChange>,
+        lines: &[(ItemId, u32)],
+        now: i64,
+    ) -> Result<(), DbError> {
+        for &(item, quantity) in lines {
+            let row = sqlx::query(&format!(
+                "SELECT {} AS stock, sale_end FROM inventory WHERE item_id = $2",
+                crate::inventory::units_at("$1")
+            ))
+            .bind(now)
+            .bind(item.to_i64())
+            .fetch_optional(&self.read)
+            .await?;
+            let (in_stock, end): (i64, Option<i64>) = match row {
+                Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
+                None => (0, None),
+            };
+            if in_stock >= i64::from(quantity) || end.is_some_and(|end| now < end) {
+                continue;
+            }
+            match changes.iter_mut().find(|change| change.item == item) {
+                Some(change) => {
+                    change.out_of_stock = true;
+                    change.in_stock = Some(in_stock);
+                }
+                None => changes.push(CartChange::out_of_stock(item, in_stock)),
+            }
+        }
+        changes.sort_by_key(|change| change.item);
+        Ok(())
     }
 
     /// The order `user` placed with `key` before, as a replay's answer, if any.

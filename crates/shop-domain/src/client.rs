@@ -116,17 +116,23 @@ impl Networks {
     /// Whether `ip` is in one of the networks.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.0.iter().any(|&(net, len)| match (net, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        })
+        self.0
+            .iter()
+            .any(|&(net, len)| net.is_ipv4() == ip.is_ipv4() && first_of(ip, len) == net)
+    }
+}
+
+/// The first address of `address`'s network of `len` bits.
+fn first_of(address: IpAddr, len: u8) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
     }
 }
 
@@ -134,6 +140,7 @@ impl std::str::FromStr for Networks {
     type Err = String;
 
     /// Comma-separated addresses or networks (`address/length`); at least one.
+    /// A network's address is kept as its first (`10.0.0.1/8` is `10.0.0.0/8`).
     fn from_str(text: &str) -> Result<Self, String> {
         let mut networks = Vec::new();
         for part in text.split(',').map(str::trim) {
@@ -153,7 +160,7 @@ impl std::str::FromStr for Networks {
                     .ok_or_else(bad)?,
                 None => most,
             };
-            networks.push((address, len));
+            networks.push((first_of(address, len), len));
         }
         Ok(Self(networks))
     }
@@ -215,6 +222,8 @@ mod tests {
         assert!(!nets.contains(ip("2001:db8::1")));
         assert!(!nets.contains(ip("11.0.0.1")));
         assert_eq!(nets.to_string(), "10.0.0.0/8, 192.168.1.7/32, fd00::/8");
+        let loose: Networks = "10.1.2.3/8, fd12::1/16".parse().unwrap();
+        assert_eq!(loose.to_string(), "10.0.0.0/8, fd12::/16");
         let every: Networks = "0.0.0.0/0, ::/0".parse().unwrap();
         assert!(every.contains(ip("203.0.113.9")) && every.contains(ip("2001:db8::1")));
         for bad in [

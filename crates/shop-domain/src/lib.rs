@@ -39,10 +39,7 @@ pub enum InvalidInput {
     #[error("count must be at least 1 to add to the cart")]
     QuantityTooSmall,
     /// A quantity to add that would take a cart line above the maximum.
-    #[error(
-        "your cart holds {has} of this item and a line holds at most {max}: you can add {} more",
-        .max.saturating_sub(*.has)
-    )]
+    #[error("{}", line_full(*.has, *.max))]
     LineFull {
         /// What the line holds.
         has: u32,
@@ -86,6 +83,16 @@ pub enum InvalidInput {
         "a sale lasts 1 to 527,040 minutes (366 days), within that of now, of 0 to 1,000,000,000 units, at 0 to 1,000,000,000 cents, its row refreshed every 0.1 to 86,400 seconds"
     )]
     SaleTerms,
+}
+
+/// What [`InvalidInput::LineFull`] says: how many more fit, if any.
+fn line_full(has: u32, max: u32) -> String {
+    match max.saturating_sub(has) {
+        0 => format!("your cart holds {has} of this item, the most a line holds ({max})"),
+        more => format!(
+            "your cart holds {has} of this item and a line holds at most {max}: you can add {more} more"
+        ),
+    }
 }
 
 /// Parses a strictly positive decimal id: ASCII digits only, no sign, no leading zero,

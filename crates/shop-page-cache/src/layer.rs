@@ -70,8 +70,8 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http::header::{self, HeaderName, HeaderValue};
 use http::Method;
+use http::header::{self, HeaderName, HeaderValue};
 use shop_cache::domain::ItemId;
 use tower::{Layer, Service, ServiceExt};
 

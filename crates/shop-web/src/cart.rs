@@ -58,14 +58,17 @@ async fn show(
     Query(query): Query<ShowQuery>,
 ) -> Result<Response, WebError> {
     let mut page = cart_page(&state, &session, Vec::new()).await?;
-    // Said only of a full cart, as it is after such a login, and of no more
-    // lines than a guest's cart holds: a link made up elsewhere cannot tell a
-    // shopper with room in the cart that lines were lost, nor name a number no
-    // login could leave out.
+    // Said only to a logged-in shopper's full cart, as it is after such a
+    // login, and of no more lines than a guest's cart holds: a link made up
+    // elsewhere cannot tell a guest, or a shopper with room in the cart, that
+    // lines were lost, nor name a number no login could leave out.
+    let logged_in = session.user.is_some();
     let max_lines = state.carts.max_lines();
     let left_out = query
         .left_out
-        .filter(|&n| (1..=max_lines).contains(&n) && page.lines.len() >= max_lines as usize)
+        .filter(|&n| {
+            logged_in && (1..=max_lines).contains(&n) && page.lines.len() >= max_lines as usize
+        })
         .map(|n| {
             let lines = if n == 1 { "line" } else { "lines" };
             format!(
@@ -74,16 +77,17 @@ async fn show(
                 if n == 1 { "it was" } else { "they were" }
             )
         });
-    // The same for units: said only with a line at the most of one item, and
-    // of no more than a login could cut (that most, per line).
+    // The same for units: said only with lines at the most of one item, and of
+    // no more than a login could cut into them (that most, per line).
     let most = state.carts.max_quantity();
+    let full_lines = page
+        .lines
+        .iter()
+        .filter(|line| line.quantity >= most)
+        .count();
     let cut = query
         .cut
-        .filter(|&n| {
-            n >= 1
-                && u64::from(n) <= u64::from(most) * u64::from(max_lines)
-                && page.lines.iter().any(|line| line.quantity == most)
-        })
+        .filter(|&n| logged_in && n >= 1 && u64::from(n) <= u64::from(most) * full_lines as u64)
         .map(|n| {
             let units = if n == 1 { "unit" } else { "units" };
             format!(
@@ -206,15 +210,16 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
     if change.retired {
         return format!("{title} is no longer available.");
     }
+    let mut said = Vec::new();
     if change.out_of_stock {
-        return match change.in_stock {
+        said.push(match change.in_stock {
+            Some(1) => format!("Only 1 of {title} is left: lower its quantity to check out."),
             Some(left) if left > 0 => {
                 format!("Only {left} of {title} are left: lower its quantity to check out.")
             }
             _ => format!("{title} is out of stock: remove it to check out."),
-        };
+        });
     }
-    let mut said = Vec::new();
     match (change.was_cents, change.now_cents) {
         (Some(was), Some(now)) => {
             let way = if now > was { "up" } else { "down" };

@@ -32,11 +32,12 @@ local left_out, cut = 0, 0
 for i = 7, #ARGV, 2 do
   local had = redis.call('HGET', KEYS[1], ARGV[i])
   if had or redis.call('HLEN', KEYS[1]) < lines then
-    local adding = tonumber(ARGV[i + 1])
-    local wanted = (tonumber(had) or 0) + adding
-    redis.call('HSET', KEYS[1], ARGV[i], math.min(most, wanted))
-    -- Of the guest's units only (a line held above a lowered most is not theirs).
-    cut = cut + math.min(adding, math.max(0, wanted - most))
+    -- At most the most of one item, and never below what the account's line
+    -- held (above a most lowered since): what does not fit is the guest's, cut.
+    local held, adding = tonumber(had) or 0, tonumber(ARGV[i + 1])
+    local kept = math.max(held, math.min(most, held + adding))
+    redis.call('HSET', KEYS[1], ARGV[i], kept)
+    cut = cut + held + adding - kept
   else
     left_out = left_out + 1
   end

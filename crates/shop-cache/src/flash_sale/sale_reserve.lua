@@ -1,6 +1,6 @@
 -- One buy of one unit in a flash sale, decided here: the reservation made earlier
--- for this (user, idempotency key), else a refusal (window, the price the buyer was
--- shown, per-user limit, stock), else a reservation: one unit taken from the stock and counted for the user, to
+-- for this (user, idempotency key), else a refusal (window, per-user limit, stock,
+-- the price the buyer was shown), else a reservation: one unit taken from the stock and counted for the user, to
 -- be confirmed once its order is in the database (sale_settle.lua).
 -- KEYS[1] sale  KEYS[2] buyers  KEYS[3] answers  KEYS[4] pending  KEYS[5] held
 -- ARGV[1] user id  ARGV[2] idempotency key  ARGV[3] now (unix seconds)
@@ -21,14 +21,15 @@ local now = tonumber(ARGV[3])
 local answer
 if now < tonumber(sale[2]) or now >= tonumber(sale[3]) then
   answer = 'not_on_sale'
-elseif ARGV[6] ~= '' and sale[5] and sale[5] ~= ARGV[6] then
-  -- The database decides the price too (at the order's commit); refused here, a
-  -- buy at a price that is gone holds no unit another buyer could have had.
-  answer = 'price_changed'
 elseif tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= tonumber(ARGV[5]) then
   answer = 'limit_reached'
 elseif tonumber(sale[1]) <= 0 then
   answer = 'sold_out'
+elseif ARGV[6] ~= '' and sale[5] and sale[5] ~= ARGV[6] then
+  -- The database decides the price too (at the order's commit); refused here, a
+  -- buy at a price that is gone holds no unit another buyer could have had.
+  -- (After the refusals no price changes: a sold-out sale says so first.)
+  answer = 'price_changed'
 end
 -- A refusal is not remembered: asked again, it is decided again (and the same, or
 -- better: a unit an expired reservation gave back). Remembering every refusal let

@@ -95,14 +95,14 @@ async fn a_guests_cart_joins_the_accounts_once_within_the_caps(fx: Fixture) {
     let merged = carts.merge_into_account(&other, user).await.unwrap();
     assert_eq!(merged, Merged { left_out: 1, cut: 0 });
     assert_eq!(lines(carts.get(account.clone()).await.unwrap()), vec![(1, 5), (2, 4), (3, 1)]);
-    // A line held above the most (the most lowered since): only the guest's
-    // units count as cut.
+    // A line held above the most (the most lowered since) keeps what it held:
+    // the guest's units are what is cut.
     let _: () = fx.raw().await.hset(fx.keys.user_cart(user), 3, 8).await.unwrap();
     let third = SessionToken::generate();
     carts.set(&third, item(3), 2).await.unwrap();
     let merged = carts.merge_into_account(&third, user).await.unwrap();
     assert_eq!(merged, Merged { left_out: 0, cut: 2 });
-    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 5)]);
+    assert_eq!(lines(carts.get(account).await.unwrap()), vec![(1, 5), (2, 4), (3, 8)]);
 }
 
 async fn no_merge_while_a_checkout_holds_the_accounts_cart_and_a_late_line_stays(fx: Fixture) {
@@ -223,6 +223,8 @@ async fn add_joins_the_lines_quantity_within_the_caps(fx: Fixture) {
         }
         assert!(carts.add(cart.clone(), item(1), 6).await.is_err(), "above the maximum alone");
         assert_eq!(carts.add(cart.clone(), item(1), 1).await.unwrap().get(), 5);
+        let err = carts.add(cart.clone(), item(1), 1).await.unwrap_err();
+        assert_eq!(err.to_string(), "your cart holds 5 of this item, the most a line holds (5)");
         carts.add(cart.clone(), item(2), 1).await.unwrap();
         let err = carts.add(cart.clone(), item(3), 1).await.unwrap_err();
         assert!(matches!(err, CacheError::Invalid(InvalidInput::CartFull { max: 2 })), "{err:?}");

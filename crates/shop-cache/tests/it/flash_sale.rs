@@ -121,6 +121,11 @@ async fn a_buy_at_a_price_gone_holds_no_unit(fx: Fixture) {
         sales.reserve(item(2), user(4), "k", 1, NOW, None).await.unwrap(),
         Reserve::Answered(BuyOutcome::SoldOut)
     );
+    // Sold out is said before a wrong price: no price would buy.
+    assert_eq!(
+        sales.reserve(item(2), user(5), "k", 1, NOW, Some(499)).await.unwrap(),
+        Reserve::Answered(BuyOutcome::SoldOut)
+    );
 }
 
 async fn the_per_user_limit_counts_reservations_and_releases(fx: Fixture) {

@@ -508,6 +508,15 @@ async fn a_login_that_cuts_guest_quantities_says_so() {
     }
     let page = text(app.get("/cart?cut=4000000", Some(&finn)).await).await;
     assert!(!page.contains("did not fit"), "{page}");
+    // A guest never logged in: no such notice, whatever its cart holds.
+    let guest = app.visitor().await;
+    app.post("/cart", Some(&guest), "item=1&count=99", false)
+        .await;
+    let page = text(app.get("/cart?cut=1&left_out=1", Some(&guest)).await).await;
+    assert!(
+        page.contains("/items/1") && !page.contains("did not fit"),
+        "{page}"
+    );
 }
 
 /// A login whose guest cart does not fit the account's says so: the page goes

@@ -37,6 +37,73 @@ async fn untouched(
     );
 }
 
+/// A refused checkout names every line to fix at once: each line short of
+/// stock with how many are left, beside the price that changed, on every
+/// database; fixed, the order is placed at the next try.
+#[tokio::test]
+async fn a_refused_checkout_names_every_line_short_of_stock_at_once() {
+    for app in TestApp::builder().start_on_every_database().await {
+        let kind = app.kind();
+        let buyer = app.logged_in("paula").await;
+        app.post("/cart", Some(&buyer), "item=6&count=2", false)
+            .await;
+        app.post("/cart", Some(&buyer), "item=7&count=3", false)
+            .await;
+        let shown = app.checkout_form(&buyer, "short-1").await;
+        let seven = app.db.item(item(7)).await.unwrap().unwrap();
+        app.db.set_stock(item(6), 1).await.unwrap();
+        app.db.set_stock(item(7), 2).await.unwrap();
+        // Short of stock alone: both lines named.
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let body = json(resp).await;
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([
+                {"item": 6, "out_of_stock": true, "in_stock": 1},
+                {"item": 7, "out_of_stock": true, "in_stock": 2},
+            ]),
+            "{kind}"
+        );
+        let said = body["message"].as_str().unwrap();
+        assert!(
+            said.contains("Only 1 of ") && said.contains(" is left") && said.contains("Only 2 of "),
+            "{kind}: {said}"
+        );
+        // With a price changed too: the price and both shortages.
+        let edit = ItemEdit::new(None, None, Some(seven.price_cents + 100), None).unwrap();
+        app.state
+            .catalogue()
+            .update(item(7), &edit, None)
+            .await
+            .unwrap();
+        let resp = app.post("/checkout", Some(&buyer), &shown, true).await;
+        let body = json(resp).await;
+        assert_eq!(
+            body["changes"],
+            serde_json::json!([
+                {"item": 6, "out_of_stock": true, "in_stock": 1},
+                {"item": 7, "was_cents": seven.price_cents, "now_cents": seven.price_cents + 100,
+                 "out_of_stock": true, "in_stock": 2},
+            ]),
+            "{kind}"
+        );
+        let said = body["message"].as_str().unwrap();
+        assert!(
+            said.contains("went up") && said.contains("Only 2 of "),
+            "{kind}: {said}"
+        );
+        // Both lowered: placed.
+        app.post("/cart", Some(&buyer), "item=6&count=1", false)
+            .await;
+        app.post("/cart", Some(&buyer), "item=7&count=2", false)
+            .await;
+        let form = app.checkout_form(&buyer, "short-2").await;
+        let placed = json(app.post("/checkout", Some(&buyer), &form, true).await).await;
+        assert_eq!(placed["outcome"], "placed", "{kind}: {placed}");
+    }
+}
+
 #[tokio::test]
 async fn a_price_rise_between_the_cart_page_and_the_click_is_asked_about_not_charged() {
     for app in TestApp::builder().start_on_every_database().await {

@@ -125,7 +125,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if web.trusted_proxies.is_some() && !web.trust_forwarded_for {
         // A check of its own, not clap's `requires`: a settings file's values
         // reach clap as defaults, which `requires` does not count.
-        anyhow::bail!("--trusted-proxies names proxies for --trust-forwarded-for, which is off");
+        anyhow::bail!(
+            "--trusted-proxies (SHOP_TRUSTED_PROXIES) names proxies for --trust-forwarded-for \
+             (SHOP_TRUST_FORWARDED_FOR), which is off"
+        );
     }
     // Listening for the stop signal from the start: a stop sent while it starts
     // (a long seed, say) ends the start, and one sent the moment it prints its
