@@ -193,7 +193,7 @@ impl Db {
         if &now_version != shown {
             tx.rollback().await?;
             let mut changes = shown.changes_to(&now_version);
-            self.add_shortages(&mut changes, lines, now).await?;
+            self.add_shortages(&mut changes, lines, now).await;
             return Ok(CheckoutOutcome::Changed {
                 changes,
                 cart_version: now_version.to_string(),
@@ -255,7 +255,7 @@ impl Db {
                 // Every line short of stock, not this one alone: the shopper
                 // lowers them all before one more try.
                 let mut changes = vec![CartChange::out_of_stock(item, in_stock)];
-                self.add_shortages(&mut changes, lines, now).await?;
+                self.add_shortages(&mut changes, lines, now).await;
                 return Ok(CheckoutOutcome::Changed {
                     cart_version: now_version.to_string(),
                     changes,
@@ -288,31 +288,32 @@ impl Db {
         })
     }
 
-    /// Adds to a refused checkout's `changes` every line of `lines` that more
-    /// than the item's units left (as a new entry, or on the line's entry
-    /// already there): read after the refusal, to say what to lower, nothing
-    /// decided by it. An item whose sale runs or is coming is left out (its
-    /// own answer says so at the next try).
+    /// Adds to a refused checkout's `changes` every line of `lines` that wants
+    /// more than the item's units left (as a new entry, or on the line's entry
+    /// already there): read after the refusal, to say what to lower, deciding
+    /// nothing. An item whose sale runs or is coming is left out (its own
+    /// answer says so at the next try). Best effort: a read that fails leaves
+    /// the refusal as it was (logged), not an error in its place.
     async fn add_shortages(
         &self,
         changes: &mut Vec<CartChange>,
         lines: &[(ItemId, u32)],
         now: i64,
-    ) -> Result<(), DbError> {
+    ) {
+        let ids: Vec<ItemId> = lines.iter().map(|&(item, _)| item).collect();
+        let units = match self.availability(&ids, now).await {
+            Ok(units) => units,
+            Err(error) => {
+                tracing::warn!(%error, "a refused checkout's other lines' stock could not be read");
+                return;
+            }
+        };
         for &(item, quantity) in lines {
-            let row = sqlx::query(&format!(
-                "SELECT {} AS stock, sale_end FROM inventory WHERE item_id = $2",
-                crate::inventory::units_at("$1")
-            ))
-            .bind(now)
-            .bind(item.to_i64())
-            .fetch_optional(&self.read)
-            .await?;
-            let (in_stock, end): (i64, Option<i64>) = match row {
-                Some(row) => (row.try_get("stock")?, row.try_get("sale_end")?),
-                None => (0, None),
-            };
-            if in_stock >= i64::from(quantity) || end.is_some_and(|end| now < end) {
+            // No inventory row: none left, as checkout counts it.
+            let (in_stock, on_sale) = units
+                .get(&item)
+                .map_or((0, false), |a| (a.stock, a.on_sale(now)));
+            if in_stock >= i64::from(quantity) || on_sale {
                 continue;
             }
             match changes.iter_mut().find(|change| change.item == item) {
@@ -324,7 +325,6 @@ impl Db {
             }
         }
         changes.sort_by_key(|change| change.item);
-        Ok(())
     }
 
     /// The order `user` placed with `key` before, as a replay's answer, if any.

@@ -92,7 +92,7 @@ async fn show(
             let units = if n == 1 { "unit" } else { "units" };
             format!(
                 "{n} {units} of the cart you filled before logging in did not fit: a line \
-                 holds at most {most} of one item, so the quantities were lowered to that."
+                 holds at most {most} of one item, so the units past that were not added."
             )
         });
     let said: Vec<String> = left_out.into_iter().chain(cut).collect();
@@ -189,15 +189,27 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
         || format!("Item {}", change.item),
         |item| item.title.clone(),
     );
+    let short = change.out_of_stock.then(|| match change.in_stock {
+        Some(1) => format!("Only 1 of {title} is left: lower its quantity to check out."),
+        Some(left) if left > 0 => {
+            format!("Only {left} of {title} are left: lower its quantity to check out.")
+        }
+        _ => format!("{title} is out of stock: remove it to check out."),
+    });
     if change.added {
         let quantity = change.now_quantity.unwrap_or(0);
-        return match change.now_cents {
+        let added = match change.now_cents {
             Some(cents) => format!(
                 "{title} was added to your cart since you saw it: {quantity} at {} each.",
                 templates::money(cents)
             ),
             None => format!("{title} was added to your cart and is no longer available."),
         };
+        return [Some(added), short]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
     }
     if change.removed {
         // Most often an order took it (another tab's, or this one's whose
@@ -210,16 +222,7 @@ fn describe(change: &CartChange, titles: &HashMap<ItemId, Item>) -> String {
     if change.retired {
         return format!("{title} is no longer available.");
     }
-    let mut said = Vec::new();
-    if change.out_of_stock {
-        said.push(match change.in_stock {
-            Some(1) => format!("Only 1 of {title} is left: lower its quantity to check out."),
-            Some(left) if left > 0 => {
-                format!("Only {left} of {title} are left: lower its quantity to check out.")
-            }
-            _ => format!("{title} is out of stock: remove it to check out."),
-        });
-    }
+    let mut said: Vec<String> = short.into_iter().collect();
     match (change.was_cents, change.now_cents) {
         (Some(was), Some(now)) => {
             let way = if now > was { "up" } else { "down" };

@@ -2,7 +2,7 @@
 //! and how a view is written with its session's touch. The session layer hands
 //! it the requests [`ItemViews::of`] names, with the token they presented.
 //!
-//! - A view counts only when the page answered 200, or 304 to a browser holding
+//! - A view counts only when the page answered 200, or 304 to a client holding
 //!   it (`GET`; not `HEAD`), so made-up ids enter neither the `viewed:` ranking
 //!   nor the history.
 //! - A client without a session (no cookie yet, a crawler that never returns one)
@@ -277,8 +277,8 @@ pub(crate) async fn serve(
     }
 }
 
-/// Whether an item page's answer showed its page: 200, or 304 to a browser
-/// that holds the page already (going back to it is a view too).
+/// Whether an item page's answer showed its page: 200, or 304 to a client
+/// that holds the page already (a browser going back to it views it too).
 fn shown(resp: &Response) -> bool {
     matches!(resp.status(), StatusCode::OK | StatusCode::NOT_MODIFIED)
 }

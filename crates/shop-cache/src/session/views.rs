@@ -9,7 +9,7 @@
 //!    touched at all: its views are counted by [`Sessions::count_view`].
 //! 2. An item page's touch may be sent *ahead* of the page's answer
 //!    ([`Touch::view_ahead`]), so it travels with the page's own lookup; then
-//!    [`Sessions::settle_view`] counts the view once the page answered 200, or takes
+//!    [`Sessions::settle_view`] counts the view once the page was shown, or takes
 //!    the item out of the history again.
 //! 3. A counted view goes into this process's batch (no Redis call per view),
 //!    and [`ViewFlusher`] writes the batch every [`VIEW_FLUSH_EVERY`]: one `ZINCRBY`
@@ -375,7 +375,7 @@ impl Sessions {
     /// the next flush ([`Sessions::flush_views`], every [`VIEW_FLUSH_EVERY`] and at
     /// shutdown) touches the session as [`Sessions::touch`] would have, with its
     /// views in order, many sessions per script call. A `view` is of a page that
-    /// answered 200; it is counted now (this process's batch of views).
+    /// was shown (200, or 304 to a client holding it); it is counted now (this process's batch of views).
     ///
     /// `false` (nothing held) when the process already holds
     /// [`MAX_HELD_TOUCHES`] sessions' touches (Redis slow or away): the caller

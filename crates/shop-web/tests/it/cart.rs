@@ -512,7 +512,7 @@ async fn a_login_that_cuts_guest_quantities_says_so() {
     let guest = app.visitor().await;
     app.post("/cart", Some(&guest), "item=1&count=99", false)
         .await;
-    let page = text(app.get("/cart?cut=1&left_out=1", Some(&guest)).await).await;
+    let page = text(app.get("/cart?cut=1", Some(&guest)).await).await;
     assert!(
         page.contains("/items/1") && !page.contains("did not fit"),
         "{page}"

@@ -104,6 +104,29 @@ async fn a_refused_checkout_names_every_line_short_of_stock_at_once() {
     }
 }
 
+/// A line added in another tab since the page, and short of stock: the
+/// answer says both.
+#[tokio::test]
+async fn a_line_added_since_and_short_of_stock_is_said_to_be_both() {
+    let app = TestApp::start().await;
+    let buyer = app.logged_in("paula").await;
+    app.post("/cart", Some(&buyer), "item=6&count=1", false)
+        .await;
+    let shown = app.checkout_form(&buyer, "both-1").await;
+    app.post("/cart", Some(&buyer), "item=7&count=3", false)
+        .await;
+    app.db.set_stock(item(7), 2).await.unwrap();
+    let body = json(app.post("/checkout", Some(&buyer), &shown, true).await).await;
+    assert_eq!(body["changes"][0]["item"], 7, "{body}");
+    assert_eq!(body["changes"][0]["added"], true, "{body}");
+    assert_eq!(body["changes"][0]["in_stock"], 2, "{body}");
+    let said = body["message"].as_str().unwrap();
+    assert!(
+        said.contains("was added to your cart") && said.contains("Only 2 of "),
+        "{said}"
+    );
+}
+
 #[tokio::test]
 async fn a_price_rise_between_the_cart_page_and_the_click_is_asked_about_not_charged() {
     for app in TestApp::builder().start_on_every_database().await {

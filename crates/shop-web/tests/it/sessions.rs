@@ -340,6 +340,9 @@ async fn an_item_page_answered_304_is_a_view() {
     for visit in 1..=3 {
         let first = app.get("/items/3", Some(&cookie)).await;
         assert_eq!(first.status(), StatusCode::OK);
+        // Not viewed yet, the page is not kept; viewed, it is.
+        let kept = first.headers()["x-cache"] != "BYPASS";
+        assert_eq!(kept, visit > 1, "visit {visit}");
         let etag = first.headers()[header::ETAG].clone();
         let again = Request::get("/items/3")
             .header(header::COOKIE, cookie.as_str())

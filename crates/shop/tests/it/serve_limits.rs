@@ -636,18 +636,24 @@ async fn a_burst_of_connections_waits_in_the_listen_queue() {
     drop(listener);
 }
 
-/// `shop serve --trust-forwarded-for --trusted-proxies 10.0.0.0/8`: the public
-/// port closes a connection from 127.0.0.1, no proxy of its; the operators'
-/// port still answers one; `--trusted-proxies` alone, or a bad network, is
-/// refused at start with a message naming it.
+/// `shop serve` with `trust_forwarded_for` in its settings file and
+/// `--trusted-proxies 10.0.0.0/8`: the public port closes a connection from
+/// 127.0.0.1, no proxy of its; the operators' port still answers one;
+/// `--trusted-proxies` alone, or a bad network, is refused at start with a
+/// message naming it.
 #[tokio::test]
 async fn serve_behind_proxies_takes_connections_from_them_alone() {
     let shop = seeded(10).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shop.toml");
+    std::fs::write(&file, "[web]\ntrust_forwarded_for = true\n").unwrap();
+    let config = file.display().to_string();
     let (child, addr, metrics) = crate::e2e::serve_with_metrics(
         shop.shop(),
         &[
             "--no-workers",
-            "--trust-forwarded-for",
+            "--config",
+            &config,
             "--trusted-proxies",
             "10.0.0.0/8",
         ],
