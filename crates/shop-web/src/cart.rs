@@ -4,11 +4,11 @@
 //! `Accept: application/json` answers JSON. Checkout places an order only for the
 //! cart its page showed, at the prices shown (the form's `cart_version`); when
 //! the cart or a price changed since, it answers 409 and shows the cart again,
-//! saying what changed, for the shopper to confirm. A count of 0 or less removes the line
-//! (as in the book); with `add=1` (the item page's "Add to cart") the count is added
-//! to the line's, 409 `line_full` when that passes the most a line holds. Bad input (a count that is not a whole number or
-//! is above the maximum, an unknown item, a new line for a full cart) is a 4xx and
-//! changes nothing.
+//! saying what changed, for the shopper to confirm. A count of 0 or less removes
+//! the line (as in the book); with `add=1` (the item page's "Add to cart") the
+//! count is added to the line's, 409 `line_full` when that passes the most a line
+//! holds. Bad input (a count that is not a whole number or is above the maximum,
+//! an unknown item, a new line for a full cart) is a 4xx and changes nothing.
 
 use std::collections::HashMap;
 

@@ -37,6 +37,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use shop_cache::domain::client::{ClientAddress, Networks};
+use shop_cache::repeating::Repeating;
 use shop_web::client_shares::Shares;
 use shop_web::request::{BadRequest, host_problem};
 use tokio::net::TcpListener;
@@ -147,35 +148,6 @@ impl Default for ServeOptions {
     }
 }
 
-/// The connections closed for coming from no trusted proxy, logged at most once
-/// a minute (a warning naming the last peer and how many since).
-#[derive(Default)]
-struct NotProxies {
-    since_logged: u64,
-    logged_at: Option<std::time::Instant>,
-}
-
-impl NotProxies {
-    fn closed(&mut self, peer: std::net::IpAddr, proxies: &Networks) {
-        self.since_logged += 1;
-        if self
-            .logged_at
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
-        {
-            return;
-        }
-        tracing::warn!(
-            %peer,
-            closed = self.since_logged,
-            trusted = %proxies,
-            "connections from outside --trusted-proxies closed (behind a proxy, the shop \
-             takes connections from its proxies only)"
-        );
-        self.since_logged = 0;
-        self.logged_at = Some(std::time::Instant::now());
-    }
-}
-
 /// How the serve loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -206,7 +178,8 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let shares = std::sync::Arc::new(Shares::default());
-    let mut not_proxies = NotProxies::default();
+    // Connections closed for coming from no proxy: logged at most once a minute.
+    let mut not_proxies = Repeating::default();
     tokio::pin!(signal);
     loop {
         tokio::select! {
@@ -221,7 +194,15 @@ pub async fn serve(
                     if let Some(proxies) = &options.proxies_only
                         && !proxies.contains(peer.ip())
                     {
-                        not_proxies.closed(peer.ip(), proxies);
+                        if not_proxies.again(std::time::Instant::now()) {
+                            tracing::warn!(
+                                peer = %peer.ip(),
+                                closed = not_proxies.count(),
+                                trusted = %proxies,
+                                "a connection from outside --trusted-proxies closed (behind \
+                                 proxies the shop takes their connections alone)"
+                            );
+                        }
                         drop(stream);
                         continue;
                     }

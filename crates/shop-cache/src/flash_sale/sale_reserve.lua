@@ -1,7 +1,8 @@
 -- One buy of one unit in a flash sale, decided here: the reservation made earlier
 -- for this (user, idempotency key), else a refusal (window, per-user limit, stock,
--- the price the buyer was shown), else a reservation: one unit taken from the stock and counted for the user, to
--- be confirmed once its order is in the database (sale_settle.lua).
+-- the price the buyer was shown), else a reservation: one unit taken from the
+-- stock and counted for the user, to be confirmed once its order is in the
+-- database (sale_settle.lua).
 -- KEYS[1] sale  KEYS[2] buyers  KEYS[3] answers  KEYS[4] pending  KEYS[5] held
 -- ARGV[1] user id  ARGV[2] idempotency key  ARGV[3] now (unix seconds)
 -- ARGV[4] when the reservation's order is overdue  ARGV[5] per-user limit

@@ -151,9 +151,9 @@ impl Keys {
         self.user_keyed("user-cart-merges", user)
     }
 
-    /// Sorted set: `<order id>@<placed at>` -> unix time, the orders whose lines have left the
-    /// user's cart, so a take done again (its first answer was lost, or the
-    /// database did not hear of it) takes nothing twice. Kept
+    /// Sorted set: `<order id>@<placed at>` -> unix time, the orders whose
+    /// lines have left the user's cart, so a take done again (its first answer
+    /// was lost, or the database did not hear of it) takes nothing twice. Kept
     /// [`CART_TAKES_KEPT_FOR`](crate::cart::CART_TAKES_KEPT_FOR) after the
     /// last, the newest [`CART_TAKES_KEPT`](crate::cart::CART_TAKES_KEPT) at most.
     pub fn user_cart_takes(&self, user: crate::domain::UserId) -> String {

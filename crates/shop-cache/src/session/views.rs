@@ -375,7 +375,8 @@ impl Sessions {
     /// the next flush ([`Sessions::flush_views`], every [`VIEW_FLUSH_EVERY`] and at
     /// shutdown) touches the session as [`Sessions::touch`] would have, with its
     /// views in order, many sessions per script call. A `view` is of a page that
-    /// was shown (200, or 304 to a client holding it); it is counted now (this process's batch of views).
+    /// was shown (200, or 304 to a client holding it); it is counted now (this
+    /// process's batch of views).
     ///
     /// `false` (nothing held) when the process already holds
     /// [`MAX_HELD_TOUCHES`] sessions' touches (Redis slow or away): the caller
