@@ -105,23 +105,27 @@ impl Db {
 
         // A refusal rolls the attempt's row back with the rest: asked again, it is
         // decided again (as in Redis), and a buyer looping refused buys with new
-        // keys adds no row.
+        // keys adds no row. Refusals come in Redis's order (`sale_reserve.lua`):
+        // not on sale, the buyer's limit, sold out, the price.
         let took = take_one(&mut tx, item, now).await?;
         let Some(took) = took else {
-            let why = self.why_not(&mut tx, item, now).await?;
+            let mut why = self.why_not(&mut tx, item, now).await?;
+            if why == BuyOutcome::SoldOut && at_limit(&mut tx, user, item, per_user_limit).await? {
+                why = BuyOutcome::LimitReached;
+            }
             tx.rollback().await?;
             return Ok(why);
         };
-        let price: i64 = took.try_get("sale_price_cents")?;
-        if shown.is_some_and(|shown| shown != price) {
-            tx.rollback().await?;
-            return Ok(BuyOutcome::PriceChanged);
-        }
-
         let claimed = claim(&mut tx, user, item, per_user_limit).await?;
         if !claimed || per_user_limit < 1 {
             tx.rollback().await?;
             return Ok(BuyOutcome::LimitReached);
+        }
+
+        let price: i64 = took.try_get("sale_price_cents")?;
+        if shown.is_some_and(|shown| shown != price) {
+            tx.rollback().await?;
+            return Ok(BuyOutcome::PriceChanged);
         }
 
         let order_id = insert_order(&mut tx, user, item, key, price, now).await?;
@@ -219,13 +223,13 @@ impl Db {
         };
         let price: Option<i64> = took.try_get("sale_price_cents")?;
         let left: i64 = took.try_get("stock")?;
-        if shown.is_some_and(|shown| Some(shown) != price) {
-            tx.rollback().await?;
-            return Ok(WinRecord::Refused(BuyOutcome::PriceChanged));
-        }
         if !claim(&mut tx, user, item, per_user_limit).await? {
             tx.rollback().await?;
             return Ok(WinRecord::Refused(BuyOutcome::LimitReached));
+        }
+        if shown.is_some_and(|shown| Some(shown) != price) {
+            tx.rollback().await?;
+            return Ok(WinRecord::Refused(BuyOutcome::PriceChanged));
         }
         let order_id =
             insert_order(&mut tx, user, item, key, price.unwrap_or_default(), now).await?;
@@ -340,6 +344,22 @@ async fn claim(
     .await?
     .rows_affected()
         == 1)
+}
+
+/// Whether `user` has bought `limit` units of `item` (or may buy none).
+async fn at_limit(
+    tx: &mut crate::WriteTx,
+    user: UserId,
+    item: ItemId,
+    limit: i64,
+) -> Result<bool, DbError> {
+    let bought: Option<i64> =
+        sqlx::query_scalar("SELECT bought FROM flash_claims WHERE user_id = $1 AND item_id = $2")
+            .bind(user.to_i64())
+            .bind(item.to_i64())
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(bought.unwrap_or(0) >= limit)
 }
 
 /// What a flash order's key is in `orders`, whose keys a cart's checkouts share:

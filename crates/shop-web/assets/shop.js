@@ -63,13 +63,16 @@ const mePromise = (async function () {
   const me = await mePromise;
   if (!me) return;
   const who = document.getElementById('who');
-  // Degraded: who this is and what the cart holds are not known right now; the
-  // count stays as it was, and no "log in" is offered to who may be logged in.
+  // Degraded: who this is and what the cart holds are not known right now; no
+  // count is shown (the page comes without one: it is the same for everyone),
+  // and no "log in" is offered to who may be logged in.
   if (me.degraded) {
     who.hidden = true;
     return;
   }
-  document.getElementById('cart-count').textContent = me.cart.count;
+  const count = document.getElementById('cart-count');
+  count.textContent = me.cart.count;
+  count.hidden = false;
   if (me.user) {
     who.textContent = '';
     const account = document.createElement('a');

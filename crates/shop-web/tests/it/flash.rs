@@ -1547,6 +1547,45 @@ async fn a_buy_at_a_price_no_longer_the_sales_buys_nothing() {
     }
 }
 
+/// Both deciders refuse in one order: not on sale, the buyer's limit, sold out,
+/// the price. A buyer at the limit hears `limit_reached` whatever the price
+/// named or the stock left; one who is not hears `sold_out` before
+/// `price_changed`.
+#[tokio::test]
+async fn both_deciders_refuse_in_the_same_order() {
+    for decider in [FlashDecider::Redis, FlashDecider::Database] {
+        for shop in Shop::on_every_database(config(decider)).await {
+            let kind = format!("{} {decider:?}", shop.kind());
+            shop.sale_of(5, 2).await;
+            let at = |cents: &str| format!("/api/flash/5/buy?price_cents={cents}");
+            let rita = shop.login("rita").await;
+            let (status, body) = buy_at(&shop.router, &at("500"), Some(&rita), Some("r-1")).await;
+            assert_eq!(status, StatusCode::OK, "{kind}: {body}");
+            // At her limit (1), in stock, a wrong price: the limit first.
+            let (status, body) = buy_at(&shop.router, &at("999"), Some(&rita), Some("r-2")).await;
+            assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");
+            assert_eq!(body["outcome"], "limit_reached", "{kind}: {body}");
+
+            let sam = shop.login("sam").await;
+            let (status, body) = buy_at(&shop.router, &at("500"), Some(&sam), Some("s-1")).await;
+            assert_eq!(status, StatusCode::OK, "{kind}: {body}");
+            // Sold out now: one at the limit still hears the limit.
+            for (cookie, key) in [(&rita, "r-3"), (&sam, "s-2")] {
+                let (status, body) =
+                    buy_at(&shop.router, &at("999"), Some(cookie), Some(key)).await;
+                assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");
+                assert_eq!(body["outcome"], "limit_reached", "{kind}: {body}");
+            }
+            // One who bought nothing, at a wrong price: sold out before the price.
+            let tom = shop.login("tom").await;
+            let (status, body) = buy_at(&shop.router, &at("999"), Some(&tom), Some("t-1")).await;
+            assert_eq!(status, StatusCode::CONFLICT, "{kind}: {body}");
+            assert_eq!(body["outcome"], "sold_out", "{kind}: {body}");
+            assert_eq!(shop.db_stock(5).await, 0, "{kind}");
+        }
+    }
+}
+
 /// A shop with a sale of 10 units of item 5, and `name` logged in with a
 /// unit reserved under `key` whose order is not written yet (an attempt in
 /// flight, as a web server holds it): the shop, `name`'s cookie and id, the

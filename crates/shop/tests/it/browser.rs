@@ -912,3 +912,51 @@ async fn a_page_the_edge_served_is_counted_once_by_its_script() {
     drop(varnish);
     assert!(stop(server).success());
 }
+
+/// While the session store is stalled a page says neither who is logged in nor
+/// a cart count (the page comes without one, the same for everyone; `/api/me`
+/// answers `degraded`): not "Cart 0" to a shopper whose cart holds an item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_session_store_shows_no_cart_count() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = seeded(20).await;
+    let (server, addr) = shop.serve(&[]);
+    let (client, _profile) = chromium(&driver).await;
+    let base = format!("http://{addr}");
+    client.goto(&format!("{base}/items/3")).await.unwrap();
+    add_to_cart(&client).await;
+    wait_text(&client, "#cart-count", |t| t == "1").await;
+
+    shop.redis.pause();
+    client.goto(&format!("{base}/items/4")).await.unwrap();
+    let who = client.find(Locator::Css("#who")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while who.is_displayed().await.unwrap() {
+        assert!(Instant::now() < deadline, "the login stayed shown");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let count = client.find(Locator::Css("#cart-count")).await.unwrap();
+    assert!(!count.is_displayed().await.unwrap(), "a count was shown");
+    assert_eq!(count.text().await.unwrap(), "");
+    shop.redis.resume();
+
+    // Once the shop finds Redis again (its breaker's next probe), the count is
+    // back: the page asks once a load, so load it until then.
+    let session = client.get_named_cookie("shop_session").await.unwrap();
+    let cookie = format!("shop_session={}", session.value());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::e2e::request(&addr, "GET", "/api/me", Some(&cookie), None)
+        .body
+        .contains("\"degraded\":true")
+    {
+        assert!(Instant::now() < deadline, "still degraded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.refresh().await.unwrap();
+    wait_text(&client, "#cart-count", |t| t == "1").await;
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}
