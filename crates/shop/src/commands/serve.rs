@@ -119,6 +119,16 @@ async fn demo(
     Ok(Some(item))
 }
 
+/// Whether a trusted proxy could connect to a listener bound to `bind`: any
+/// may, unless it is bound to loopback, where a peer is a loopback address.
+fn could_reach(proxies: &Networks, bind: std::net::IpAddr) -> bool {
+    !bind.is_loopback()
+        || ["127.0.0.1", "::1"]
+            .iter()
+            .filter_map(|ip| ip.parse().ok())
+            .any(|ip| proxies.contains(ip))
+}
+
 /// Runs `shop serve` until SIGINT/SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let web = &args.settings.web;
@@ -267,6 +277,16 @@ async fn serve_with(
     };
     if let Some(proxies) = &options.proxies_only {
         tracing::info!(%proxies, "behind proxies: the public port takes their connections alone");
+        if !could_reach(proxies, server.bind.ip()) {
+            tracing::warn!(
+                %proxies,
+                bind = %server.bind,
+                "the public port is bound to loopback, where only this host's own \
+                 addresses connect, and no trusted proxy is one of them: every \
+                 connection to it will be closed (add 127.0.0.1 or ::1 to \
+                 --trusted-proxies, or bind another address)"
+            );
+        }
     }
     // The operators' listener: `/metrics` and the detailed `/healthz`, stopped
     // with the rest.

@@ -648,7 +648,7 @@ async fn serve_behind_proxies_takes_connections_from_them_alone() {
     let file = dir.path().join("shop.toml");
     std::fs::write(&file, "[web]\ntrust_forwarded_for = true\n").unwrap();
     let config = file.display().to_string();
-    let (child, addr, metrics) = crate::e2e::serve_with_metrics(
+    let (child, addr, metrics, log) = crate::e2e::serve_logged(
         shop.shop(),
         &[
             "--no-workers",
@@ -664,6 +664,15 @@ async fn serve_behind_proxies_takes_connections_from_them_alone() {
         read_until_closed(&mut stream, MARGIN).0
     };
     assert_eq!(ask(&addr), "", "closed, unanswered");
+    // Bound to loopback with no loopback proxy: said at start.
+    assert!(
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("every connection to it will be closed")),
+        "{:?}",
+        log.lock().unwrap()
+    );
     assert!(
         ask(&metrics).starts_with("HTTP/1.1 200"),
         "the operators' port answers"
