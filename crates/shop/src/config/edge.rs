@@ -12,7 +12,7 @@ pub struct EdgeSettings {
     /// An edge cache's purge address (Varnish with deploy/varnish/shop.vcl):
     /// every purge also sends `PURGE` with `xkey-purge: <tags>` there before it
     /// returns. Repeat it for several edges [default: none].
-    #[arg(long = "edge-purge-url", env = "SHOP_EDGE_PURGE_URLS", value_delimiter = ',',
+    #[arg(long = "edge-purge-url", global = true, env = "SHOP_EDGE_PURGE_URLS", value_delimiter = ',',
           value_parser = parse_edge_url)]
     pub edge_purge_url: Vec<String>,
 }

@@ -13,18 +13,24 @@ pub struct RedisSettings {
     /// Redis to use: redis://host:port/db or unix:///path/to/socket [default: none;
     /// `serve` starts a private pair under `data/`, which the other commands run in
     /// the same directory use].
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<SecretUrl>,
     /// A second Redis for the cached pages only (rebuildable; configure it with
     /// `maxmemory` and `allkeys-lru`), so pages can never push out sessions, carts
     /// or sales [default: the pages share the state Redis; a private one beside
     /// the private state Redis].
-    #[arg(long, env = "SHOP_CACHE_REDIS_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "SHOP_CACHE_REDIS_URL",
+        hide_env_values = true
+    )]
     pub cache_redis_url: Option<SecretUrl>,
     /// A Redis Cluster to use instead: some of its nodes as host:port,host:port,...
     /// Selects the cluster key layout (hash-tagged keys, a sharded session index).
     #[arg(
         long,
+        global = true,
         env = "SHOP_REDIS_CLUSTER",
         hide_env_values = true,
         value_delimiter = ',',
@@ -35,17 +41,19 @@ pub struct RedisSettings {
     /// How many shards the cluster layout splits the session index into.
     #[arg(
         long,
+        global = true,
         env = "SHOP_SESSION_SHARDS",
         default_value_t = shop_cache::keys::DEFAULT_SHARDS,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(shop_cache::keys::MAX_SHARDS)),
     )]
     pub session_shards: u32,
     /// Namespace put before every key, so several shops can share one Redis.
-    #[arg(long, env = "SHOP_KEY_PREFIX", default_value = "")]
+    #[arg(long, global = true, env = "SHOP_KEY_PREFIX", default_value = "")]
     pub key_prefix: String,
     /// Connections to one Redis node, used in turn (not for a cluster).
     #[arg(
         long,
+        global = true,
         env = "SHOP_REDIS_POOL",
         default_value_t = shop_cache::connection::DEFAULT_POOL as u8,
         value_parser = clap::value_parser!(u8).range(1..=64),

@@ -343,6 +343,7 @@ pub struct DatabaseSettings {
     /// sqlite:PATH (made if missing, except by the commands that change what a shop holds: see docs/operations.md) or postgres://user@host/db.
     #[arg(
         long,
+        global = true,
         env = "DATABASE_URL",
         hide_env_values = true,
         default_value = "sqlite:data/shop.db"

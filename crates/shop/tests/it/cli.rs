@@ -151,6 +151,50 @@ fn rows_schedule_list_and_unschedule() {
     }
 }
 
+/// The Redis, database and edge flags of `shop items` and `shop rows` are
+/// taken after the subcommand, as those of `shop sale` and `shop users` are,
+/// and before it, as before.
+#[test]
+fn settings_flags_follow_the_subcommand_or_come_before_it() {
+    let redis = TestRedis::start();
+    let db = TestDb::sqlite();
+    let url = redis.url();
+    let flags = ["--redis-url", url.as_str(), "--database-url", db.url()];
+    stdout(&run(
+        &["seed", "--items", "5", "--database-url", db.url()],
+        &[],
+    ));
+    let after = [
+        &["items", "update", "3", "--price-cents", "1234"][..],
+        &flags,
+    ]
+    .concat();
+    let said = stdout(&run(&after, &[]));
+    assert!(said.contains("item 3 updated to version 2"), "{said}");
+    let before = [
+        &["items"][..],
+        &flags,
+        &["update", "3", "--price-cents", "1235"],
+    ]
+    .concat();
+    let said = stdout(&run(&before, &[]));
+    assert!(said.contains("item 3 updated to version 3"), "{said}");
+    let said = stdout(&run(
+        &[&["rows", "schedule", "3", "5"][..], &flags].concat(),
+        &[],
+    ));
+    assert!(said.contains("row 3 scheduled every 5 s"), "{said}");
+    let said = stdout(&run(
+        &[
+            &["sale", "start", "4", "--stock", "1", "--price-cents", "1"][..],
+            &flags,
+        ]
+        .concat(),
+        &[],
+    ));
+    assert!(said.contains("item 4"), "{said}");
+}
+
 #[test]
 fn sale_start_refuses_an_unknown_item() {
     let redis = TestRedis::start();
