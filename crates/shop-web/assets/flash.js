@@ -3,7 +3,13 @@
 // change, so "sold out" shows within a second; the page itself is the same for
 // everyone and cached whole.
 const money = c => '$' + (c / 100).toLocaleString('en-US', {minimumFractionDigits: 2, maximumFractionDigits: 2});
-const when = s => new Date(s * 1000).toLocaleTimeString();
+// A time today as a time; another day's with its date ("ends Dec 8, 2:59 PM").
+const when = s => {
+  const at = new Date(s * 1000);
+  return at.toDateString() === new Date().toDateString()
+    ? at.toLocaleTimeString()
+    : at.toLocaleString(undefined, {dateStyle: 'medium', timeStyle: 'short'});
+};
 // "1:02:03" or "2:03" from seconds.
 const clock = s => {
   const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, sec = Math.floor(s) % 60;

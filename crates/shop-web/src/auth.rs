@@ -150,10 +150,13 @@ async fn login(
     {
         return Err(WebError::bad_request("enter a name and a password"));
     }
+    // Names are lowercase (the sign-up rules): "Alice", as a phone's keyboard
+    // types it, is alice, and counts against alice's login limit.
+    let name = name.to_ascii_lowercase();
     let parts = AttemptParts::read(&state, &form, &headers, &session, peer)?;
     match state
         .accounts()
-        .log_in(parts.attempt(&session, name, password))
+        .log_in(parts.attempt(&session, &name, password))
         .await?
     {
         Outcome::LoggedIn(done) => Ok(logged_in(done, &session, &headers, &next)),
@@ -168,6 +171,7 @@ async fn login(
             }
             let page = LoginPage {
                 next,
+                name,
                 message: Some("Wrong name or password.".to_owned()),
                 key: SessionToken::generate().expose().to_owned(),
             };
@@ -325,6 +329,7 @@ fn logged_in(done: LoggedIn, session: &Session, headers: &HeaderMap, next: &str)
 async fn login_form(Query(q): Query<Next>) -> Result<Response, WebError> {
     let page = LoginPage {
         next: local_path(q.next())?,
+        name: String::new(),
         message: None,
         key: SessionToken::generate().expose().to_owned(),
     };

@@ -303,6 +303,8 @@ pub struct AdminItemPage {
 pub struct LoginPage {
     /// Where to go after logging in (a local path).
     pub next: String,
+    /// The name typed last time, kept in the box.
+    pub name: String,
     /// Why the last attempt failed.
     pub message: Option<String>,
     /// The form's one-time key: submitting the same form twice logs in once.

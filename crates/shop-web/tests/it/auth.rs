@@ -16,7 +16,9 @@ async fn login_rotates_the_token_and_keeps_the_cart() {
         .post("/login", Some(&guest), "name=walt&password=nope", false)
         .await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    assert!(text(wrong).await.contains("Wrong name or password"));
+    let page = text(wrong).await;
+    assert!(page.contains("Wrong name or password"), "{page}");
+    assert!(page.contains(r#"value="walt""#), "the name kept: {page}");
     let unknown = app
         .post("/login", Some(&guest), "name=nobody&password=nope", true)
         .await;
@@ -63,6 +65,29 @@ async fn login_rotates_the_token_and_keeps_the_cart() {
         .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert_eq!(app.me(&user).await["user"]["name"], "walt", "still walt");
+}
+
+/// A name typed with capitals (a phone's keyboard makes "Walt") logs in as
+/// the lowercase account it can only be; a refused login keeps the name.
+#[tokio::test]
+async fn a_login_name_is_lowercased() {
+    let app = TestApp::start().await;
+    app.db
+        .create_user("walt", "right-pw")
+        .await
+        .unwrap()
+        .unwrap();
+    let resp = app
+        .post("/login", None, "name=%20Walt%20&password=right-pw", true)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let user = cookie_of(&resp).unwrap();
+    assert_eq!(app.me(&user).await["user"]["name"], "walt");
+    let wrong = app
+        .post("/login", None, "name=WALT&password=nope", false)
+        .await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(text(wrong).await.contains(r#"value="walt""#));
 }
 
 #[tokio::test]

@@ -318,3 +318,26 @@ async fn the_home_page_is_kept_in_memory_and_shows_a_change_at_once() {
     }
     stop.cancel();
 }
+
+/// Every page's title is "<what> · Fake Web Retailer", one separator for all.
+#[tokio::test]
+async fn every_page_title_ends_the_same_way() {
+    let app = TestApp::start().await;
+    for uri in [
+        "/items/3",
+        "/items",
+        "/search?q=lamp",
+        "/login",
+        "/signup",
+        "/cart",
+        "/flash",
+    ] {
+        let html = text(app.get(uri, None).await).await;
+        let title = html
+            .split("<title>")
+            .nth(1)
+            .and_then(|rest| rest.split("</title>").next())
+            .unwrap_or_else(|| panic!("{uri}: no title in {html}"));
+        assert!(title.ends_with(" · Fake Web Retailer"), "{uri}: {title}");
+    }
+}

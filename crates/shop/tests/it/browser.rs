@@ -219,6 +219,8 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     let sale = shop
         .shop()
         .args(["sale", "start", "1", "--stock", "7", "--price-cents", "499"])
+        // Three days: it ends on another day than today, which the page says.
+        .args(["--minutes", "4320"])
         .output()
         .unwrap();
     assert!(sale.status.success());
@@ -355,6 +357,16 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     })
     .await;
     assert!(countdown.contains(':'), "{countdown}");
+    // Its end is three days off: said with its date, not a time that reads as today's.
+    let window = text_of(&client, ".sale-item[data-item=\"1\"] .window").await;
+    assert!(
+        window.starts_with("ends ")
+            && window
+                .as_bytes()
+                .windows(4)
+                .any(|four| four.iter().all(u8::is_ascii_digit)),
+        "{window}"
+    );
     assert_eq!(stock_bar(&client).await, "width: 100%;");
     screenshot(&client, "flash.png").await;
 
@@ -956,6 +968,71 @@ async fn a_stalled_session_store_shows_no_cart_count() {
     }
     client.refresh().await.unwrap();
     wait_text(&client, "#cart-count", |t| t == "1").await;
+    client.close().await.unwrap();
+    assert!(stop(server).success());
+    drop(driver);
+}
+
+/// The cart and the account's list of devices fit a 375 px phone: nothing runs
+/// off the side (their tables stack each row's cells).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cart_and_the_account_fit_a_phone() {
+    let Some(driver) = driver() else {
+        return;
+    };
+    let shop = seeded(20).await;
+    shop.db
+        .create_user("pia", "pia-password-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let (server, addr) = shop.serve(&[]);
+    // Another device logged in: the devices table has its "Log out" button.
+    let other = crate::e2e::request_with(
+        &addr,
+        "POST",
+        "/login",
+        None,
+        Some("name=pia&password=pia-password-1"),
+        &[
+            ("Accept", "application/json"),
+            (
+                "User-Agent",
+                "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile",
+            ),
+        ],
+    );
+    assert_eq!(other.status, 200, "{}", other.body);
+    let (client, _profile) = chromium(&driver).await;
+    let base = format!("http://{addr}");
+    client.goto(&base).await.unwrap();
+    log_in_as(&client, &base, "pia", "pia-password-1", "/account").await;
+    for item in [3, 4] {
+        client.goto(&format!("{base}/items/{item}")).await.unwrap();
+        add_to_cart(&client).await;
+        wait_path(&client, "/cart").await;
+    }
+    client.set_window_size(375, 800).await.unwrap();
+    let width = client
+        .execute("return window.innerWidth", vec![])
+        .await
+        .unwrap()
+        .as_i64()
+        .unwrap();
+    assert!(width <= 400, "the window is {width} px wide");
+    for page in ["/cart", "/account"] {
+        client.goto(&format!("{base}{page}")).await.unwrap();
+        let widths = client
+            .execute(
+                "const e = document.documentElement; return [e.scrollWidth, e.clientWidth];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let (wide, shown) = (widths[0].as_i64().unwrap(), widths[1].as_i64().unwrap());
+        screenshot(&client, &format!("{}-375.png", &page[1..])).await;
+        assert!(wide <= shown, "{page} is {wide} px wide in {shown}");
+    }
     client.close().await.unwrap();
     assert!(stop(server).success());
     drop(driver);
