@@ -284,7 +284,7 @@ async fn update(
         if let Some(sale) = state.sale_board.borrow().get(&item)
             && shop_db::unix_now() < sale.end
         {
-            return Err(on_sale(item));
+            return Err(on_sale(item, false));
         }
         new_cart_allowed(&state, &session, peer, &headers).await?;
         match state.db.item(item).await? {
@@ -433,19 +433,24 @@ async fn checkout(
                 "item {item_id} is no longer available; remove it from your cart and try again"
             ),
         )),
-        CheckoutOutcome::OnSale { item_id, .. } => Err(on_sale(item_id)),
+        CheckoutOutcome::OnSale { item_id, .. } => Err(on_sale(item_id, true)),
     }
 }
 
-/// 409 `on_sale`: `item`'s flash sale runs, and its units are sold only through it.
-fn on_sale(item: ItemId) -> WebError {
+/// 409 `on_sale`: `item`'s flash sale runs, and its units are sold only through
+/// it; `in_cart` when a checkout found it in the cart (not an add).
+fn on_sale(item: ItemId, in_cart: bool) -> WebError {
+    let what_now = if in_cart {
+        "; remove it from your cart to check out the rest, or check out once the sale is over"
+    } else {
+        ""
+    };
     WebError::new(
         StatusCode::CONFLICT,
         "on_sale",
         format!(
             "item {item} is in a flash sale (running or coming): until it ends, it is sold \
-             only on the sale page ({}), at the sale's price and with a limit per account; \
-             remove it from your cart to check out the rest, or check out once the sale is over",
+             only on the sale page ({}), at the sale's price and with a limit per account{what_now}",
             crate::flash::SHELL_PATH
         ),
     )

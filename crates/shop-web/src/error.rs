@@ -329,7 +329,7 @@ fn is_page_request(req: &Request) -> bool {
 /// What [`ErrorPagesLayer`] does to an answer to a request that `page_request`
 /// says is a page's: an error as a page, and any error answer marked
 /// [`ERROR_CACHE_CONTROL`] unless it says otherwise.
-fn finish(resp: Response, page_request: bool) -> Response {
+fn finish(resp: Response, page_request: PageRequest) -> Response {
     let mut resp = as_page(resp, page_request);
     let status = resp.status();
     if (status.is_client_error() || status.is_server_error())
@@ -354,8 +354,8 @@ fn finish(resp: Response, page_request: bool) -> Response {
 pub const ERROR_CACHE_CONTROL: &str = "no-store";
 
 /// An error answer to a page's request (`page_request`) rendered as a page.
-fn as_page(resp: Response, page_request: bool) -> Response {
-    if !page_request {
+fn as_page(resp: Response, page_request: PageRequest) -> Response {
+    if !page_request.page {
         return resp;
     }
     let Some(ErrorMessage(message)) = resp.extensions().get::<ErrorMessage>().cloned() else {
@@ -365,6 +365,7 @@ fn as_page(resp: Response, page_request: bool) -> Response {
     let page = ErrorPage {
         status: status.as_u16(),
         message: &message,
+        about_cart: page_request.about_cart,
     };
     let html = page.render();
     let (parts, body) = resp.into_parts();
@@ -387,7 +388,10 @@ impl Start for ErrorPagesLayer {
     type Finish = PageRequest;
 
     fn start(&self, req: &mut Request) -> PageRequest {
-        PageRequest(is_page_request(req))
+        PageRequest {
+            page: is_page_request(req),
+            about_cart: matches!(req.uri().path(), "/cart" | "/checkout"),
+        }
     }
 }
 
@@ -399,13 +403,17 @@ impl<S> tower::Layer<S> for ErrorPagesLayer {
     }
 }
 
-/// Whether a request answered through [`ErrorPagesLayer`] is a page's.
+/// Whether a request answered through [`ErrorPagesLayer`] is a page's, and
+/// one of the cart's.
 #[derive(Debug, Clone, Copy)]
-pub struct PageRequest(bool);
+pub struct PageRequest {
+    page: bool,
+    about_cart: bool,
+}
 
 impl Finish for PageRequest {
     fn finish(self, resp: Response) -> Response {
-        finish(resp, self.0)
+        finish(resp, self)
     }
 }
 

@@ -494,6 +494,23 @@ pub struct ErrorPage<'a> {
     pub status: u16,
     /// What went wrong, for a person.
     pub message: &'a str,
+    /// The answer to a cart's form (a line, a checkout): the page links back
+    /// to the cart.
+    pub about_cart: bool,
+}
+
+impl ErrorPage<'_> {
+    /// The page's heading: what kind of failure, in words.
+    pub fn heading(&self) -> &'static str {
+        match self.status {
+            404 => "Not found",
+            410 => "No longer sold",
+            429 => "Too many tries",
+            401 | 403 => "Not allowed",
+            500.. => "The shop could not answer",
+            _ => "That could not be done",
+        }
+    }
 }
 
 /// Renders a template (a failure is a bug: `WebError` makes it a logged 500).
@@ -529,6 +546,7 @@ mod tests {
         let page = ErrorPage {
             status: 400,
             message: "<script>alert(1)</script>",
+            about_cart: false,
         };
         let html = page.render().unwrap();
         assert!(!html.contains("<script>alert"), "{html}");

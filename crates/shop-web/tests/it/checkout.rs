@@ -729,6 +729,23 @@ async fn a_cart_holding_an_item_whose_flash_sale_runs_is_not_checked_out() {
             .await;
         assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
         assert_eq!(json(resp).await["error"], "on_sale", "{kind}");
+        // The item page's form: a page that says it in words, where the item
+        // is sold, and links back to the cart; not to remove from the cart an
+        // item that is not in it.
+        let resp = app
+            .post("/cart", Some(&buyer), "item=6&count=1&add=1", false)
+            .await;
+        assert_eq!(resp.status(), StatusCode::CONFLICT, "{kind}");
+        let page = text(resp).await;
+        assert!(page.contains("<h1>That could not be done</h1>"), "{page}");
+        assert!(
+            page.contains("/flash") && !page.contains("remove it"),
+            "{page}"
+        );
+        assert!(
+            page.contains(r#"<a href="/cart">Back to your cart</a>"#),
+            "{page}"
+        );
         untouched(&app, &buyer, 5, stock, &cart).await;
 
         // A coming sale's units are the sale's too.
