@@ -83,6 +83,7 @@ impl ManagedRedis {
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        stop_leftover(&dir, role).await?;
         // A data set kept by an older shop has a snapshot and no append-only file.
         // Started with `appendonly yes`, Redis would load the missing file (an
         // empty data set) instead of the snapshot, and overwrite the snapshot at
@@ -183,20 +184,7 @@ impl ManagedRedis {
     /// Asks it to exit (the state Redis saving first), and waits; kills it if it
     /// does not.
     pub async fn stop(mut self) {
-        if let Ok(client) = redis::Client::open(self.url())
-            && let Ok(mut conn) = client.get_multiplexed_async_connection().await
-        {
-            // The server closes the connection as it exits: an error here is expected.
-            // The cache keeps nothing: its pages are rebuilt on demand.
-            let save = match self.role {
-                Role::State => "SAVE",
-                Role::Cache { .. } => "NOSAVE",
-            };
-            let _: Result<(), _> = redis::cmd("SHUTDOWN")
-                .arg(save)
-                .query_async(&mut conn)
-                .await;
-        }
+        ask_to_stop(&self.url(), self.role).await;
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -209,6 +197,116 @@ impl ManagedRedis {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// Asks the Redis at `url` to exit, the state Redis saving first (the cache
+/// keeps nothing: its pages are rebuilt on demand).
+async fn ask_to_stop(url: &str, role: Role) {
+    if let Ok(client) = redis::Client::open(url)
+        && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+    {
+        let save = match role {
+            Role::State => "SAVE",
+            Role::Cache { .. } => "NOSAVE",
+        };
+        // The server closes the connection as it exits: an error here is expected.
+        let _: Result<(), _> = redis::cmd("SHUTDOWN")
+            .arg(save)
+            .query_async(&mut conn)
+            .await;
+    }
+}
+
+/// Makes way for a private Redis in `dir` if one answers there already. One
+/// whose parent is no `shop` process was left running by a shop that did not
+/// stop (killed, or out of memory): it is asked to stop, saving first, so this
+/// shop's own starts on the files it leaves; two servers writing one
+/// append-only file would corrupt it. One a running shop started is that
+/// shop's: an error. Where the parent cannot be told (no `/proc`), an error
+/// too, saying how to stop it.
+async fn stop_leftover(dir: &Path, role: Role) -> anyhow::Result<()> {
+    let url = format!("unix://{}", dir.join(SOCKET).display());
+    if !ping(&url).await {
+        return Ok(());
+    }
+    let pid = server_pid(&url).await;
+    match pid.map(parent_shop) {
+        Some(Parent::Orphan) => {}
+        Some(Parent::Shop(shop)) => anyhow::bail!(
+            "another `shop serve` (pid {shop}) runs with the private redis-server in {}: \
+             stop it first, or start this one in another directory",
+            dir.display()
+        ),
+        None | Some(Parent::Unknown) => anyhow::bail!(
+            "a redis-server already answers on {}: stop it (`redis-cli -s {} shutdown`) \
+             and start again",
+            dir.join(SOCKET).display(),
+            dir.join(SOCKET).display()
+        ),
+    }
+    tracing::warn!(
+        pid = pid.unwrap_or_default(),
+        dir = %dir.display(),
+        "a private redis-server was left running here by a shop that did not stop \
+         (killed?): stopping it, saving first, before this shop starts its own"
+    );
+    ask_to_stop(&url, role).await;
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while ping(&url).await {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the redis-server left running in {} did not stop",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// The process id a Redis says it has (`INFO server`).
+async fn server_pid(url: &str) -> Option<u32> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
+/// Whose child a private redis-server is.
+#[derive(Debug, PartialEq, Eq)]
+enum Parent {
+    /// A running program of this one's name (another `shop serve`), by pid.
+    Shop(u32),
+    /// Anything else: its shop is gone.
+    Orphan,
+    /// Not known (no `/proc`).
+    Unknown,
+}
+
+/// The parent of process `pid`, from `/proc`.
+fn parent_shop(pid: u32) -> Parent {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Parent::Unknown;
+    };
+    // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+    let Some(ppid) = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|ppid| ppid.parse::<u32>().ok())
+    else {
+        return Parent::Unknown;
+    };
+    let name = |of: &str| std::fs::read_to_string(format!("/proc/{of}/comm")).ok();
+    match (name(&ppid.to_string()), name("self")) {
+        (Some(parent), Some(me)) if parent == me => Parent::Shop(ppid),
+        (_, Some(_)) => Parent::Orphan,
+        _ => Parent::Unknown,
     }
 }
 

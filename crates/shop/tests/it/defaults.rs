@@ -331,3 +331,87 @@ fn a_stop_during_the_start_ends_it_and_its_private_redis() {
         String::from_utf8_lossy(&left.stdout)
     );
 }
+
+/// A shop killed outright (SIGKILL, the out-of-memory killer) leaves its
+/// private Redis pair running; the next `serve` in that directory stops them
+/// (the state Redis saving first) and starts its own on their files: one pair,
+/// the carts kept. A second `serve` beside a running one is refused, and stops
+/// nothing of the first's.
+#[test]
+fn the_next_start_stops_the_private_redis_a_killed_shop_left() {
+    let cwd = tempfile::tempdir().unwrap();
+    let in_cwd = || {
+        let mut cmd = shop();
+        cmd.current_dir(cwd.path());
+        cmd
+    };
+    let browser = [("User-Agent", "Mozilla/5.0 (X11; Linux x86_64) Chrome/126.0")];
+    let (mut first, addr, _) = serve_printing(in_cwd(), &["--demo", "--demo-items", "30"]);
+    let added = crate::e2e::request_with(
+        &addr,
+        "POST",
+        "/cart",
+        None,
+        Some("item=3&count=2"),
+        &browser,
+    );
+    assert_eq!(added.status, 303, "{}", added.body);
+    let cookie = added.set_cookie("shop_session").unwrap();
+
+    let mut beside = in_cwd()
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = beside.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = beside.kill();
+            let _ = beside.wait();
+            panic!("a second serve started beside the first");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut beside.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{said}");
+    assert!(said.contains("another `shop serve`"), "{said}");
+    let me = crate::e2e::request_with(&addr, "GET", "/api/me", Some(&cookie), None, &browser);
+    assert!(
+        me.body.contains("\"count\":2"),
+        "the first still serves: {}",
+        me.body
+    );
+
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let left = std::fs::read_to_string(cwd.path().join("data/redis/redis.pid")).unwrap();
+    let left = left.trim().to_owned();
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .is_ok_and(|status| !status.contains("State:\tZ"))
+    };
+    assert!(alive(&left), "the killed shop's redis-server runs on");
+
+    let (second, addr, printed) = serve_printing(in_cwd(), &[]);
+    let said = printed.join("\n");
+    assert!(said.contains("started a private redis-server"), "{said}");
+    assert!(!alive(&left), "the one left running was stopped");
+    let me = crate::e2e::request_with(&addr, "GET", "/api/me", Some(&cookie), None, &browser);
+    assert!(
+        me.body.contains("\"count\":2"),
+        "the cart kept: {}",
+        me.body
+    );
+    let servers = std::process::Command::new("pgrep")
+        .args(["-f", &format!("redis-server.*{}", cwd.path().display())])
+        .output()
+        .unwrap();
+    let servers = String::from_utf8_lossy(&servers.stdout);
+    assert_eq!(servers.lines().count(), 2, "one pair: {servers}");
+    assert!(stop(second).success());
+}
