@@ -128,3 +128,41 @@ pub async fn connect_existing_db(database: &DatabaseSettings) -> anyhow::Result<
     }
     connect_db(database).await
 }
+
+/// Warns when the state Redis at `conn` (one node) can lose what it holds: a
+/// `maxmemory-policy` other than `noeviction` drops carts, sessions and a
+/// sale's reservations when it is full, and no append-only file and no save
+/// points lose them all at its restart (docs/security.md, docs/operations.md).
+/// A Redis that refuses `CONFIG GET` (some hosted ones) is left unchecked.
+pub async fn warn_if_state_redis_can_lose_data(conn: &RedisConn) {
+    let mut conn = conn.clone();
+    let mut setting = async |name: &str| -> Option<String> {
+        let pair: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        pair.into_iter().nth(1)
+    };
+    let Some(policy) = setting("maxmemory-policy").await else {
+        tracing::info!("the state Redis does not say its settings (CONFIG GET): unchecked");
+        return;
+    };
+    if policy != "noeviction" {
+        tracing::warn!(
+            policy,
+            "the state Redis evicts keys when full (maxmemory-policy {policy}): carts, \
+             sessions and a sale's reservations can be dropped; set it to noeviction and \
+             give the pages a Redis of their own (--cache-redis-url)"
+        );
+    }
+    let aof = setting("appendonly").await.unwrap_or_default();
+    let save = setting("save").await.unwrap_or_default();
+    if aof == "no" && save.trim().is_empty() {
+        tracing::warn!(
+            "the state Redis keeps nothing on disk (appendonly no, no save points): \
+             its restart empties every cart and session; turn on appendonly"
+        );
+    }
+}

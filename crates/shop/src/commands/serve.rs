@@ -179,6 +179,9 @@ async fn serve_with(
     } = &args.settings;
     let start = async {
         let (conn, keys) = connect_redis_at(redis_url, redis).await?;
+        if !conn.is_cluster() {
+            crate::connect::warn_if_state_redis_can_lose_data(&conn).await;
+        }
         let cache = match cache_url {
             Some(url) => Some(connect_cache(url, redis).await?),
             None => None,

@@ -415,3 +415,57 @@ fn the_next_start_stops_the_private_redis_a_killed_shop_left() {
     assert_eq!(servers.lines().count(), 2, "one pair: {servers}");
     assert!(stop(second).success());
 }
+
+/// `serve` warns at its start of a state Redis that can lose carts and
+/// sessions (one that evicts when full, one that keeps nothing on disk), and
+/// says nothing of one that keeps them.
+#[tokio::test]
+async fn serve_warns_of_a_state_redis_that_can_lose_what_it_holds() {
+    let shop = seeded(10).await;
+    let set = async |settings: &[(&str, &str)]| {
+        let mut conn = shop.redis.conn().await;
+        for (name, value) in settings {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    let warnings = ["evicts keys when full", "keeps nothing on disk"];
+    // Everything it logged, once it has stopped.
+    let logged = |log: std::sync::Arc<std::sync::Mutex<Vec<String>>>| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let lines = log.lock().unwrap().join("\n");
+            if lines.contains("every connection closed") {
+                return lines;
+            }
+            assert!(std::time::Instant::now() < deadline, "{lines}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    set(&[
+        ("maxmemory-policy", "allkeys-lru"),
+        ("appendonly", "no"),
+        ("save", ""),
+    ])
+    .await;
+    let (child, _, _, log) = crate::e2e::serve_logged(shop.shop(), &["--no-workers"]);
+    assert!(stop(child).success());
+    let said = logged(log);
+    for warning in warnings {
+        assert!(said.contains(warning), "{warning}: {said}");
+    }
+
+    set(&[("maxmemory-policy", "noeviction"), ("save", "300 1")]).await;
+    let (child, _, _, log) = crate::e2e::serve_logged(shop.shop(), &["--no-workers"]);
+    assert!(stop(child).success());
+    let said = logged(log);
+    for warning in warnings {
+        assert!(!said.contains(warning), "{warning}: {said}");
+    }
+}
