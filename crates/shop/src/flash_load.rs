@@ -9,7 +9,9 @@
 //! login rate limits, not the sale. Then every buyer sends one buy at once
 //! ([`shop_load::flash`]), and the database is asked how many units were ordered:
 //! the run fails if that is more than the stock (oversold), fewer than the stock
-//! with buyers to spare (units lost), or if any buy got a 5xx.
+//! with buyers to spare (units lost), or if any buy got a 5xx. The sale ends
+//! with the run (the buyers' accounts and orders stay: run it against a shop of
+//! tests, not a retailer's store).
 
 use std::time::Instant;
 
@@ -93,6 +95,24 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         prepared.elapsed().as_secs_f64()
     );
 
+    // The sale ends with the run, however the run ends: an item of a real
+    // catalogue is not left on sale at a made-up price.
+    let ran = burst(args, &db, &parts, cookies).await;
+    let ended = sale::stop(&parts.stores(&db), args.sale_item).await;
+    parts.settle_edges().await;
+    db.close().await;
+    ended.context("cannot end the sale this run started: end it with `shop sale stop`")?;
+    eprintln!("ended the sale of item {}", args.sale_item);
+    ran
+}
+
+/// The burst and its check, on a sale started.
+async fn burst(
+    args: &LoadArgs,
+    db: &shop_db::Db,
+    parts: &sale::SaleParts,
+    cookies: Vec<String>,
+) -> anyhow::Result<()> {
     // Each run's keys are its own, so its orders can be counted apart.
     let key_prefix = format!("flash-load-{}", SessionToken::generate().expose());
     let report = shop_load::flash::run(FlashLoad {
@@ -144,7 +164,6 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         })?;
         std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    db.close().await;
     anyhow::ensure!(
         check.ok,
         "the sale went wrong: {orders} units ordered, {expected} expected, {} 5xx",

@@ -106,7 +106,8 @@ pub struct LoadArgs {
     /// What to run: the shop's request `mix`, or a `flash` sale: --buyers registered
     /// buyers (created and logged in first, through the database and Redis given)
     /// buy --sale-item at once, in one burst, from a sale of --stock units started
-    /// just before.
+    /// just before and ended after (the buyers' accounts and orders stay: run it
+    /// against a shop of tests, not a retailer's store).
     #[arg(long, value_enum, default_value_t = Scenario::Mix)]
     pub scenario: Scenario,
     /// Flash scenario: buyers, one buy each.

@@ -130,9 +130,19 @@ async fn the_flash_scenario_sells_exactly_the_stock_on_both_deciders() {
             "each unit sold once"
         );
         assert_eq!(report["check"]["ok"], true);
-        // A second run on the same shop: a new sale (the first had not ended),
-        // the same buyers, again exact: 30 of them, among the first run's
-        // winners, buy all 25 units.
+        // The sale ended with the run: item 1 is not left on sale at $1.
+        let row = test_shop
+            .db
+            .inventory_row(shop_cache::domain::ItemId::new(1).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            row.sale_end.is_some_and(|end| end <= shop_db::unix_now()),
+            "{decider}: {row:?}"
+        );
+        // A second run on the same shop: a new sale, the same buyers, again
+        // exact: 30 of them, among the first run's winners, buy all 25 units.
         let again = test_shop
             .shop()
             .args(["load", "--scenario", "flash", "--target", &addr])
