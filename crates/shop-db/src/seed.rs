@@ -125,10 +125,11 @@ impl Db {
     }
 
     /// Adds the demo users ([`DEMO_USERS`], whose passwords are published) that
-    /// are missing; returns how many it added. Only on request (`--demo-users`):
-    /// a shop facing the internet must not have accounts anyone can log in to.
-    pub async fn add_demo_users(&self) -> Result<u64, DbError> {
-        let mut added = 0;
+    /// are missing; returns those it added (name, password). Only on request
+    /// (`--demo-users`): a shop facing the internet must not have accounts
+    /// anyone can log in to.
+    pub async fn add_demo_users(&self) -> Result<Vec<(&'static str, &'static str)>, DbError> {
+        let mut added = Vec::new();
         for (name, password) in DEMO_USERS {
             let exists = sqlx::query("SELECT 1 FROM users WHERE name = $1")
                 .bind(name)
@@ -136,7 +137,7 @@ impl Db {
                 .await?
                 .is_some();
             if !exists && self.create_user(name, password).await?.is_some() {
-                added += 1;
+                added.push((name, password));
             }
         }
         Ok(added)

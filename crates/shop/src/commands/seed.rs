@@ -18,15 +18,21 @@ pub async fn run(args: SeedArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Adds the demo accounts that are missing and prints their logins.
+/// Adds the demo accounts that are missing and prints the logins of those it
+/// added (one there already may have had its password changed since).
 pub async fn demo_users(db: &Db) -> anyhow::Result<()> {
     let added = db.add_demo_users().await.context("adding the demo users")?;
-    let users: Vec<String> = shop_db::seed::DEMO_USERS
+    if added.is_empty() {
+        crate::say!("0 demo users added: they are there already, with their passwords as set");
+        return Ok(());
+    }
+    let users: Vec<String> = added
         .iter()
         .map(|(name, password)| format!("{name} / {password}"))
         .collect();
     crate::say!(
-        "{added} demo users added; demo logins: {}",
+        "{} demo users added; demo logins: {}",
+        added.len(),
         users.join(", ")
     );
     Ok(())

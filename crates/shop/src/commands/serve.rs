@@ -88,6 +88,7 @@ async fn serve_redis(settings: &Settings) -> anyhow::Result<Served> {
 /// it. Returns the item a demo sale is of, for its page's mark.
 async fn demo(
     web: &WebSettings,
+    bind: std::net::SocketAddr,
     db: &Db,
     conn: &RedisConn,
     cache: Option<RedisConn>,
@@ -105,6 +106,14 @@ async fn demo(
     }
     if web.demo_users() {
         seed::demo_users(db).await?;
+        if !bind.ip().is_loopback() {
+            tracing::warn!(
+                %bind,
+                "the demo accounts' passwords are published and this shop listens beyond \
+                 this machine: anyone who reaches it can log in as them (serve without \
+                 --demo-users, or remove them)"
+            );
+        }
     }
     if !web.demo_sale() {
         return Ok(None);
@@ -187,7 +196,7 @@ async fn serve_with(
             None => None,
         };
         let db = connect_db(database).await?;
-        let demo_sale = demo(web, &db, &conn, cache.clone(), &keys).await?;
+        let demo_sale = demo(web, server.bind, &db, &conn, cache.clone(), &keys).await?;
         anyhow::Ok((conn, keys, cache, db, demo_sale))
     };
     let (conn, keys, cache, db, demo_sale) = tokio::select! {

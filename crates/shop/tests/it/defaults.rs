@@ -130,6 +130,8 @@ async fn demo_seeds_the_catalogue_adds_the_users_and_starts_the_sale_once() {
     let said = printed.join("\n");
     assert!(!said.contains("seeded"), "{said}");
     assert!(said.contains("0 demo users added"), "{said}");
+    // The accounts were there: their passwords may have been changed since.
+    assert!(!said.contains("alice-password"), "{said}");
     assert!(!said.contains("started a demo flash sale"), "{said}");
     assert!(stop(child).success());
     assert_eq!(shop.db.item_count().await.unwrap(), 40);
@@ -468,4 +470,56 @@ async fn serve_warns_of_a_state_redis_that_can_lose_what_it_holds() {
     for warning in warnings {
         assert!(!said.contains(warning), "{warning}: {said}");
     }
+}
+
+/// The demo accounts on a shop that listens beyond this machine: `serve` warns
+/// that anyone who reaches it can log in as them.
+#[tokio::test]
+async fn demo_users_on_a_public_address_are_warned_of() {
+    use std::io::BufRead;
+    let shop = empty_shop(TestDb::sqlite()).await;
+    let mut child = shop
+        .shop()
+        .args([
+            "serve",
+            "--bind",
+            "0.0.0.0:0",
+            "--no-workers",
+            "--demo-users",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its log is read until the warning: one that never comes ends with it,
+    // killed after 20 s.
+    let pid = child.id().to_string();
+    let (read, reading) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let waited = reading.recv_timeout(std::time::Duration::from_secs(20));
+        if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid])
+                .status();
+        }
+    });
+    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    for line in lines.map_while(Result::ok) {
+        let done = line.contains("listens beyond this machine") || line.contains("serving");
+        said.push(line);
+        if done {
+            break;
+        }
+    }
+    // Read: the watchdog ends (before the child is reaped, so its pid is no
+    // other process's yet).
+    drop(read);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("anyone who reaches it can log in as them")),
+        "{said:?}"
+    );
 }
