@@ -35,9 +35,9 @@ pub enum Backend {
 #[derive(Debug, Clone)]
 pub struct Db {
     /// Statements that change nothing.
-    pub(crate) read: AnyPool,
+    pub(crate) read: crate::gate::Gated,
     /// Transactions and statements that write.
-    pub(crate) write: AnyPool,
+    pub(crate) write: crate::gate::Gated,
     backend: Backend,
     /// Argon2 verifications run by `check_password` (see [`Db::password_checks`]).
     pub(crate) password_checks: Arc<AtomicU64>,
@@ -184,6 +184,9 @@ impl Db {
         let write = write_pool(backend).connect(&url).await?;
         let reads = Arc::<AtomicU64>::default();
         let read = read_pool(backend, reads.clone()).connect(&url).await?;
+        // One gate for both pools: what one finds unreachable, the other is too.
+        let write = crate::gate::Gated::new(write);
+        let read = write.beside(read);
         let file = sqlite_path(&url)
             .and_then(|path| OpenedFile::open(Path::new(path)))
             .map(Arc::new);
@@ -202,10 +205,14 @@ impl Db {
 
     async fn migrate(&self) -> Result<(), DbError> {
         match self.backend {
-            Backend::Sqlite => sqlx::migrate!("migrations/sqlite").run(&self.write).await?,
+            Backend::Sqlite => {
+                sqlx::migrate!("migrations/sqlite")
+                    .run(self.write.pool())
+                    .await?
+            }
             Backend::Postgres => {
                 sqlx::migrate!("migrations/postgres")
-                    .run(&self.write)
+                    .run(self.write.pool())
                     .await?
             }
         }
@@ -217,17 +224,17 @@ impl Db {
     /// writers). Writes that confirm something belong in a [`Db::begin_write`]
     /// transaction instead.
     pub fn pool(&self) -> &AnyPool {
-        &self.write
+        self.write.pool()
     }
 
     /// The pool for statements that write: small, and quick to give up.
     pub fn write_pool(&self) -> &AnyPool {
-        &self.write
+        self.write.pool()
     }
 
     /// The pool for statements that only read (read-only on SQLite).
     pub fn read_pool(&self) -> &AnyPool {
-        &self.read
+        self.read.pool()
     }
 
     /// Which database this is.
@@ -252,8 +259,8 @@ impl Db {
 
     /// Closes every connection; later calls fail as if the database were down.
     pub async fn close(&self) {
-        self.write.close().await;
-        self.read.close().await;
+        self.write.pool().close().await;
+        self.read.pool().close().await;
     }
 
     /// Answers when the database answers reads of the shop's own tables (for
@@ -281,7 +288,7 @@ impl Db {
         // In its own task: a caller that gives up (a health check's timeout) must not
         // cut the probe half-way.
         tokio::spawn(probe_write(
-            self.write.clone(),
+            self.write.pool().clone(),
             self.backend,
             self.commits.clone(),
         ))

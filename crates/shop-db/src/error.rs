@@ -45,6 +45,12 @@ impl DbError {
         }
     }
 
+    /// True when the statement never reached the database: it was found
+    /// unreachable a moment ago (see [`crate::gate`], which logged that once).
+    pub fn failed_fast(&self) -> bool {
+        matches!(self, DbError::Sqlx(e) if crate::gate::is_closed_error(e))
+    }
+
     /// True when the database is unreachable, overloaded or locked rather than the
     /// request being wrong: callers answer 503 or retry later.
     ///

@@ -20,6 +20,7 @@ pub mod catalogue;
 mod db;
 mod error;
 pub mod flash;
+pub mod gate;
 pub mod inventory;
 pub mod items;
 pub mod orders;

@@ -19,6 +19,7 @@ mod example;
 mod redis_cluster;
 mod redis_server;
 mod small_disk;
+mod tcp_proxy;
 mod varnish;
 
 pub use database::{SqliteWalPin, SqliteWriteLock, TestDb};
@@ -27,4 +28,5 @@ pub use example::{Reply, RunningExample};
 pub use redis_cluster::TestRedisCluster;
 pub use redis_server::TestRedis;
 pub use small_disk::SmallDisk;
+pub use tcp_proxy::TcpProxy;
 pub use varnish::{SHOP_VCL, TestVarnish, VARNISHD_ENV};

@@ -543,10 +543,15 @@ impl From<CatalogueError> for WebError {
 impl From<DbError> for WebError {
     fn from(error: DbError) -> Self {
         if error.is_unavailable() {
-            WebError::unavailable().caused_by(Cause::new(
-                tracing::Level::WARN,
-                format!("database unavailable: {error}"),
-            ))
+            // Failed at once, the database known to be away: said once, by the
+            // gate that failed it, not at every request.
+            let level = if error.failed_fast() {
+                tracing::Level::DEBUG
+            } else {
+                tracing::Level::WARN
+            };
+            WebError::unavailable()
+                .caused_by(Cause::new(level, format!("database unavailable: {error}")))
         } else {
             WebError::internal().caused_by(Cause::new(
                 tracing::Level::ERROR,

@@ -160,3 +160,82 @@ async fn the_ping_fails_on_a_database_without_the_shops_tables() {
         assert!(db.ping().await.is_err(), "{:?}", db.backend());
     }
 }
+
+/// A PostgreSQL server gone away (every connection closed, new ones closed as
+/// they come) is waited for once, not by every statement: after the first
+/// finds it gone, reads and writes fail at once as unavailable (not busy),
+/// until one a second finds it back; then they work again, by themselves.
+#[tokio::test]
+async fn a_database_gone_away_is_not_waited_for_by_every_statement() {
+    let Some(test_db) = TestDb::postgres().await else {
+        return;
+    };
+    let url = test_db.url();
+    let server = url
+        .split_once("://")
+        .map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_owned();
+    let proxy = shop_testkit::TcpProxy::to(&server);
+    let db = Db::connect(&url.replace(&server, proxy.addr()))
+        .await
+        .unwrap();
+    assert_eq!(db.item_count().await.unwrap(), 0);
+
+    proxy.cut();
+    // The first finds it gone (its connection closed, or none opened in time).
+    let first = db.item_count().await.unwrap_err();
+    assert!(first.is_unavailable(), "{first}");
+    // Forty statements, each of which waited out the pool's acquire timeout
+    // (2 to 5 s) before: all fail at once but the one a second that tries the
+    // database again (it waits as before).
+    let mut waited = Vec::new();
+    for i in 0..20 {
+        let started = std::time::Instant::now();
+        let read = db.item_count().await.unwrap_err();
+        assert!(read.is_unavailable() && !read.is_busy(), "{read}");
+        waited.push(started.elapsed());
+        let started = std::time::Instant::now();
+        let write = db
+            .create_user(&format!("gone{i}"), "password-1")
+            .await
+            .unwrap_err();
+        assert!(write.is_unavailable() && !write.is_busy(), "{write}");
+        waited.push(started.elapsed());
+    }
+    let slow = waited
+        .iter()
+        .filter(|took| **took > std::time::Duration::from_secs(1))
+        .count();
+    assert!(slow <= 2, "{waited:?}");
+    // Failed at once, and said to be (the web tier logs those quietly); a try
+    // of the database again, when one falls due, is followed by one.
+    let mut fast = false;
+    for _ in 0..3 {
+        fast |= db.item_count().await.unwrap_err().failed_fast();
+    }
+    assert!(fast);
+
+    proxy.mend();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        match db.item_count().await {
+            Ok(0) => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "never back: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        db.create_user("back", "password-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    db.close().await;
+    drop(proxy);
+    drop(test_db);
+}

@@ -1,0 +1,245 @@
+//! The database's gate, before both its pools: a database that could not be reached a moment ago is not
+//! waited for again by every statement. Without it, each one waited out the
+//! pool's acquire timeout (its connection attempts refused, or left unanswered)
+//! and answered 503 only then: 5 s a request while the database was away, the
+//! web servers' connections piling up meanwhile.
+//!
+//! A statement that finds the database unreachable (its connection lost or
+//! refused, or no connection at all could be opened in the acquire timeout)
+//! closes the gate for [`RETRY_EVERY`]: statements meanwhile fail at once with
+//! an error [`DbError::is_unavailable`](crate::DbError::is_unavailable) says is
+//! one, not busy. The first after that goes through as the probe (the others
+//! still fail at once); its success opens the gate. Closing and opening are
+//! logged once each. A pool merely busy (every connection in use) never closes
+//! it: that is load, answered by the acquire timeout as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use sqlx::any::{Any, AnyQueryResult, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::{AnyPool, Database, Either, Execute, Executor};
+
+/// How long statements fail at once after the database was found unreachable,
+/// before one tries it again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// A pool behind its gate; statements run on `&Gated` as on `&AnyPool`.
+#[derive(Debug, Clone)]
+pub struct Gated {
+    pool: AnyPool,
+    gate: Arc<Gate>,
+}
+
+#[derive(Debug)]
+struct Gate {
+    /// Unix milliseconds until which statements fail at once; 0 when open.
+    closed_until: AtomicU64,
+    /// When it closed, for the log of its opening.
+    closed_at: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Gated {
+    /// `pool` behind a gate of its own.
+    pub fn new(pool: AnyPool) -> Self {
+        Self {
+            pool,
+            gate: Arc::new(Gate {
+                closed_until: AtomicU64::new(0),
+                closed_at: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// `pool` behind this one's gate: another pool of the same database (what
+    /// one finds unreachable, the other cannot reach either).
+    pub fn beside(&self, pool: AnyPool) -> Self {
+        Self {
+            pool,
+            gate: self.gate.clone(),
+        }
+    }
+
+    /// The pool itself (no gate).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// A connection of the pool, through the gate.
+    pub async fn acquire(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
+        self.admit()?;
+        self.observe(self.pool.acquire().await)
+    }
+
+    /// Whether the gate is closed now (the database found unreachable less
+    /// than [`RETRY_EVERY`] ago).
+    pub fn is_closed(&self) -> bool {
+        let until = self.gate.closed_until.load(Ordering::Acquire);
+        until != 0 && now_ms() < until
+    }
+
+    /// Lets a statement through, or fails it at once while the gate is closed.
+    /// Once the time is up, one statement is let through as the probe.
+    fn admit(&self) -> Result<(), sqlx::Error> {
+        let until = self.gate.closed_until.load(Ordering::Acquire);
+        if until == 0 {
+            return Ok(());
+        }
+        let now = now_ms();
+        let next = now + RETRY_EVERY.as_millis() as u64;
+        if now >= until
+            && self
+                .gate
+                .closed_until
+                .compare_exchange(until, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Ok(());
+        }
+        Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            Closed,
+        )))
+    }
+
+    /// Opens or closes the gate by what a statement let through found; its
+    /// result, with a pool that timed out opening no connection at all said to
+    /// be unreachable (not busy: nothing was there to be busy).
+    fn observe<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+        let result = match result {
+            Err(sqlx::Error::PoolTimedOut) if self.pool.size() == 0 => {
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "no connection to the database could be opened in time",
+                )))
+            }
+            other => other,
+        };
+        let gate = &self.gate;
+        match &result {
+            Ok(_) => {
+                if gate.closed_until.swap(0, Ordering::AcqRel) != 0 {
+                    let since = gate.closed_at.load(Ordering::Acquire);
+                    tracing::warn!(
+                        away_ms = now_ms().saturating_sub(since),
+                        "the database answers again"
+                    );
+                }
+            }
+            Err(error) if self.unreachable(error) => {
+                let now = now_ms();
+                let next = now + RETRY_EVERY.as_millis() as u64;
+                if gate.closed_until.swap(next, Ordering::AcqRel) == 0 {
+                    gate.closed_at.store(now, Ordering::Release);
+                    tracing::warn!(
+                        %error,
+                        "the database cannot be reached: statements fail at once, and one \
+                         a second tries it again, until it answers"
+                    );
+                }
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Whether `error` says the database is out of reach (not busy, not a
+    /// statement's own failure).
+    fn unreachable(&self, error: &sqlx::Error) -> bool {
+        match error {
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(e) => e
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|e| {
+                    // Connection exceptions; an administrator's or a crash's shutdown.
+                    e.code().starts_with("08") || matches!(e.code(), "57P01" | "57P02" | "57P03")
+                }),
+            _ => false,
+        }
+    }
+}
+
+/// The error of a statement the closed gate failed at once (inside an
+/// [`sqlx::Error::Io`]; see [`DbError::failed_fast`](crate::DbError::failed_fast)).
+#[derive(Debug, thiserror::Error)]
+#[error("the database could not be reached a moment ago (it is tried again once a second)")]
+pub struct Closed;
+
+/// Whether `error` is the closed gate's.
+pub(crate) fn is_closed_error(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(e) => e.get_ref().is_some_and(|inner| inner.is::<Closed>()),
+        _ => false,
+    }
+}
+
+impl<'p> Executor<'p> for &'_ Gated {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let this = self.clone();
+        // Whole, then streamed: the shop's statements read what they need at once.
+        futures::stream::once(async move {
+            this.admit()?;
+            this.observe(this.pool.fetch_many(query).try_collect::<Vec<_>>().await)
+        })
+        .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<AnyRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let this = self.clone();
+        Box::pin(async move {
+            this.admit()?;
+            this.observe(this.pool.fetch_optional(query).await)
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [<Any as Database>::TypeInfo],
+    ) -> BoxFuture<'e, Result<<Any as Database>::Statement<'q>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        let pool = self.pool.clone();
+        Box::pin(async move { pool.prepare_with(sql, parameters).await })
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Any>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        let pool = self.pool.clone();
+        Box::pin(async move { pool.describe(sql).await })
+    }
+}

@@ -1,0 +1,104 @@
+//! A TCP proxy in front of a server (PostgreSQL, say) that a test can cut, as
+//! a server that went away is seen by its clients: every connection through it
+//! closed, new ones refused (nothing listens on its port); and mend, listening
+//! and forwarding again on the same address.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Forwards connections to its address to a target, until cut; stopped on drop.
+pub struct TcpProxy {
+    addr: String,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// What listens on the address; none while cut.
+    listener: Mutex<Option<TcpListener>>,
+    stopped: AtomicBool,
+    /// Both ends of every connection forwarded, to close them when cut.
+    open: Mutex<Vec<TcpStream>>,
+}
+
+impl TcpProxy {
+    /// A proxy on a free port of 127.0.0.1 forwarding to `target` (`host:port`).
+    pub fn to(target: &str) -> TcpProxy {
+        let listener = listen("127.0.0.1:0");
+        let addr = listener.local_addr().unwrap().to_string();
+        let shared = Arc::new(Shared::default());
+        *shared.listener.lock().unwrap() = Some(listener);
+        let target = target.to_owned();
+        let accepting = shared.clone();
+        std::thread::spawn(move || {
+            while !accepting.stopped.load(Ordering::Acquire) {
+                let accepted = match &*accepting.listener.lock().unwrap() {
+                    Some(listener) => listener.accept().ok(),
+                    None => None,
+                };
+                let Some((client, _)) = accepted else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let mut open = accepting.open.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+                        continue;
+                    };
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(Shutdown::Both);
+                        let _ = from.shutdown(Shutdown::Both);
+                    });
+                }
+                open.extend([client, server]);
+            }
+        });
+        TcpProxy { addr, shared }
+    }
+
+    /// Its address, `127.0.0.1:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Stops listening (a connection is refused) and closes every connection
+    /// through it.
+    pub fn cut(&self) {
+        self.shared.listener.lock().unwrap().take();
+        for stream in self.shared.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Listens and forwards again, on the same address.
+    pub fn mend(&self) {
+        *self.shared.listener.lock().unwrap() = Some(listen(&self.addr));
+    }
+}
+
+/// A listener on `addr` whose `accept` does not wait.
+fn listen(addr: &str) -> TcpListener {
+    let listener = TcpListener::bind(addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    listener
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.shared.stopped.store(true, Ordering::Release);
+    }
+}
