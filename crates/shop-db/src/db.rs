@@ -185,7 +185,7 @@ impl Db {
         let reads = Arc::<AtomicU64>::default();
         let read = read_pool(backend, reads.clone()).connect(&url).await?;
         // One gate for both pools: what one finds unreachable, the other is too.
-        let write = crate::gate::Gated::new(write);
+        let write = crate::gate::Gated::new(write, backend == Backend::Postgres);
         let read = write.beside(read);
         let file = sqlite_path(&url)
             .and_then(|path| OpenedFile::open(Path::new(path)))

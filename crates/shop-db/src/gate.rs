@@ -5,17 +5,20 @@
 //! web servers' connections piling up meanwhile.
 //!
 //! A statement that finds the database unreachable (its connection lost or
-//! refused, or no connection at all could be opened in the acquire timeout)
-//! closes the gate for [`RETRY_EVERY`]: statements meanwhile fail at once with
-//! an error [`DbError::is_unavailable`](crate::DbError::is_unavailable) says is
-//! one, not busy. The first after that goes through as the probe (the others
-//! still fail at once); its success opens the gate. Closing and opening are
-//! logged once each. A pool merely busy (every connection in use) never closes
-//! it: that is load, answered by the acquire timeout as before.
+//! refused, no connection opened in the acquire timeout) while nothing has
+//! heard from the database since that statement was let through closes the
+//! gate for [`RETRY_EVERY`]: statements meanwhile fail at once with an error
+//! [`DbError::is_unavailable`](crate::DbError::is_unavailable) says is one, not
+//! busy. The first after that goes through as the probe (the others still fail
+//! at once); any answer of the database (rows, or an error it sent) opens the
+//! gate. Closing and opening are logged once each. A pool merely busy, or one
+//! connection lost while others answer, never closes it: the database answered
+//! someone meanwhile. PostgreSQL only: a SQLite file has no server to be away,
+//! and its one write connection held past the timeout is busy, not gone.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -37,26 +40,34 @@ pub struct Gated {
 
 #[derive(Debug)]
 struct Gate {
-    /// Unix milliseconds until which statements fail at once; 0 when open.
+    /// Whether it ever closes (PostgreSQL).
+    enabled: bool,
+    /// [`now_ms`] until which statements fail at once; 0 when open.
     closed_until: AtomicU64,
     /// When it closed, for the log of its opening.
     closed_at: AtomicU64,
+    /// When the database last answered anything.
+    last_contact: AtomicU64,
 }
 
+/// Milliseconds on a clock that only goes forward (a wall clock set back must
+/// not keep the gate closed), from 1.
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 impl Gated {
-    /// `pool` behind a gate of its own.
-    pub fn new(pool: AnyPool) -> Self {
+    /// `pool` behind a gate of its own, which closes only if `enabled` (see
+    /// the module's documentation).
+    pub fn new(pool: AnyPool, enabled: bool) -> Self {
         Self {
             pool,
             gate: Arc::new(Gate {
+                enabled,
                 closed_until: AtomicU64::new(0),
                 closed_at: AtomicU64::new(0),
+                last_contact: AtomicU64::new(0),
             }),
         }
     }
@@ -77,25 +88,19 @@ impl Gated {
 
     /// A connection of the pool, through the gate.
     pub async fn acquire(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
-        self.admit()?;
-        self.observe(self.pool.acquire().await)
+        let admitted = self.admit()?;
+        self.observe(admitted, self.pool.acquire().await)
     }
 
-    /// Whether the gate is closed now (the database found unreachable less
-    /// than [`RETRY_EVERY`] ago).
-    pub fn is_closed(&self) -> bool {
-        let until = self.gate.closed_until.load(Ordering::Acquire);
-        until != 0 && now_ms() < until
-    }
-
-    /// Lets a statement through, or fails it at once while the gate is closed.
-    /// Once the time is up, one statement is let through as the probe.
-    fn admit(&self) -> Result<(), sqlx::Error> {
+    /// Lets a statement through (when, by [`now_ms`]), or fails it at once
+    /// while the gate is closed. Once the time is up, one statement is let
+    /// through as the probe.
+    fn admit(&self) -> Result<u64, sqlx::Error> {
+        let now = now_ms();
         let until = self.gate.closed_until.load(Ordering::Acquire);
         if until == 0 {
-            return Ok(());
+            return Ok(now);
         }
-        let now = now_ms();
         let next = now + RETRY_EVERY.as_millis() as u64;
         if now >= until
             && self
@@ -104,7 +109,7 @@ impl Gated {
                 .compare_exchange(until, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            return Ok(());
+            return Ok(now);
         }
         Err(sqlx::Error::Io(std::io::Error::new(
             std::io::ErrorKind::NotConnected,
@@ -112,60 +117,80 @@ impl Gated {
         )))
     }
 
-    /// Opens or closes the gate by what a statement let through found; its
-    /// result, with a pool that timed out opening no connection at all said to
-    /// be unreachable (not busy: nothing was there to be busy).
-    fn observe<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
-        let result = match result {
-            Err(sqlx::Error::PoolTimedOut) if self.pool.size() == 0 => {
-                Err(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "no connection to the database could be opened in time",
-                )))
-            }
-            other => other,
-        };
+    /// Opens or closes the gate by what a statement let through at `admitted`
+    /// found; its result, with a pool that timed out without a word from the
+    /// database said to be unreachable (not busy: nothing answered to be busy).
+    fn observe<T>(&self, admitted: u64, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
         let gate = &self.gate;
-        match &result {
-            Ok(_) => {
-                if gate.closed_until.swap(0, Ordering::AcqRel) != 0 {
-                    let since = gate.closed_at.load(Ordering::Acquire);
-                    tracing::warn!(
-                        away_ms = now_ms().saturating_sub(since),
-                        "the database answers again"
-                    );
-                }
-            }
-            Err(error) if self.unreachable(error) => {
-                let now = now_ms();
-                let next = now + RETRY_EVERY.as_millis() as u64;
-                if gate.closed_until.swap(next, Ordering::AcqRel) == 0 {
-                    gate.closed_at.store(now, Ordering::Release);
-                    tracing::warn!(
-                        %error,
-                        "the database cannot be reached: statements fail at once, and one \
-                         a second tries it again, until it answers"
-                    );
-                }
-            }
-            Err(_) => {}
+        if !gate.enabled {
+            return result;
         }
-        result
+        let Err(error) = &result else {
+            self.heard();
+            return result;
+        };
+        if !lost(error) {
+            // The database answered (an error of its own, a row not found).
+            self.heard();
+            return result;
+        }
+        if gate.last_contact.load(Ordering::Acquire) >= admitted {
+            // One connection lost, or the pool busy, while the database answers.
+            return result;
+        }
+        let now = now_ms();
+        if gate
+            .closed_until
+            .swap(now + RETRY_EVERY.as_millis() as u64, Ordering::AcqRel)
+            == 0
+        {
+            gate.closed_at.store(now, Ordering::Release);
+            tracing::warn!(
+                %error,
+                "the database cannot be reached: statements fail at once, and one \
+                 a second tries it again, until it answers"
+            );
+        }
+        match result {
+            Err(sqlx::Error::PoolTimedOut) => Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no connection to the database could be opened in time",
+            ))),
+            other => other,
+        }
     }
 
-    /// Whether `error` says the database is out of reach (not busy, not a
-    /// statement's own failure).
-    fn unreachable(&self, error: &sqlx::Error) -> bool {
-        match error {
-            sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
-            sqlx::Error::Database(e) => e
-                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                .is_some_and(|e| {
-                    // Connection exceptions; an administrator's or a crash's shutdown.
-                    e.code().starts_with("08") || matches!(e.code(), "57P01" | "57P02" | "57P03")
-                }),
-            _ => false,
+    /// The database answered: the gate opens (said once).
+    fn heard(&self) {
+        let gate = &self.gate;
+        let now = now_ms();
+        gate.last_contact.fetch_max(now, Ordering::AcqRel);
+        if gate.closed_until.swap(0, Ordering::AcqRel) != 0 {
+            let since = gate.closed_at.load(Ordering::Acquire);
+            tracing::warn!(
+                away_ms = now.saturating_sub(since),
+                "the database answers again"
+            );
         }
+    }
+}
+
+/// Whether `error` says no word came from the database: its connection lost or
+/// refused, none opened in time (not a statement's own failure).
+fn lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(e) => e
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|e| {
+                // Connection exceptions; an administrator's or a crash's shutdown.
+                e.code().starts_with("08") || matches!(e.code(), "57P01" | "57P02" | "57P03")
+            }),
+        _ => false,
     }
 }
 
@@ -197,8 +222,11 @@ impl<'p> Executor<'p> for &'_ Gated {
         let this = self.clone();
         // Whole, then streamed: the shop's statements read what they need at once.
         futures::stream::once(async move {
-            this.admit()?;
-            this.observe(this.pool.fetch_many(query).try_collect::<Vec<_>>().await)
+            let admitted = this.admit()?;
+            this.observe(
+                admitted,
+                this.pool.fetch_many(query).try_collect::<Vec<_>>().await,
+            )
         })
         .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
         .try_flatten()
@@ -215,8 +243,8 @@ impl<'p> Executor<'p> for &'_ Gated {
     {
         let this = self.clone();
         Box::pin(async move {
-            this.admit()?;
-            this.observe(this.pool.fetch_optional(query).await)
+            let admitted = this.admit()?;
+            this.observe(admitted, this.pool.fetch_optional(query).await)
         })
     }
 

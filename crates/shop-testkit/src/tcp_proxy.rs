@@ -47,7 +47,11 @@ impl TcpProxy {
                 let Ok(server) = TcpStream::connect(&target) else {
                     continue;
                 };
+                // Under the lock `cut` drains: one accepted as it cut is closed.
                 let mut open = accepting.open.lock().unwrap();
+                if accepting.listener.lock().unwrap().is_none() {
+                    continue;
+                }
                 for (from, to) in [(&client, &server), (&server, &client)] {
                     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
                         continue;
@@ -77,15 +81,28 @@ impl TcpProxy {
     /// Stops listening (a connection is refused) and closes every connection
     /// through it.
     pub fn cut(&self) {
+        let mut open = self.shared.open.lock().unwrap();
         self.shared.listener.lock().unwrap().take();
-        for stream in self.shared.open.lock().unwrap().drain(..) {
+        for stream in open.drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
 
-    /// Listens and forwards again, on the same address.
+    /// Listens and forwards again, on the same address (retried for 5 s while
+    /// the port is taken, by a connection attempt to it, say).
     pub fn mend(&self) {
-        *self.shared.listener.lock().unwrap() = Some(listen(&self.addr));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(&self.addr) {
+                Ok(listener) => break listener,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(error) => panic!("cannot listen on {} again: {error}", self.addr),
+            }
+        };
+        listener.set_nonblocking(true).unwrap();
+        *self.shared.listener.lock().unwrap() = Some(listener);
     }
 }
 

@@ -79,6 +79,9 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
     };
     let cache = crate::connect::connect_configured_cache(&args.redis).await?;
     let parts = sale::SaleParts::new(&conn, cache, &keys);
+    // Listened for from before the sale starts: a stop ends the run, and the
+    // sale with it.
+    let stop = crate::shutdown::listen();
     // A new sale each run: the buyers are the same accounts as the last run's.
     let set = sale::start_anew(
         &parts.stores(&db),
@@ -97,7 +100,10 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
 
     // The sale ends with the run, however the run ends: an item of a real
     // catalogue is not left on sale at a made-up price.
-    let ran = burst(args, &db, &parts, cookies).await;
+    let ran = tokio::select! {
+        ran = burst(args, &db, &parts, cookies) => ran,
+        () = stop => Err(anyhow::anyhow!("stopped (SIGINT/SIGTERM)")),
+    };
     let ended = sale::stop(&parts.stores(&db), args.sale_item).await;
     parts.settle_edges().await;
     db.close().await;

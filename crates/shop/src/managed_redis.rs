@@ -29,6 +29,10 @@ pub const STATE_DIR: &str = "data/redis";
 pub const CACHE_DIR: &str = "data/redis-cache";
 /// The socket's name in its directory.
 const SOCKET: &str = "redis.sock";
+/// The lock a running shop holds in the directory (see [`take_dir`]).
+const LOCK: &str = "shop.lock";
+/// How long a server left running by a killed shop may take to save and exit.
+const LEFTOVER_STOP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long it may take to save and exit when asked to.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,6 +76,8 @@ pub struct ManagedRedis {
     child: Child,
     launch: Launch,
     role: Role,
+    /// The directory's lock, held while this lives (see [`take_dir`]).
+    _lock: std::fs::File,
 }
 
 impl ManagedRedis {
@@ -83,6 +89,7 @@ impl ManagedRedis {
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        let lock = take_dir(&dir)?;
         stop_leftover(&dir, role).await?;
         // A data set kept by an older shop has a snapshot and no append-only file.
         // Started with `appendonly yes`, Redis would load the missing file (an
@@ -116,6 +123,7 @@ impl ManagedRedis {
             child: child.hand_over(),
             launch,
             role,
+            _lock: lock,
         };
         if upgrading {
             managed.turn_on_aof().await?;
@@ -218,46 +226,64 @@ async fn ask_to_stop(url: &str, role: Role) {
     }
 }
 
-/// Makes way for a private Redis in `dir` if one answers there already. One
-/// whose parent is no `shop` process was left running by a shop that did not
-/// stop (killed, or out of memory): it is asked to stop, saving first, so this
-/// shop's own starts on the files it leaves; two servers writing one
-/// append-only file would corrupt it. One a running shop started is that
-/// shop's: an error. Where the parent cannot be told (no `/proc`), an error
-/// too, saying how to stop it.
-async fn stop_leftover(dir: &Path, role: Role) -> anyhow::Result<()> {
-    let url = format!("unix://{}", dir.join(SOCKET).display());
-    if !ping(&url).await {
-        return Ok(());
-    }
-    let pid = server_pid(&url).await;
-    match pid.map(parent_shop) {
-        Some(Parent::Orphan) => {}
-        Some(Parent::Shop(shop)) => anyhow::bail!(
-            "another `shop serve` (pid {shop}) runs with the private redis-server in {}: \
-             stop it first, or start this one in another directory",
+/// Takes `dir` for this process: a lock on `shop.lock` there, held while the
+/// process lives (the kernel lets go of it when the process ends, however it
+/// ends). Held by another process: a running shop uses this directory, an error.
+fn take_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(LOCK);
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `shop serve` runs with the private redis-server in {}: stop it \
+             first, or start this one in another directory",
             dir.display()
         ),
-        None | Some(Parent::Unknown) => anyhow::bail!(
-            "a redis-server already answers on {}: stop it (`redis-cli -s {} shutdown`) \
-             and start again",
-            dir.join(SOCKET).display(),
-            dir.join(SOCKET).display()
-        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("cannot lock {}", path.display()))
+        }
     }
+}
+
+/// Makes way for this process's private Redis in `dir` (taken, see
+/// [`take_dir`]) when a server still listens on its socket: one left running
+/// by a shop that did not stop (killed, or out of memory). It is asked to stop,
+/// saving first, and waited for until it is gone, so this shop's own starts on
+/// the files it leaves: two servers writing one append-only file would
+/// corrupt it.
+async fn stop_leftover(dir: &Path, role: Role) -> anyhow::Result<()> {
+    let socket = dir.join(SOCKET);
+    let listening = || std::os::unix::net::UnixStream::connect(&socket).is_ok();
+    if !listening() {
+        return Ok(());
+    }
+    let url = format!("unix://{}", socket.display());
+    let pid = server_pid(&url).await;
     tracing::warn!(
         pid = pid.unwrap_or_default(),
         dir = %dir.display(),
         "a private redis-server was left running here by a shop that did not stop \
-         (killed?): stopping it, saving first, before this shop starts its own"
+         (killed?): stopping it, and waiting while it saves, before this shop starts \
+         its own"
     );
     ask_to_stop(&url, role).await;
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    while ping(&url).await {
+    // Gone when nothing listens on the socket: Redis closes it (and removes
+    // it) once its files are written, as it exits; a large data set takes its
+    // time to save, during which the socket still takes connections.
+    let deadline = Instant::now() + LEFTOVER_STOP_TIMEOUT;
+    while listening() {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the redis-server left running in {} did not stop",
-            dir.display()
+            "the redis-server left running in {} did not stop in {} s: stop it \
+             (`redis-cli -s {} shutdown`) and start again",
+            dir.display(),
+            LEFTOVER_STOP_TIMEOUT.as_secs(),
+            socket.display()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -276,38 +302,6 @@ async fn server_pid(url: &str) -> Option<u32> {
     info.lines()
         .find_map(|line| line.strip_prefix("process_id:"))
         .and_then(|pid| pid.trim().parse().ok())
-}
-
-/// Whose child a private redis-server is.
-#[derive(Debug, PartialEq, Eq)]
-enum Parent {
-    /// A running program of this one's name (another `shop serve`), by pid.
-    Shop(u32),
-    /// Anything else: its shop is gone.
-    Orphan,
-    /// Not known (no `/proc`).
-    Unknown,
-}
-
-/// The parent of process `pid`, from `/proc`.
-fn parent_shop(pid: u32) -> Parent {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Parent::Unknown;
-    };
-    // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
-    let Some(ppid) = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-        .and_then(|ppid| ppid.parse::<u32>().ok())
-    else {
-        return Parent::Unknown;
-    };
-    let name = |of: &str| std::fs::read_to_string(format!("/proc/{of}/comm")).ok();
-    match (name(&ppid.to_string()), name("self")) {
-        (Some(parent), Some(me)) if parent == me => Parent::Shop(ppid),
-        (_, Some(_)) => Parent::Orphan,
-        _ => Parent::Unknown,
-    }
 }
 
 /// A `redis-server` just started, killed if dropped before it is handed over.

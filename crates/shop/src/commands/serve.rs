@@ -129,13 +129,14 @@ async fn demo(
 }
 
 /// Whether a trusted proxy could connect to a listener bound to `bind`: any
-/// may, unless it is bound to loopback, where a peer is a loopback address.
+/// may, unless it is bound to loopback, where a peer is a loopback address of
+/// its family (127.0.0.1 as a proxy on the same host connects from, or ::1).
 fn could_reach(proxies: &Networks, bind: std::net::IpAddr) -> bool {
-    !bind.is_loopback()
-        || ["127.0.0.1", "::1"]
-            .iter()
-            .filter_map(|ip| ip.parse().ok())
-            .any(|ip| proxies.contains(ip))
+    let peer = match bind {
+        std::net::IpAddr::V4(_) => std::net::IpAddr::from([127, 0, 0, 1]),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+    };
+    !bind.is_loopback() || proxies.contains(peer)
 }
 
 /// Runs `shop serve` until SIGINT/SIGTERM.
@@ -342,4 +343,25 @@ async fn serve_with(
     flush_stop.cancel();
     flusher.await.context("the view flusher panicked")?;
     join_all(daemons).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_bind_is_reached_by_loopback_proxies_of_its_family() {
+        let list = |text: &str| text.parse::<Networks>().unwrap();
+        let v4: std::net::IpAddr = [127, 0, 0, 1].into();
+        let v6: std::net::IpAddr = std::net::Ipv6Addr::LOCALHOST.into();
+        assert!(could_reach(&list("127.0.0.0/8"), v4));
+        assert!(
+            !could_reach(&list("::1"), v4),
+            "::1 never reaches 127.0.0.1"
+        );
+        assert!(!could_reach(&list("10.0.0.0/8"), v4));
+        assert!(could_reach(&list("::1"), v6));
+        assert!(!could_reach(&list("127.0.0.1"), v6));
+        assert!(could_reach(&list("10.0.0.0/8"), [0, 0, 0, 0].into()));
+    }
 }

@@ -741,6 +741,24 @@ async fn a_newcomer_browses_searches_signs_up_and_checks_out() {
     drop(driver);
 }
 
+/// `name` logged in over plain HTTP from an Android phone's browser (JSON).
+fn log_in_from_a_phone(addr: &str, name: &str, password: &str) -> crate::e2e::Reply {
+    crate::e2e::request_with(
+        addr,
+        "POST",
+        "/login",
+        None,
+        Some(&format!("name={name}&password={password}")),
+        &[
+            ("Accept", "application/json"),
+            (
+                "User-Agent",
+                "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile",
+            ),
+        ],
+    )
+}
+
 /// A shopper whose phone is lost logs it out from the account page: the page
 /// lists both devices, marks this one, and the phone's next request is logged out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -756,20 +774,7 @@ async fn a_shopper_logs_a_lost_phone_out_from_the_devices_page() {
         .unwrap();
     let (server, addr) = shop.serve(&[]);
     // The phone: logged in over plain HTTP, its own cookie.
-    let login = crate::e2e::request_with(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=lia&password=lia-password-1"),
-        &[
-            ("Accept", "application/json"),
-            (
-                "User-Agent",
-                "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile",
-            ),
-        ],
-    );
+    let login = log_in_from_a_phone(&addr, "lia", "lia-password-1");
     assert_eq!(login.status, 200, "{}", login.body);
     let phone = login.set_cookie("shop_session").unwrap();
     let mine = crate::e2e::request(&addr, "GET", "/api/me/sessions", Some(&phone), None);
@@ -988,20 +993,7 @@ async fn the_cart_and_the_account_fit_a_phone() {
         .unwrap();
     let (server, addr) = shop.serve(&[]);
     // Another device logged in: the devices table has its "Log out" button.
-    let other = crate::e2e::request_with(
-        &addr,
-        "POST",
-        "/login",
-        None,
-        Some("name=pia&password=pia-password-1"),
-        &[
-            ("Accept", "application/json"),
-            (
-                "User-Agent",
-                "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile",
-            ),
-        ],
-    );
+    let other = log_in_from_a_phone(&addr, "pia", "pia-password-1");
     assert_eq!(other.status, 200, "{}", other.body);
     let (client, _profile) = chromium(&driver).await;
     let base = format!("http://{addr}");
