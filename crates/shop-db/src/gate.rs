@@ -4,17 +4,19 @@
 //! and answered 503 only then: 5 s a request while the database was away, the
 //! web servers' connections piling up meanwhile.
 //!
-//! A statement that finds the database unreachable (its connection lost or
-//! refused, no connection opened in the acquire timeout) while nothing has
-//! heard from the database since that statement was let through closes the
-//! gate for [`RETRY_EVERY`]: statements meanwhile fail at once with an error
+//! A statement that fails without a word from the database (its connection
+//! lost or refused, none opened in the acquire timeout) has the gate try a new
+//! connection of its own, for at most [`CHECK_TIMEOUT`]. Refused, cut, or not
+//! answered in that time, the database is unreachable: the gate closes for
+//! [`RETRY_EVERY`], and statements meanwhile fail at once with an error
 //! [`DbError::is_unavailable`](crate::DbError::is_unavailable) says is one, not
 //! busy. The first after that goes through as the probe (the others still fail
 //! at once); any answer of the database (rows, or an error it sent) opens the
 //! gate. Closing and opening are logged once each. A pool merely busy, or one
-//! connection lost while others answer, never closes it: the database answered
-//! someone meanwhile. PostgreSQL only: a SQLite file has no server to be away,
-//! and its one write connection held past the timeout is busy, not gone.
+//! connection lost, never closes it: the gate's own connection is answered. A
+//! server that stalls is found too: its connection is not answered in time.
+//! PostgreSQL only: a SQLite file has no server to be away, and its one write
+//! connection held past the timeout is busy, not gone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -46,9 +48,11 @@ struct Gate {
     closed_until: AtomicU64,
     /// When it closed, for the log of its opening.
     closed_at: AtomicU64,
-    /// When the database last answered anything.
-    last_contact: AtomicU64,
 }
+
+/// How long the gate's own connection may take to be answered before the
+/// database counts as unreachable.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Milliseconds on a clock that only goes forward (a wall clock set back must
 /// not keep the gate closed), from 1.
@@ -67,7 +71,6 @@ impl Gated {
                 enabled,
                 closed_until: AtomicU64::new(0),
                 closed_at: AtomicU64::new(0),
-                last_contact: AtomicU64::new(0),
             }),
         }
     }
@@ -88,19 +91,18 @@ impl Gated {
 
     /// A connection of the pool, through the gate.
     pub async fn acquire(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
-        let admitted = self.admit()?;
-        self.observe(admitted, self.pool.acquire().await)
+        self.admit()?;
+        self.observe(self.pool.acquire().await).await
     }
 
-    /// Lets a statement through (when, by [`now_ms`]), or fails it at once
-    /// while the gate is closed. Once the time is up, one statement is let
-    /// through as the probe.
-    fn admit(&self) -> Result<u64, sqlx::Error> {
-        let now = now_ms();
+    /// Lets a statement through, or fails it at once while the gate is
+    /// closed. Once the time is up, one statement is let through as the probe.
+    fn admit(&self) -> Result<(), sqlx::Error> {
         let until = self.gate.closed_until.load(Ordering::Acquire);
         if until == 0 {
-            return Ok(now);
+            return Ok(());
         }
+        let now = now_ms();
         let next = now + RETRY_EVERY.as_millis() as u64;
         if now >= until
             && self
@@ -109,7 +111,7 @@ impl Gated {
                 .compare_exchange(until, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            return Ok(now);
+            return Ok(());
         }
         Err(sqlx::Error::Io(std::io::Error::new(
             std::io::ErrorKind::NotConnected,
@@ -117,10 +119,10 @@ impl Gated {
         )))
     }
 
-    /// Opens or closes the gate by what a statement let through at `admitted`
-    /// found; its result, with a pool that timed out without a word from the
-    /// database said to be unreachable (not busy: nothing answered to be busy).
-    fn observe<T>(&self, admitted: u64, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+    /// Opens or closes the gate by what a statement let through found; its
+    /// result, with a pool that timed out on an unreachable database said to
+    /// be that (not busy: nothing answered to be busy).
+    async fn observe<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
         let gate = &self.gate;
         if !gate.enabled {
             return result;
@@ -134,16 +136,13 @@ impl Gated {
             self.heard();
             return result;
         }
-        if gate.last_contact.load(Ordering::Acquire) >= admitted {
-            // One connection lost, or the pool busy, while the database answers.
+        if self.reachable().await {
+            // One connection lost, or the pool busy: the database answers.
             return result;
         }
         let now = now_ms();
-        if gate
-            .closed_until
-            .swap(now + RETRY_EVERY.as_millis() as u64, Ordering::AcqRel)
-            == 0
-        {
+        let next = now + RETRY_EVERY.as_millis() as u64;
+        if gate.closed_until.fetch_max(next, Ordering::AcqRel) == 0 {
             gate.closed_at.store(now, Ordering::Release);
             tracing::warn!(
                 %error,
@@ -160,15 +159,31 @@ impl Gated {
         }
     }
 
+    /// Whether a new connection of the gate's own is answered within
+    /// [`CHECK_TIMEOUT`] (an error the server sends, "too many clients" say,
+    /// is an answer).
+    async fn reachable(&self) -> bool {
+        use sqlx::{ConnectOptions, Connection};
+        let options = self.pool.connect_options();
+        match tokio::time::timeout(CHECK_TIMEOUT, options.connect()).await {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                true
+            }
+            Ok(Err(sqlx::Error::Database(_))) => true,
+            _ => false,
+        }
+    }
+
     /// The database answered: the gate opens (said once).
     fn heard(&self) {
         let gate = &self.gate;
-        let now = now_ms();
-        gate.last_contact.fetch_max(now, Ordering::AcqRel);
-        if gate.closed_until.swap(0, Ordering::AcqRel) != 0 {
+        if gate.closed_until.load(Ordering::Acquire) != 0
+            && gate.closed_until.swap(0, Ordering::AcqRel) != 0
+        {
             let since = gate.closed_at.load(Ordering::Acquire);
             tracing::warn!(
-                away_ms = now.saturating_sub(since),
+                away_ms = now_ms().saturating_sub(since),
                 "the database answers again"
             );
         }
@@ -179,11 +194,7 @@ impl Gated {
 /// refused, none opened in time (not a statement's own failure).
 fn lost(error: &sqlx::Error) -> bool {
     match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolTimedOut => true,
         sqlx::Error::Database(e) => e
             .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
             .is_some_and(|e| {
@@ -222,11 +233,9 @@ impl<'p> Executor<'p> for &'_ Gated {
         let this = self.clone();
         // Whole, then streamed: the shop's statements read what they need at once.
         futures::stream::once(async move {
-            let admitted = this.admit()?;
-            this.observe(
-                admitted,
-                this.pool.fetch_many(query).try_collect::<Vec<_>>().await,
-            )
+            this.admit()?;
+            this.observe(this.pool.fetch_many(query).try_collect::<Vec<_>>().await)
+                .await
         })
         .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
         .try_flatten()
@@ -243,8 +252,8 @@ impl<'p> Executor<'p> for &'_ Gated {
     {
         let this = self.clone();
         Box::pin(async move {
-            let admitted = this.admit()?;
-            this.observe(admitted, this.pool.fetch_optional(query).await)
+            this.admit()?;
+            this.observe(this.pool.fetch_optional(query).await).await
         })
     }
 

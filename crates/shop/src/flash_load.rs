@@ -104,7 +104,16 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<()> {
         ran = burst(args, &db, &parts, cookies) => ran,
         () = stop => Err(anyhow::anyhow!("stopped (SIGINT/SIGTERM)")),
     };
-    let ended = sale::stop(&parts.stores(&db), args.sale_item).await;
+    // Bounded: a store that does not answer leaves the sale to `shop sale stop`.
+    let ended = match tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        sale::stop(&parts.stores(&db), args.sale_item),
+    )
+    .await
+    {
+        Ok(ended) => ended.map_err(anyhow::Error::from),
+        Err(_) => Err(anyhow::anyhow!("timed out after 30 s")),
+    };
     parts.settle_edges().await;
     db.close().await;
     ended.context("cannot end the sale this run started: end it with `shop sale stop`")?;

@@ -107,20 +107,23 @@ impl ManagedRedis {
         let starting = launch.clone();
         // Handed over in a guard: a start cancelled midway (a stop while the shop
         // starts) drops it and leaves no redis-server behind.
-        let child = tokio::task::spawn_blocking(move || starting.start().map(Started::new))
-            .await
-            .context("the redis-server launcher panicked")?
-            .map_err(|error| match error {
-                LaunchError::NotInstalled { .. } => anyhow::anyhow!(
-                    "no Redis is configured and `redis-server` is not installed, so the \
+        let child = tokio::task::spawn_blocking(move || {
+            starting.start().map(|child| Started::new(child, lock))
+        })
+        .await
+        .context("the redis-server launcher panicked")?
+        .map_err(|error| match error {
+            LaunchError::NotInstalled { .. } => anyhow::anyhow!(
+                "no Redis is configured and `redis-server` is not installed, so the \
                      shop cannot start its own. Install it (Debian/Ubuntu: `sudo apt-get \
                      install redis-server`; macOS: `brew install redis`) or set REDIS_URL \
                      to a running Redis, e.g. REDIS_URL=redis://127.0.0.1:6379."
-                ),
-                other => anyhow::Error::new(other),
-            })?;
+            ),
+            other => anyhow::Error::new(other),
+        })?;
+        let (child, lock) = child.hand_over();
         let managed = Self {
-            child: child.hand_over(),
+            child,
             launch,
             role,
             _lock: lock,
@@ -192,7 +195,9 @@ impl ManagedRedis {
     /// Asks it to exit (the state Redis saving first), and waits; kills it if it
     /// does not.
     pub async fn stop(mut self) {
-        ask_to_stop(&self.url(), self.role).await;
+        if let Err(error) = ask_to_stop(&self.url(), self.role).await {
+            tracing::warn!(%error, "private redis-server refused to stop; killing it");
+        }
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -210,7 +215,7 @@ impl ManagedRedis {
 
 /// Asks the Redis at `url` to exit, the state Redis saving first (the cache
 /// keeps nothing: its pages are rebuilt on demand).
-async fn ask_to_stop(url: &str, role: Role) {
+async fn ask_to_stop(url: &str, role: Role) -> Result<(), String> {
     if let Ok(client) = redis::Client::open(url)
         && let Ok(mut conn) = client.get_multiplexed_async_connection().await
     {
@@ -218,12 +223,20 @@ async fn ask_to_stop(url: &str, role: Role) {
             Role::State => "SAVE",
             Role::Cache { .. } => "NOSAVE",
         };
-        // The server closes the connection as it exits: an error here is expected.
-        let _: Result<(), _> = redis::cmd("SHUTDOWN")
+        // The server closes the connection as it exits, or saves past the
+        // client's wait: an error here is expected; an answer is a refusal
+        // ("Errors trying to SHUTDOWN": its save failed).
+        let said: Result<(), redis::RedisError> = redis::cmd("SHUTDOWN")
             .arg(save)
             .query_async(&mut conn)
             .await;
+        if let Err(error) = said
+            && !(error.is_io_error() || error.is_connection_dropped() || error.is_timeout())
+        {
+            return Err(error.to_string());
+        }
     }
+    Ok(())
 }
 
 /// Takes `dir` for this process: a lock on `shop.lock` there, held while the
@@ -258,12 +271,19 @@ fn take_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 /// corrupt it.
 async fn stop_leftover(dir: &Path, role: Role) -> anyhow::Result<()> {
     let socket = dir.join(SOCKET);
-    let listening = || std::os::unix::net::UnixStream::connect(&socket).is_ok();
-    if !listening() {
+    if !listening(&socket).await {
         return Ok(());
     }
     let url = format!("unix://{}", socket.display());
     let pid = server_pid(&url).await;
+    // An older shop, which takes no lock, may still run on it (an upgrade).
+    if let Some(shop) = pid.and_then(live_shop_parent) {
+        anyhow::bail!(
+            "a `shop serve` (pid {shop}) runs with the private redis-server in {}: stop \
+             it first, or start this one in another directory",
+            dir.display()
+        );
+    }
     tracing::warn!(
         pid = pid.unwrap_or_default(),
         dir = %dir.display(),
@@ -271,23 +291,61 @@ async fn stop_leftover(dir: &Path, role: Role) -> anyhow::Result<()> {
          (killed?): stopping it, and waiting while it saves, before this shop starts \
          its own"
     );
-    ask_to_stop(&url, role).await;
+    let stop_it = || {
+        format!(
+            "stop it (`redis-cli -s {} shutdown`) and start again",
+            socket.display()
+        )
+    };
+    if let Err(error) = ask_to_stop(&url, role).await {
+        anyhow::bail!(
+            "the redis-server left running in {} refused to stop ({error}): {}",
+            dir.display(),
+            stop_it()
+        );
+    }
     // Gone when nothing listens on the socket: Redis closes it (and removes
     // it) once its files are written, as it exits; a large data set takes its
     // time to save, during which the socket still takes connections.
     let deadline = Instant::now() + LEFTOVER_STOP_TIMEOUT;
-    while listening() {
+    while listening(&socket).await {
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the redis-server left running in {} did not stop in {} s: stop it \
-             (`redis-cli -s {} shutdown`) and start again",
+            "the redis-server left running in {} did not stop in {} s: {}",
             dir.display(),
             LEFTOVER_STOP_TIMEOUT.as_secs(),
-            socket.display()
+            stop_it()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(())
+}
+
+/// Whether a server listens on the Unix socket `socket`: a connection taken,
+/// or one not answered within half a second (a server busy saving, its queue
+/// full), says so; refused or no socket, not.
+async fn listening(socket: &Path) -> bool {
+    let connect = tokio::net::UnixStream::connect(socket);
+    !matches!(
+        tokio::time::timeout(Duration::from_millis(500), connect).await,
+        Ok(Err(_))
+    )
+}
+
+/// The pid of a running `shop` whose child process `pid` is (read from
+/// `/proc`: a parent of this program's name), if any.
+fn live_shop_parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+    let ppid: u32 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let name = |of: &str| std::fs::read_to_string(format!("/proc/{of}/comm")).ok();
+    (name(&ppid.to_string())? == name("self")?).then_some(ppid)
 }
 
 /// The process id a Redis says it has (`INFO server`).
@@ -305,21 +363,23 @@ async fn server_pid(url: &str) -> Option<u32> {
 }
 
 /// A `redis-server` just started, killed if dropped before it is handed over.
-struct Started(Option<Child>);
+/// The directory's lock rides with it: released only once the server is
+/// killed and reaped (or handed over), never while it may still run.
+struct Started(Option<(Child, std::fs::File)>);
 
 impl Started {
-    fn new(child: Child) -> Self {
-        Self(Some(child))
+    fn new(child: Child, lock: std::fs::File) -> Self {
+        Self(Some((child, lock)))
     }
 
-    fn hand_over(mut self) -> Child {
+    fn hand_over(mut self) -> (Child, std::fs::File) {
         self.0.take().expect("handed over once")
     }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
+        if let Some((mut child, _lock)) = self.0.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
