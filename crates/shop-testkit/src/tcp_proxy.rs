@@ -19,6 +19,8 @@ pub struct TcpProxy {
 struct Shared {
     /// What listens on the address; none while cut.
     listener: Mutex<Option<TcpListener>>,
+    /// Nothing is forwarded meanwhile (bytes wait, either way).
+    stalled: AtomicBool,
     stopped: AtomicBool,
     /// Both ends of every connection forwarded, to close them when cut.
     open: Mutex<Vec<TcpStream>>,
@@ -56,9 +58,15 @@ impl TcpProxy {
                     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
                         continue;
                     };
+                    let copying = accepting.clone();
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16 * 1024];
                         while let Ok(n @ 1..) = from.read(&mut buf) {
+                            while copying.stalled.load(Ordering::Acquire)
+                                && !copying.stopped.load(Ordering::Acquire)
+                            {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
                             if to.write_all(&buf[..n]).is_err() {
                                 break;
                             }
@@ -88,6 +96,17 @@ impl TcpProxy {
         }
     }
 
+    /// Stalls every connection through it, and each new one: nothing it is
+    /// sent is passed on until [`TcpProxy::resume`].
+    pub fn stall(&self) {
+        self.shared.stalled.store(true, Ordering::Release);
+    }
+
+    /// Passes on again what it holds and what comes.
+    pub fn resume(&self) {
+        self.shared.stalled.store(false, Ordering::Release);
+    }
+
     /// Listens and forwards again, on the same address (retried for 5 s while
     /// the port is taken, by a connection attempt to it, say).
     pub fn mend(&self) {
@@ -115,7 +134,7 @@ fn listen(addr: &str) -> TcpListener {
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
-        self.cut();
         self.shared.stopped.store(true, Ordering::Release);
+        self.cut();
     }
 }

@@ -161,8 +161,8 @@ async fn the_ping_fails_on_a_database_without_the_shops_tables() {
     }
 }
 
-/// A PostgreSQL server gone away (every connection closed, new ones closed as
-/// they come) is waited for once, not by every statement: after the first
+/// A PostgreSQL server gone away (every connection closed, new ones refused),
+/// or stalled, is waited for once, not by every statement: after the first
 /// finds it gone, reads and writes fail at once as unavailable (not busy),
 /// until one a second finds it back; then they work again, by themselves.
 #[tokio::test]
@@ -232,6 +232,25 @@ async fn a_database_gone_away_is_not_waited_for_by_every_statement() {
             .unwrap()
             .is_some()
     );
+
+    // A server that stalls (stopped, a network black hole): found too, its
+    // own connection not answered; back by itself once it answers again.
+    proxy.stall();
+    let first = db.item_count().await.unwrap_err();
+    assert!(first.is_unavailable(), "{first}");
+    // Failed at once after it (a try of the database again, should one fall
+    // due on a loaded machine, is followed by one).
+    let mut fast = false;
+    for _ in 0..3 {
+        fast |= db.item_count().await.unwrap_err().failed_fast();
+    }
+    assert!(fast, "the stall was never found");
+    proxy.resume();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while db.item_count().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "never back");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     db.close().await;
     drop(proxy);
     drop(test_db);
