@@ -6,7 +6,8 @@
 //!
 //! A statement that fails without a word from the database (its connection
 //! lost or refused, none opened in the acquire timeout) has the gate try a new
-//! connection of its own, for at most [`CHECK_TIMEOUT`]. Refused, cut, or not
+//! connection of its own, for at most [`CHECK_TIMEOUT`] (one at a time, and
+//! none while the database answered within that time). Refused, cut, or not
 //! answered in that time, the database is unreachable: the gate closes for
 //! [`RETRY_EVERY`], and statements meanwhile fail at once with an error
 //! [`DbError::is_unavailable`](crate::DbError::is_unavailable) says is one, not
@@ -18,7 +19,7 @@
 //! PostgreSQL only: a SQLite file has no server to be away, and its one write
 //! connection held past the timeout is busy, not gone.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,10 @@ struct Gate {
     closed_until: AtomicU64,
     /// When it closed, for the log of its opening.
     closed_at: AtomicU64,
+    /// When the database last answered (a statement, or the gate's check).
+    answered_at: AtomicU64,
+    /// A check's connection is being tried (one at a time).
+    checking: AtomicBool,
 }
 
 /// How long the gate's own connection may take to be answered before the
@@ -71,6 +76,8 @@ impl Gated {
                 enabled,
                 closed_until: AtomicU64::new(0),
                 closed_at: AtomicU64::new(0),
+                answered_at: AtomicU64::new(0),
+                checking: AtomicBool::new(false),
             }),
         }
     }
@@ -159,25 +166,48 @@ impl Gated {
         }
     }
 
-    /// Whether a new connection of the gate's own is answered within
-    /// [`CHECK_TIMEOUT`] (an error the server sends, "too many clients" say,
-    /// is an answer).
+    /// Whether the database answers: it did less than [`CHECK_TIMEOUT`] ago,
+    /// or another check is under way (it decides), or a new connection of the
+    /// gate's own is answered within [`CHECK_TIMEOUT`] (an error the server
+    /// sends, "too many clients" say, is an answer). One connection at a time
+    /// and at most one a second: a pool timing out under load is not answered
+    /// with more connections.
     async fn reachable(&self) -> bool {
         use sqlx::{ConnectOptions, Connection};
+        let gate = &self.gate;
+        let recent = CHECK_TIMEOUT.as_millis() as u64;
+        if now_ms().saturating_sub(gate.answered_at.load(Ordering::Acquire)) < recent
+            || gate.checking.swap(true, Ordering::AcqRel)
+        {
+            return true;
+        }
+        // Cleared however the check ends (its caller may give up on it).
+        struct Checked<'a>(&'a AtomicBool);
+        impl Drop for Checked<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _checked = Checked(&gate.checking);
         let options = self.pool.connect_options();
-        match tokio::time::timeout(CHECK_TIMEOUT, options.connect()).await {
+        let answered = match tokio::time::timeout(CHECK_TIMEOUT, options.connect()).await {
             Ok(Ok(conn)) => {
                 let _ = conn.close().await;
                 true
             }
             Ok(Err(sqlx::Error::Database(_))) => true,
             _ => false,
+        };
+        if answered {
+            gate.answered_at.fetch_max(now_ms(), Ordering::AcqRel);
         }
+        answered
     }
 
     /// The database answered: the gate opens (said once).
     fn heard(&self) {
         let gate = &self.gate;
+        gate.answered_at.fetch_max(now_ms(), Ordering::AcqRel);
         if gate.closed_until.load(Ordering::Acquire) != 0
             && gate.closed_until.swap(0, Ordering::AcqRel) != 0
         {

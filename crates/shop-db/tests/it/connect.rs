@@ -255,3 +255,35 @@ async fn a_database_gone_away_is_not_waited_for_by_every_statement() {
     drop(proxy);
     drop(test_db);
 }
+
+/// A PostgreSQL whose write connections are all held (long transactions) is
+/// busy, not gone: a write that waits past the timeout says so (busy), and the
+/// gate stays open: reads go on.
+#[tokio::test]
+async fn a_busy_pool_does_not_close_the_gate() {
+    let Some(test_db) = TestDb::postgres().await else {
+        return;
+    };
+    let db = Db::connect(test_db.url()).await.unwrap();
+    let pool_size = db.write_pool().options().get_max_connections();
+    let mut held = Vec::new();
+    for _ in 0..pool_size {
+        held.push(
+            db.begin_write()
+                .await
+                .unwrap_or_else(|e| panic!("a write connection: {e}")),
+        );
+    }
+    let waited = db
+        .begin_write()
+        .await
+        .err()
+        .expect("no write connection free");
+    assert!(waited.is_busy(), "{waited}");
+    for _ in 0..5 {
+        assert_eq!(db.item_count().await.unwrap(), 0, "reads go on");
+    }
+    drop(held);
+    drop(db);
+    drop(test_db);
+}
