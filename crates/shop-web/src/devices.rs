@@ -240,6 +240,14 @@ async fn change_password(
             "Enter your current password.",
         );
     }
+    if new == current {
+        // Not a change: it would log every other device out for nothing.
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "The new password is the one you have: choose another.",
+        );
+    }
     if let Err(invalid) = check_new_password(new) {
         return refuse(StatusCode::BAD_REQUEST, "bad_request", &invalid.to_string());
     }

@@ -150,6 +150,23 @@ async fn a_password_change_leaves_only_the_current_session() {
             )
             .await;
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{kind}");
+        // The password it has: 400, no device logged out for nothing.
+        let resp = app
+            .post(
+                "/account/password",
+                Some(&here),
+                &change(PASSWORD, PASSWORD),
+                true,
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{kind}");
+        assert!(
+            json(resp).await["message"]
+                .as_str()
+                .is_some_and(|said| said.contains("the one you have")),
+            "{kind}"
+        );
+        assert_eq!(who(&app, &other).await, "gus", "{kind}");
         // Not logged in: 401.
         let guest = app.visitor().await;
         let resp = app
