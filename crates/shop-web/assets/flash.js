@@ -53,11 +53,27 @@ async function buy(li) {
   // nothing (409 price_changed) and the page shows the new one.
   const sale = sales.get(li.dataset.item);
   const price = sale ? '?price_cents=' + sale.price_cents : '';
-  const r = await fetch('/api/flash/' + li.dataset.item + '/buy' + price, {
-    method: 'POST', headers: { 'Idempotency-Key': key, Accept: 'application/json' } });
-  const body = await r.json();
-  li.querySelector('.result').textContent =
-    r.status === 401 ? 'log in to buy' : (body.outcome || body.message).replace(/_/g, ' ');
+  const result = li.querySelector('.result');
+  let r;
+  let body = {};
+  try {
+    r = await fetch('/api/flash/' + li.dataset.item + '/buy' + price, {
+      method: 'POST', headers: { 'Idempotency-Key': key, Accept: 'application/json' } });
+    body = await r.json().catch(() => ({}));
+  } catch (e) {
+    result.textContent = 'not sent: try again';
+    return;
+  }
+  result.textContent = '';
+  if (r.status === 401) {
+    // A guest: to the login page, and back here after it.
+    const login = document.createElement('a');
+    login.href = '/login?next=/flash';
+    login.textContent = 'Log in to buy';
+    result.append(login);
+    return;
+  }
+  result.textContent = (body.outcome || body.message || 'failed (' + r.status + ')').replace(/_/g, ' ');
 }
 const items = document.querySelectorAll('.sale-item');
 for (const li of items) {

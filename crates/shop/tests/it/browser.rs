@@ -369,6 +369,20 @@ async fn a_person_adds_to_cart_and_watches_the_flash_sale() {
     );
     assert_eq!(stock_bar(&client).await, "width: 100%;");
     screenshot(&client, "flash.png").await;
+    // A guest's buy: a link to log in and come back, nothing bought.
+    click(&client, ".sale-item[data-item=\"1\"] .buy").await;
+    wait_text(&client, ".sale-item[data-item=\"1\"] .result a", |t| {
+        t == "Log in to buy"
+    })
+    .await;
+    let login = client
+        .find(Locator::Css(".sale-item[data-item=\"1\"] .result a"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap();
+    assert_eq!(login.as_deref(), Some("/login?next=/flash"));
 
     // Seven other shoppers buy the rest; the open page says "sold out" within a
     // second of the last purchase, pushed to it (no reload, no poll).
