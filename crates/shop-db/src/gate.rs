@@ -102,6 +102,18 @@ impl Gated {
         self.observe(self.pool.acquire().await).await
     }
 
+    /// `run` (a statement on the pool, not started yet) through the gate.
+    fn through<'e, T: Send + 'e>(
+        &self,
+        run: BoxFuture<'e, Result<T, sqlx::Error>>,
+    ) -> BoxFuture<'e, Result<T, sqlx::Error>> {
+        let this = self.clone();
+        Box::pin(async move {
+            this.admit()?;
+            this.observe(run.await).await
+        })
+    }
+
     /// Lets a statement through, or fails it at once while the gate is
     /// closed. Once the time is up, one statement is let through as the probe.
     fn admit(&self) -> Result<(), sqlx::Error> {
@@ -260,16 +272,35 @@ impl<'p> Executor<'p> for &'_ Gated {
         'p: 'e,
         E: 'q + Execute<'q, Any>,
     {
-        let this = self.clone();
+        let pool = self.pool.clone();
         // Whole, then streamed: the shop's statements read what they need at once.
-        futures::stream::once(async move {
-            this.admit()?;
-            this.observe(this.pool.fetch_many(query).try_collect::<Vec<_>>().await)
-                .await
-        })
-        .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
-        .try_flatten()
-        .boxed()
+        let all = self.through(Box::pin(async move {
+            pool.fetch_many(query).try_collect::<Vec<_>>().await
+        }));
+        futures::stream::once(all)
+            .map_ok(|all| futures::stream::iter(all.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed()
+    }
+
+    // The two the shop uses most besides `fetch_optional`, straight to the
+    // pool's own: not through `fetch_many`, which gathers the rows once more.
+    fn execute<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<AnyQueryResult, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let pool = self.pool.clone();
+        self.through(Box::pin(async move { pool.execute(query).await }))
+    }
+
+    fn fetch_all<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Vec<AnyRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let pool = self.pool.clone();
+        self.through(Box::pin(async move { pool.fetch_all(query).await }))
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -280,11 +311,8 @@ impl<'p> Executor<'p> for &'_ Gated {
         'p: 'e,
         E: 'q + Execute<'q, Any>,
     {
-        let this = self.clone();
-        Box::pin(async move {
-            this.admit()?;
-            this.observe(this.pool.fetch_optional(query).await).await
-        })
+        let pool = self.pool.clone();
+        self.through(Box::pin(async move { pool.fetch_optional(query).await }))
     }
 
     fn prepare_with<'e, 'q: 'e>(
